@@ -1,0 +1,1 @@
+"""Data sources, the normalised question schema and the verl training format."""

@@ -1,0 +1,140 @@
+"""The one normalised schema every split of every source is written in.
+
+A *question row* is what evaluation and training read; a *rejection* records an upstream row
+that could not be normalised, with the reason, so that ``rows in = kept + rejected`` per source.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+ANSWER_KINDS = ("math", "multiple_choice")
+
+QUESTION_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),  # e.g. "math", "amc23", "miniworld"
+        pa.field("split", pa.string(), nullable=False),  # "train" | "test"
+        pa.field("problem", pa.string(), nullable=False),
+        pa.field("answer", pa.string(), nullable=False),  # gold, normalised
+        pa.field("answer_kind", pa.string(), nullable=False),  # one of ANSWER_KINDS
+        pa.field("solution", pa.string()),
+        pa.field("level", pa.string()),
+        pa.field("subject", pa.string()),
+        pa.field("choices", pa.list_(pa.string())),  # multiple choice only, in option order
+        pa.field("meta", pa.string()),  # JSON object with source-specific extras
+    ]
+)
+
+REJECTION_SCHEMA = pa.schema(
+    [
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("split", pa.string(), nullable=False),
+        pa.field("row_index", pa.int64(), nullable=False),  # 0-based line in the upstream file
+        pa.field("upstream_id", pa.string()),
+        pa.field("reason", pa.string(), nullable=False),  # short machine-readable code
+        pa.field("detail", pa.string()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    source: str
+    split: str
+    problem: str
+    answer: str
+    answer_kind: str = "math"
+    solution: str | None = None
+    level: str | None = None
+    subject: str | None = None
+    choices: list[str] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.answer_kind not in ANSWER_KINDS:
+            raise ValueError(f"answer_kind must be one of {ANSWER_KINDS}, got {self.answer_kind!r}")
+
+    def to_record(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["meta"] = json.dumps(self.meta, sort_keys=True) if self.meta else None
+        return record
+
+
+@dataclass(frozen=True)
+class Rejection:
+    source: str
+    split: str
+    row_index: int
+    reason: str
+    upstream_id: str | None = None
+    detail: str | None = None
+
+
+@dataclass
+class LoadResult:
+    """What a source loader returns for one (source, split): kept questions and rejections."""
+
+    source: str
+    split: str
+    rows_in: int
+    questions: list[Question]
+    rejections: list[Rejection]
+
+    def __post_init__(self) -> None:
+        if self.rows_in != len(self.questions) + len(self.rejections):
+            raise AssertionError(
+                f"{self.source}/{self.split}: rows_in={self.rows_in} != kept "
+                f"{len(self.questions)} + rejected {len(self.rejections)}"
+            )
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "rows_in": self.rows_in,
+            "kept": len(self.questions),
+            "rejected": len(self.rejections),
+        }
+
+
+def questions_frame(questions: list[Question]) -> pd.DataFrame:
+    """Questions as a DataFrame with exactly the :data:`QUESTION_SCHEMA` columns."""
+    records = [question.to_record() for question in questions]
+    table = pa.Table.from_pylist(records, schema=QUESTION_SCHEMA)
+    return table.to_pandas()
+
+
+def rejections_frame(rejections: list[Rejection]) -> pd.DataFrame:
+    records = [asdict(rejection) for rejection in rejections]
+    return pa.Table.from_pylist(records, schema=REJECTION_SCHEMA).to_pandas()
+
+
+def write_questions(questions: list[Question], path: str) -> None:
+    """Write questions to parquet with the fixed schema (stable column order and types)."""
+    import pyarrow.parquet as pq
+
+    records = [question.to_record() for question in questions]
+    pq.write_table(pa.Table.from_pylist(records, schema=QUESTION_SCHEMA), path)
+
+
+def write_rejections(rejections: list[Rejection], path: str) -> None:
+    import pyarrow.parquet as pq
+
+    records = [asdict(rejection) for rejection in rejections]
+    pq.write_table(pa.Table.from_pylist(records, schema=REJECTION_SCHEMA), path)
+
+
+def read_questions(path: str) -> list[Question]:
+    """Read a questions parquet back into :class:`Question` objects."""
+    import pyarrow.parquet as pq
+
+    questions = []
+    for record in pq.read_table(path).to_pylist():
+        meta = json.loads(record.pop("meta")) if record.get("meta") else {}
+        questions.append(Question(**record, meta=meta))
+    return questions

@@ -1,0 +1,1 @@
+"""Answer extraction, normalisation and equivalence checking for math and multiple choice."""

@@ -1,0 +1,29 @@
+"""The prompts the paper uses, shared by training, evaluation and data preparation."""
+
+from __future__ import annotations
+
+# Box 2 of the paper (Appendix B): appended to every question, in training and evaluation.
+ANSWER_FORMAT_INSTRUCTION = (
+    "Please provide step-by-step reasoning, and enclose your final answer in the box: \\boxed{}."
+)
+
+# Multiple-choice questions (GPQA-Diamond) need the options and an answer letter in the box.
+MULTIPLE_CHOICE_INSTRUCTION = (
+    "Please provide step-by-step reasoning, and enclose the letter of your final answer "
+    "in the box: \\boxed{}."
+)
+
+CHOICE_LETTERS = ("A", "B", "C", "D")
+
+
+def format_question(problem: str, choices: list[str] | None = None) -> str:
+    """The user-turn text: the problem (with lettered options, if any) and the instruction."""
+    if choices:
+        options = "\n".join(f"({letter}) {text}" for letter, text in zip(CHOICE_LETTERS, choices))
+        return f"{problem.strip()}\n\n{options}\n\n{MULTIPLE_CHOICE_INSTRUCTION}"
+    return f"{problem.strip()}\n\n{ANSWER_FORMAT_INSTRUCTION}"
+
+
+def chat_messages(problem: str, choices: list[str] | None = None) -> list[dict[str, str]]:
+    """Chat messages for one question, in the ``[{"role", "content"}]`` form verl and HF use."""
+    return [{"role": "user", "content": format_question(problem, choices)}]
