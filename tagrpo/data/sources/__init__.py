@@ -1,0 +1,76 @@
+"""Upstream benchmark sources: local file loaders and their Hugging Face twins.
+
+``load_local(name, data_dir)`` reads the copies under ``shared/data`` (the default, offline);
+``load_hub(name)`` reads the same benchmark from the Hugging Face Hub (internet required).
+Both return a :class:`~tagrpo.data.schema.LoadResult` built by the same row normalisers.
+"""
+
+from tagrpo.data.sources.hub import HUB_SOURCES, HubSpec, hub_spec, load_hub
+from tagrpo.data.sources.local import (
+    LOCAL_SOURCES,
+    NORMALISERS,
+    REJECTION_REASONS,
+    SOURCE_FILES,
+    gpqa_permutation,
+    load_aime24,
+    load_aime25,
+    load_amc23,
+    load_gpqa_diamond,
+    load_local,
+    load_math,
+    load_math500,
+    load_minerva_math,
+    load_olympiadbench,
+    normalise_aime24,
+    normalise_aime25,
+    normalise_amc23,
+    normalise_gpqa_diamond,
+    normalise_math,
+    normalise_math500,
+    normalise_minerva_math,
+    normalise_olympiadbench,
+    normalise_records,
+)
+
+TRAIN_SOURCES = ("math",)
+EVAL_SOURCES = (
+    "math500",
+    "amc23",
+    "aime24",
+    "aime25",
+    "olympiadbench",
+    "minerva_math",
+    "gpqa_diamond",
+)
+
+__all__ = [
+    "EVAL_SOURCES",
+    "HUB_SOURCES",
+    "LOCAL_SOURCES",
+    "NORMALISERS",
+    "REJECTION_REASONS",
+    "SOURCE_FILES",
+    "TRAIN_SOURCES",
+    "HubSpec",
+    "gpqa_permutation",
+    "hub_spec",
+    "load_aime24",
+    "load_aime25",
+    "load_amc23",
+    "load_gpqa_diamond",
+    "load_hub",
+    "load_local",
+    "load_math",
+    "load_math500",
+    "load_minerva_math",
+    "load_olympiadbench",
+    "normalise_aime24",
+    "normalise_aime25",
+    "normalise_amc23",
+    "normalise_gpqa_diamond",
+    "normalise_math",
+    "normalise_math500",
+    "normalise_minerva_math",
+    "normalise_olympiadbench",
+    "normalise_records",
+]
