@@ -267,15 +267,18 @@ def normalise_math(
     question_id = _question_id("math", record, row_index)
     problem = _problem(record)
     solution = _required_text(record, "solution")
+    answer = _boxed_answer(solution, allow_empty=keep_empty_boxed)
     return Question(
         id=question_id,
         source="math",
         split="train",
         problem=problem,
-        answer=_boxed_answer(solution, allow_empty=keep_empty_boxed),
+        answer=answer,
         solution=solution,
         level=_optional_text(record, "level"),  # "Level ?" stays as is
         subject=_optional_text(record, "type"),
+        # Kept for the paper's count only: no response can be graded correct against "".
+        meta={"empty_gold": True} if not answer else {},
     )
 
 

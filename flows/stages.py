@@ -1,0 +1,52 @@
+"""Every DVC stage as a Prefect flow, for running or scheduling one stage from the Prefect UI.
+
+The flows call the same ``main`` functions that ``python -m stages.<name>`` runs; DVC stays the
+owner of the DAG and the cache (``flows.pipeline`` runs the whole DAG through ``dvc repro``).
+Grading inside a stage uses worker processes, so math-verify's signal-based timeouts keep
+working even though Prefect runs flow code in worker threads.
+"""
+
+from __future__ import annotations
+
+from tagrpo.env import apply_offline_defaults
+
+apply_offline_defaults()
+
+from prefect import flow  # noqa: E402
+
+from stages import base_model, data, evaluate, report  # noqa: E402
+
+
+@flow(name="stage-data", log_prints=True)
+def data_flow() -> dict:
+    return data.main([])
+
+
+@flow(name="stage-base-model", log_prints=True)
+def base_model_flow() -> dict:
+    return base_model.main([])
+
+
+@flow(name="stage-evaluate", log_prints=True)
+def evaluate_flow(policy: str = "base", model: str = "models/base") -> dict:
+    return evaluate.main(["--policy", policy, "--model", model])
+
+
+@flow(name="stage-report", log_prints=True)
+def report_flow() -> str:
+    return str(report.main([]))
+
+
+STAGE_FLOWS = {
+    "data": data_flow,
+    "base_model": base_model_flow,
+    "evaluate": evaluate_flow,
+    "report": report_flow,
+}
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 2 or sys.argv[1] not in STAGE_FLOWS:
+        raise SystemExit(f"usage: python -m flows.stages {{{','.join(STAGE_FLOWS)}}}")
+    STAGE_FLOWS[sys.argv[1]]()

@@ -1,0 +1,93 @@
+"""Batched sampling with transformers ``generate`` (CPU, or one GPU for small models).
+
+Prompts are sorted by length and sampled in batches of at most ``max_batch_sequences``
+sequences (prompts x samples), never one sample at a time. Each batch reseeds torch from
+``sampling.seed`` and the batch's first prompt position, so results do not depend on how many
+batches ran before (e.g. after a resumed run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from tagrpo.backends.base import Completion, Messages, SamplingParams
+
+
+class HFBackend:
+    """A :class:`~tagrpo.backends.base.GenerationBackend` over a loaded HF causal LM."""
+
+    def __init__(self, model, tokenizer, max_batch_sequences: int = 256) -> None:
+        if max_batch_sequences < 1:
+            raise ValueError("max_batch_sequences must be >= 1")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch_sequences = max_batch_sequences
+        self.tokenizer.padding_side = "left"
+
+    def prompt_text(self, messages: Messages) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False
+        )
+
+    def prompt_ids(self, messages: Messages) -> list[int]:
+        return self.tokenizer(self.prompt_text(messages), add_special_tokens=False)["input_ids"]
+
+    @torch.no_grad()
+    def generate(
+        self, conversations: Sequence[Messages], sampling: SamplingParams
+    ) -> list[list[Completion]]:
+        encoded = [self.prompt_ids(messages) for messages in conversations]
+        order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i]), i))
+        # Several prompts per batch when n is small; n is split across batches when it is large.
+        prompts_per_batch = max(1, self.max_batch_sequences // sampling.n)
+        samples_per_call = min(sampling.n, self.max_batch_sequences)
+        results: list[list[Completion]] = [[] for _ in encoded]
+        for start in range(0, len(order), prompts_per_batch):
+            batch_indices = order[start : start + prompts_per_batch]
+            for offset in range(0, sampling.n, samples_per_call):
+                count = min(samples_per_call, sampling.n - offset)
+                torch.manual_seed(sampling.seed * 1_000_003 + start * 1009 + offset)
+                completions = self._sample([encoded[i] for i in batch_indices], count, sampling)
+                for position, index in enumerate(batch_indices):
+                    results[index].extend(completions[position * count : (position + 1) * count])
+        return results
+
+    def _sample(
+        self, prompts: list[list[int]], count: int, sampling: SamplingParams
+    ) -> list[Completion]:
+        pad_id = self.tokenizer.pad_token_id
+        width = max(len(ids) for ids in prompts)
+        input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, ids in enumerate(prompts):  # left padding: every prompt ends at the same column
+            input_ids[row, width - len(ids) :] = torch.tensor(ids)
+            attention[row, width - len(ids) :] = 1
+        greedy = sampling.temperature == 0
+        output = self.model.generate(
+            input_ids=input_ids.to(self.model.device),
+            attention_mask=attention.to(self.model.device),
+            do_sample=not greedy,
+            temperature=None if greedy else sampling.temperature,
+            top_p=None if greedy else sampling.top_p,
+            top_k=None,
+            max_new_tokens=sampling.max_new_tokens,
+            num_return_sequences=count,
+            pad_token_id=pad_id,
+            eos_token_id=self.tokenizer.eos_token_id,
+        )
+        new_tokens = output[:, width:].cpu()
+        completions = []
+        for row in new_tokens.tolist():
+            eos_positions = [i for i, token in enumerate(row) if token == self.tokenizer.eos_token_id]
+            finished = bool(eos_positions)
+            kept = row[: eos_positions[0]] if finished else row
+            completions.append(
+                Completion(
+                    text=self.tokenizer.decode(kept, skip_special_tokens=True),
+                    num_tokens=len(kept) + (1 if finished else 0),
+                    finished=finished,
+                )
+            )
+        return completions

@@ -1,0 +1,1 @@
+"""Evaluation: sampling, grading and pass@k, independent of the backend."""

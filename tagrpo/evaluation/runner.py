@@ -1,0 +1,157 @@
+"""pass@k evaluation: sample n responses per problem, grade them, estimate pass@k.
+
+The runner is backend-agnostic (transformers on CPU, vLLM at paper scale) and grader-agnostic
+(the stage passes the process-pool grader), so the science is the same at both scales.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tagrpo.backends.base import GenerationBackend, SamplingParams
+from tagrpo.data.schema import Question
+from tagrpo.metrics.passk import pass_at_k_table
+from tagrpo.prompts import chat_messages
+
+# (responses, gold answers, answer kinds) -> [(correct, pred, reason)], in order
+GradeFn = Callable[[Sequence[str], Sequence[str], Sequence[str]], list[tuple[bool, str, str]]]
+
+DEFAULT_KS = (1, 2, 4, 8, 16, 32)
+
+
+@dataclass
+class EvaluationResult:
+    responses: pd.DataFrame  # one row per sampled response
+    passk: pd.DataFrame  # one row per (benchmark or group, k): mean and bootstrap CI
+    summary: dict[str, float]  # flat metrics for DVC/MLflow, e.g. "mini_arith/pass@8"
+
+
+def sample_benchmarks(
+    backend: GenerationBackend,
+    benchmarks: Mapping[str, Sequence[Question]],
+    sampling: SamplingParams,
+) -> pd.DataFrame:
+    """Sample ``sampling.n`` responses per question; one row per response, ungraded."""
+    rows = []
+    for name, questions in benchmarks.items():
+        conversations = [chat_messages(q.problem, q.choices) for q in questions]
+        completions = backend.generate(conversations, sampling)
+        for question, samples in zip(questions, completions, strict=True):
+            for sample_index, completion in enumerate(samples):
+                rows.append(
+                    {
+                        "benchmark": name,
+                        "question_id": question.id,
+                        "sample_index": sample_index,
+                        "answer": question.answer,
+                        "answer_kind": question.answer_kind,
+                        "response": completion.text,
+                        "num_tokens": completion.num_tokens,
+                        "finished": completion.finished,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def grade_responses(responses: pd.DataFrame, grade: GradeFn) -> pd.DataFrame:
+    """Add ``correct``, ``pred`` and ``grade_reason`` columns (one grading call for all)."""
+    verdicts = grade(
+        responses["response"].tolist(),
+        responses["answer"].tolist(),
+        responses["answer_kind"].tolist(),
+    )
+    graded = responses.copy()
+    graded["correct"] = [bool(v[0]) for v in verdicts]
+    graded["pred"] = [v[1] for v in verdicts]
+    graded["grade_reason"] = [v[2] for v in verdicts]
+    return graded
+
+
+def passk_tables(
+    graded: pd.DataFrame,
+    ks: Sequence[int],
+    groups: Mapping[str, Sequence[str]],
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> tuple[pd.DataFrame, dict[str, float]]:
+    """pass@k per benchmark (with bootstrap CIs) and per group (mean over its benchmarks).
+
+    Group averages are plain means of benchmark-level pass@k, as in the paper's Table 1.
+    """
+    rows = []
+    per_question = (
+        graded.groupby(["benchmark", "question_id"], sort=False)["correct"]
+        .agg(["size", "sum"])
+        .reset_index()
+    )
+    for benchmark, table in per_question.groupby("benchmark", sort=False):
+        intervals = pass_at_k_table(
+            table["size"].to_numpy(),
+            table["sum"].to_numpy(),
+            ks,
+            n_resamples=n_resamples,
+            seed=seed,
+        )
+        for interval in intervals:
+            rows.append(
+                {
+                    "name": benchmark,
+                    "kind": "benchmark",
+                    "k": interval.k,
+                    "pass_at_k": interval.mean,
+                    "ci_low": interval.low,
+                    "ci_high": interval.high,
+                    "n_problems": interval.n_problems,
+                    "n_samples": int(table["size"].min()),
+                }
+            )
+    frame = pd.DataFrame(rows)
+    for group, members in groups.items():
+        present = frame[(frame["kind"] == "benchmark") & frame["name"].isin(members)]
+        if present.empty:
+            continue
+        missing = set(members) - set(present["name"])
+        for k, at_k in present.groupby("k"):
+            if len(at_k) < len(members) - len(missing):
+                continue  # a member lacks this k (too few samples): no fair average
+            rows.append(
+                {
+                    "name": group,
+                    "kind": "group",
+                    "k": int(k),
+                    "pass_at_k": float(at_k["pass_at_k"].mean()),
+                    "ci_low": np.nan,
+                    "ci_high": np.nan,
+                    "n_problems": int(at_k["n_problems"].sum()),
+                    "n_samples": int(at_k["n_samples"].min()),
+                }
+            )
+    table = pd.DataFrame(rows)
+    summary = {f"{row.name}/pass@{row.k}": float(row.pass_at_k) for row in table.itertuples()}
+    return table, summary
+
+
+def evaluate(
+    backend: GenerationBackend,
+    benchmarks: Mapping[str, Sequence[Question]],
+    sampling: SamplingParams,
+    grade: GradeFn,
+    ks: Sequence[int] = DEFAULT_KS,
+    groups: Mapping[str, Sequence[str]] | None = None,
+    n_resamples: int = 1000,
+) -> EvaluationResult:
+    """Sample, grade and tabulate pass@k for every benchmark."""
+    feasible = [k for k in ks if k <= sampling.n]
+    if not feasible:
+        raise ValueError(f"no k in {list(ks)} is <= n={sampling.n} samples per problem")
+    graded = grade_responses(sample_benchmarks(backend, benchmarks, sampling), grade)
+    table, summary = passk_tables(
+        graded, feasible, groups or {}, n_resamples=n_resamples, seed=sampling.seed
+    )
+    summary["responses"] = float(len(graded))
+    summary["truncated_rate"] = float(1.0 - graded["finished"].mean()) if len(graded) else 0.0
+    return EvaluationResult(responses=graded, passk=table, summary=summary)

@@ -1,0 +1,1 @@
+"""The mini world: synthetic arithmetic problems with phrasing families, offline."""

@@ -1,0 +1,247 @@
+"""Warm-starting the mini world's base policy: a tiny Llama trained by SFT on CPU.
+
+The base policy must be *partly* competent (the RL signal needs mixed rewards) and its
+competence must depend on phrasing (the paper's Assumption 5.3). Both come from the warm-start
+corpus: phrasing families appear with unequal weights, and training stops well before the
+model has mastered the arithmetic. The saved folder is an ordinary Hugging Face model
+(``LlamaForCausalLM`` + fast tokenizer), so evaluation and training load it like a hub model.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from tagrpo.miniworld.tasks import (
+    PHRASING_FAMILIES,
+    MiniProblem,
+    ProblemSpace,
+    MISCONCEPTION_TRIGGERS,
+    choice_options,
+    flipped_result,
+    reference_response,
+    render,
+)
+from tagrpo.miniworld.tokenizer import train_tokenizer
+from tagrpo.prompts import chat_messages
+
+
+@dataclass(frozen=True)
+class TinyModelConfig:
+    hidden_size: int = 128
+    intermediate_size: int = 256
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    max_positions: int = 256
+    vocab_size: int = 512
+
+
+@dataclass(frozen=True)
+class WarmStartConfig:
+    examples: int = 20000
+    family_weights: dict[str, float] = field(
+        default_factory=lambda: {"expr": 0.4, "words": 0.25, "imperative": 0.2, "story": 0.15}
+    )
+    # Phrasing-tied misconceptions: when a family's trigger holds for a problem, its worked
+    # answer misreads the last operation with the given probability. The base policy inherits
+    # these habits, so its success depends on phrasing and some (problem, phrasing) pairs are
+    # almost always wrong: the all-wrong groups that TA-GRPO's rephrasings are meant to rescue.
+    misconceptions: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: {
+            "words": {"when": "even_first", "rate": 0.8},
+            "imperative": {"when": "small_first", "rate": 0.8},
+            "story": {"when": "item_subset", "rate": 0.9},
+        }
+    )
+    choice_fraction: float = 0.1  # share of examples posed as multiple choice
+    steps: int = 500
+    batch_size: int = 64
+    learning_rate: float = 5e-3
+    warmup_steps: int = 20
+    weight_decay: float = 0.01
+    seed: int = 0
+    torch_threads: int = 2
+
+
+@dataclass(frozen=True)
+class SftExample:
+    messages: list[dict[str, str]]
+    response: str
+    problem: MiniProblem
+    misread: bool = False
+
+
+def build_corpus(
+    space: ProblemSpace,
+    config: WarmStartConfig,
+    exclude_keys: set[str],
+) -> list[SftExample]:
+    """Warm-start examples, never using arithmetic whose key is in ``exclude_keys``."""
+    families = [f for f in PHRASING_FAMILIES if config.family_weights.get(f, 0) > 0]
+    weights = [config.family_weights[f] for f in families]
+    # Problems are drawn i.i.d. (repeats allowed: the add/sub space is small on purpose), but
+    # never with arithmetic reserved for RL training or evaluation.
+    rng = random.Random(config.seed + 202)
+    corpus = []
+    for index in range(config.examples):
+        problem = space.sample(rng)
+        while problem.key() in exclude_keys:
+            problem = space.sample(rng)
+        family = rng.choices(families, weights=weights)[0]
+        misread = rng.random() < misread_probability(problem, family, config.misconceptions)
+        as_choice = rng.random() < config.choice_fraction
+        corpus.append(make_example(problem, family, as_choice, index, misread))
+    return corpus
+
+
+def misread_probability(
+    problem: MiniProblem, family: str, misconceptions: Mapping[str, Mapping[str, Any]]
+) -> float:
+    """How likely the warm-start corpus is to misread ``problem`` posed in ``family``."""
+    rule = misconceptions.get(family)
+    if not rule:
+        return 0.0
+    trigger = MISCONCEPTION_TRIGGERS[rule["when"]]
+    return float(rule["rate"]) if trigger(problem) else 0.0
+
+
+def make_example(
+    problem: MiniProblem, family: str, as_choice: bool, seed: int, misread: bool = False
+) -> SftExample:
+    text = render(problem, family)
+    if not as_choice:
+        return SftExample(
+            chat_messages(text), reference_response(problem, misread=misread), problem, misread
+        )
+    options, letter = choice_options(problem, seed)
+    if misread:  # the misread result if it is an option, else the first distractor
+        wrong = str(flipped_result(problem))
+        candidates = [x for x, option in zip("ABCD", options) if option == wrong] or [
+            x for x, option in zip("ABCD", options) if option != str(problem.answer)
+        ]
+        letter = candidates[0]
+    return SftExample(
+        chat_messages(text, options),
+        reference_response(problem, letter, misread=misread),
+        problem,
+        misread,
+    )
+
+
+def chat_text(example: SftExample) -> str:
+    """The example as the tokenizer will see it: ChatML turns around prompt and response."""
+    turns = [*example.messages, {"role": "assistant", "content": example.response}]
+    return "".join(f"<|im_start|>{t['role']}\n{t['content']}<|im_end|>\n" for t in turns)
+
+
+def build_model(tokenizer: PreTrainedTokenizerFast, config: TinyModelConfig) -> LlamaForCausalLM:
+    model_config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_kv_heads,
+        max_position_embeddings=config.max_positions,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return LlamaForCausalLM(model_config)
+
+
+def encode_example(
+    tokenizer: PreTrainedTokenizerFast, example: SftExample
+) -> tuple[list[int], list[int]]:
+    """Token ids of prompt + response and the labels (-100 on the prompt: loss on the answer)."""
+    prompt_ids = tokenizer.apply_chat_template(
+        example.messages, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    response_ids = tokenizer(example.response + tokenizer.eos_token, add_special_tokens=False)[
+        "input_ids"
+    ]
+    return prompt_ids + response_ids, [-100] * len(prompt_ids) + response_ids
+
+
+def _collate(batch: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    width = max(len(ids) for ids, _ in batch)
+    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    attention = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, (ids, row_labels) in enumerate(batch):  # right padding for training
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        labels[row, : len(ids)] = torch.tensor(row_labels)
+        attention[row, : len(ids)] = 1
+    return {"input_ids": input_ids, "labels": labels, "attention_mask": attention}
+
+
+def warm_start(
+    corpus: Sequence[SftExample],
+    model_config: TinyModelConfig,
+    config: WarmStartConfig,
+    log: Callable[[int, dict[str, float]], None] | None = None,
+) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast, list[dict[str, float]]]:
+    """Train tokenizer and model on the corpus; returns them and the per-step history."""
+    torch.manual_seed(config.seed)
+    torch.set_num_threads(config.torch_threads)
+    tokenizer = train_tokenizer(
+        (chat_text(example) for example in corpus), vocab_size=model_config.vocab_size
+    )
+    model = build_model(tokenizer, model_config)
+    encoded = [encode_example(tokenizer, example) for example in corpus]
+
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+    )
+
+    def lr_factor(step: int) -> float:  # linear warmup, cosine decay to 10%
+        if step < config.warmup_steps:
+            return (step + 1) / config.warmup_steps
+        progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
+    rng = random.Random(config.seed + 303)
+    history: list[dict[str, float]] = []
+    model.train()
+    started = time.perf_counter()
+    for step in range(config.steps):
+        batch = _collate(rng.sample(encoded, config.batch_size), tokenizer.pad_token_id)
+        loss = model(**batch).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        record = {
+            "step": step,
+            "loss": loss.item(),
+            "lr": scheduler.get_last_lr()[0],
+            "seconds": time.perf_counter() - started,
+        }
+        history.append(record)
+        if log is not None:
+            log(step, record)
+    model.eval()
+    return model, tokenizer, history
+
+
+def save_policy(
+    model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, directory: str | Path
+) -> None:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(directory, safe_serialization=True)
+    tokenizer.save_pretrained(directory)

@@ -1,0 +1,1 @@
+"""Report assembly: tables and figures from stage metrics."""

@@ -1,0 +1,133 @@
+import random
+
+import pytest
+
+from tagrpo.grading.extract import last_boxed
+from tagrpo.miniworld.dataset import MiniWorldConfig, build_miniworld, problem_from_meta
+from tagrpo.miniworld.tasks import (
+    HELD_OUT_FAMILY,
+    MISCONCEPTION_TRIGGERS,
+    PHRASING_FAMILIES,
+    MiniProblem,
+    ProblemSpace,
+    choice_options,
+    flipped_result,
+    reference_response,
+    render,
+    sample_problems,
+)
+from tagrpo.miniworld.warmstart import WarmStartConfig, build_corpus, misread_probability
+
+
+@pytest.mark.parametrize(
+    ("operation", "operands", "answer", "flipped"),
+    [("add", (3, 4), 7, -1), ("sub", (9, 2), 7, 11), ("add3", (1, 2, 3), 6, 0),
+     ("addsub", (5, 4, 2), 7, 11)],
+)
+def test_answers_and_misreadings(operation, operands, answer, flipped):
+    problem = MiniProblem(operation, operands)
+    assert problem.answer == answer
+    assert flipped_result(problem) == flipped
+
+
+def test_invalid_problems_are_refused():
+    with pytest.raises(ValueError, match="non-negative"):
+        MiniProblem("sub", (2, 9))
+    with pytest.raises(ValueError, match="operands"):
+        MiniProblem("add", (1, 2, 3))
+    with pytest.raises(ValueError, match="unknown operation"):
+        MiniProblem("mul", (1, 2))
+
+
+def test_every_phrasing_mentions_every_operand():
+    problem = MiniProblem("addsub", (7, 5, 3), name="Ana", item="coins")
+    for family in (*PHRASING_FAMILIES, HELD_OUT_FAMILY):
+        text = render(problem, family)
+        for operand in problem.operands:
+            assert str(operand) in text, (family, text)
+    assert render(problem, "expr") == "What is 7 + 5 - 3?"
+    with pytest.raises(ValueError, match="unknown phrasing"):
+        render(problem, "poem")
+
+
+def test_reference_response_is_boxed_and_worked():
+    problem = MiniProblem("add3", (4, 5, 6))
+    assert reference_response(problem) == "4 + 5 = 9. 9 + 6 = 15. The answer is \\boxed{15}."
+    misread = reference_response(problem, misread=True)
+    assert misread == "4 + 5 = 9. 9 - 6 = 3. The answer is \\boxed{3}."
+    assert last_boxed(reference_response(problem, letter="C")) == "C"
+
+
+def test_choice_options_hold_the_answer_at_the_gold_letter():
+    problem = MiniProblem("add", (8, 9))
+    options, letter = choice_options(problem, seed=3)
+    assert len(set(options)) == 4
+    assert options["ABCD".index(letter)] == "17"
+    assert choice_options(problem, seed=3) == (options, letter)
+
+
+def test_sampling_is_seeded_distinct_and_respects_exclusions():
+    space = ProblemSpace()
+    first = sample_problems(space, 50, seed=1)
+    assert first == sample_problems(space, 50, seed=1)
+    assert len({p.key() for p in first}) == 50
+    second = sample_problems(space, 50, seed=2, exclude={p.key() for p in first})
+    assert not {p.key() for p in first} & {p.key() for p in second}
+    tiny = ProblemSpace(operations={"add": 1.0}, max_operand=1)  # only 4 distinct sums
+    with pytest.raises(ValueError, match="too small"):
+        sample_problems(tiny, 5, seed=0)
+
+
+def test_splits_are_disjoint_by_arithmetic_and_rebuildable():
+    built = build_miniworld(MiniWorldConfig())
+    keys = {name: {q.meta["key"] for q in result.questions} for name, result in built.items()}
+    names = list(keys)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            assert not keys[a] & keys[b], (a, b)
+    assert built["train"].counts() == {"rows_in": 200, "kept": 200, "rejected": 0}
+    for question in built["train"].questions[:20]:
+        problem = problem_from_meta(question.meta)
+        assert render(problem, question.meta["family"]) == question.problem
+        assert str(problem.answer) == question.answer
+    choice = built["mini_choice"].questions[0]
+    assert choice.answer_kind == "multiple_choice" and choice.answer in "ABCD"
+    assert {q.meta["family"] for q in built["mini_unseen"].questions} == {HELD_OUT_FAMILY}
+
+
+def test_corpus_misreads_only_when_the_trigger_holds():
+    config = WarmStartConfig(examples=3000, choice_fraction=0.0)
+    corpus = build_corpus(ProblemSpace(), config, exclude_keys=set())
+    assert len(corpus) == 3000
+    # expr has no misconception: every expr example is correct.
+    expr = [e for e in corpus if e.messages[0]["content"].startswith("What is")]
+    assert expr and not any(example.misread for example in expr)
+    assert any(example.misread for example in corpus)
+    story = MiniProblem("add", (2, 3), item="apples")  # apples is in the trigger subset
+    assert MISCONCEPTION_TRIGGERS["item_subset"](story)
+    assert misread_probability(story, "story", config.misconceptions) == 0.9
+    assert misread_probability(story, "expr", config.misconceptions) == 0.0
+    calm = MiniProblem("add", (7, 3), item="pens")
+    assert misread_probability(calm, "story", config.misconceptions) == 0.0
+    assert misread_probability(calm, "words", config.misconceptions) == 0.0  # 7 is odd
+
+
+def test_misread_rate_in_corpus_matches_configuration():
+    config = WarmStartConfig(
+        examples=4000,
+        choice_fraction=0.0,
+        family_weights={"story": 1.0},
+        misconceptions={"story": {"when": "always", "rate": 0.25}},
+    )
+    corpus = build_corpus(ProblemSpace(), config, exclude_keys=set())
+    misread = [example for example in corpus if example.misread]
+    assert abs(len(misread) / len(corpus) - 0.25) < 0.03
+    for example in corpus:
+        expected = flipped_result(example.problem) if example.misread else example.problem.answer
+        assert last_boxed(example.response) == str(expected)
+
+
+def test_random_is_not_global():
+    state = random.getstate()
+    build_miniworld(MiniWorldConfig(train_size=10))
+    assert random.getstate() == state
