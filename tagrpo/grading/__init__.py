@@ -1,1 +1,54 @@
 """Answer extraction, normalisation and equivalence checking for math and multiple choice."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tagrpo.grading.extract import all_boxed, extract_choice, last_boxed
+    from tagrpo.grading.normalize import normalize_answer
+    from tagrpo.grading.pool import GradeItem, GradingPool, grade_many
+    from tagrpo.grading.verify import (
+        MULTIPLE_CHOICE_BENCHMARKS,
+        GradeResult,
+        answer_kind_for,
+        grade_response,
+    )
+
+# Exports resolve lazily: ``tagrpo.grading.extract`` is used by the data loaders, which should
+# not pay for importing sympy and math-verify (about a second) just to find a box.
+_EXPORTS = {
+    "all_boxed": "extract",
+    "extract_choice": "extract",
+    "last_boxed": "extract",
+    "normalize_answer": "normalize",
+    "GradeItem": "pool",
+    "GradingPool": "pool",
+    "grade_many": "pool",
+    "MULTIPLE_CHOICE_BENCHMARKS": "verify",
+    "GradeResult": "verify",
+    "answer_kind_for": "verify",
+    "grade_response": "verify",
+}
+
+__all__ = [
+    "MULTIPLE_CHOICE_BENCHMARKS",
+    "GradeItem",
+    "GradeResult",
+    "GradingPool",
+    "all_boxed",
+    "answer_kind_for",
+    "extract_choice",
+    "grade_many",
+    "grade_response",
+    "last_boxed",
+    "normalize_answer",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

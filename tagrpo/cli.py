@@ -1,0 +1,242 @@
+"""The ``tagrpo`` command line.
+
+    tagrpo grade --input IN.jsonl --output OUT.jsonl [--workers N] [--item-timeout S]
+                 [--skip-invalid]
+    tagrpo params apply PROFILE.yaml [--params params.yaml]
+
+Adding a command: write ``_cmd_<name>(args) -> int`` (the exit status) and one ``add_parser``
+block in :func:`build_parser` that ends with ``set_defaults(handler=_cmd_<name>)``. Import heavy
+modules inside the command function so that ``tagrpo --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tagrpo.env import apply_offline_defaults
+
+# --- grade -----------------------------------------------------------------------------------
+
+GRADE_REQUIRED_FIELDS = ("id", "response", "answer")
+_MAX_ERRORS_SHOWN = 10
+
+
+@dataclass(frozen=True)
+class _GradeRequest:
+    line: int
+    id: Any
+    response: str
+    answer: str
+    answer_kind: str
+
+
+@dataclass(frozen=True)
+class _Rejection:
+    line: int
+    id: Any
+    error: str
+
+
+def _parse_grade_line(number: int, line: str) -> _GradeRequest | _Rejection:
+    """One input line -> a request, or a rejection that says what is wrong with it."""
+    from tagrpo.grading.verify import ANSWER_KINDS, answer_kind_for
+
+    if not line.strip():
+        return _Rejection(number, None, "empty line")
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        return _Rejection(number, None, f"invalid JSON ({error.msg} at column {error.colno})")
+    if not isinstance(record, dict):
+        return _Rejection(number, None, "not a JSON object")
+    record_id = record.get("id")
+    missing = [name for name in GRADE_REQUIRED_FIELDS if record.get(name) is None]
+    if "response" in record and record["response"] is None:
+        missing.remove("response")  # a null response is an empty one: graded "no_answer"
+    if missing:
+        return _Rejection(number, record_id, f"missing field(s): {', '.join(missing)}")
+    if isinstance(record_id, (bool, dict, list)):
+        return _Rejection(number, None, "id must be a string or a number")
+    response, answer = record["response"] or "", record["answer"]
+    if not isinstance(response, str):
+        return _Rejection(number, record_id, "response must be a string")
+    if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
+        return _Rejection(number, record_id, "answer must be a string or a number")
+    benchmark = record.get("benchmark")
+    if benchmark is not None and not isinstance(benchmark, str):
+        return _Rejection(number, record_id, "benchmark must be a string")
+    kind = record.get("answer_kind")
+    if kind is not None and kind not in ANSWER_KINDS:
+        return _Rejection(number, record_id, f"answer_kind must be one of {list(ANSWER_KINDS)}")
+    answer = str(answer)
+    # An explicit answer_kind always wins over the benchmark registry.
+    return _GradeRequest(
+        number, record_id, response, answer, kind or answer_kind_for(benchmark, answer)
+    )
+
+
+def _write_jsonl_atomically(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Write all rows or nothing: a crash never leaves a half-written output behind."""
+    directory = path.parent if str(path.parent) else Path(".")
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            for row in rows:
+                stream.write(json.dumps(row, ensure_ascii=False) + "\n")
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _cmd_grade(args: argparse.Namespace) -> int:
+    input_path, output_path = Path(args.input), Path(args.output)
+    try:
+        with input_path.open(encoding="utf-8") as stream:
+            parsed = [_parse_grade_line(number, line) for number, line in enumerate(stream, 1)]
+    except (OSError, UnicodeDecodeError) as error:
+        print(f"tagrpo grade: cannot read {input_path}: {error}", file=sys.stderr)
+        return 2
+
+    rejections = [row for row in parsed if isinstance(row, _Rejection)]
+    if rejections and not args.skip_invalid:
+        for rejection in rejections[:_MAX_ERRORS_SHOWN]:
+            print(f"tagrpo grade: {input_path}, line {rejection.line}: {rejection.error}",
+                  file=sys.stderr)  # fmt: skip
+        more = len(rejections) - _MAX_ERRORS_SHOWN
+        if more > 0:
+            print(f"tagrpo grade: ... and {more} more invalid line(s)", file=sys.stderr)
+        print(
+            f"tagrpo grade: {len(rejections)} of {len(parsed)} input line(s) invalid; nothing "
+            "written (use --skip-invalid to write them as rejected rows)",
+            file=sys.stderr,
+        )
+        return 2
+
+    requests = [row for row in parsed if isinstance(row, _GradeRequest)]
+    results = []
+    restarts = 0
+    if requests:
+        from tagrpo.grading.pool import GradeItem, GradingPool
+
+        items = [GradeItem(r.response, r.answer, r.answer_kind) for r in requests]
+        with GradingPool(workers=args.workers, item_timeout_s=args.item_timeout) as pool:
+            results = pool.grade(items)
+            restarts = pool.restarts
+    verdicts = dict(zip((r.line for r in requests), results, strict=True))
+
+    rows: list[dict[str, Any]] = []
+    for row in parsed:  # input order
+        if isinstance(row, _Rejection):
+            reason = f"invalid_input: line {row.line}: {row.error}"
+            rows.append({"id": row.id, "correct": False, "pred": "", "reason": reason})
+        else:
+            verdict = verdicts[row.line]
+            rows.append(
+                {
+                    "id": row.id,
+                    "correct": verdict.correct,
+                    "pred": verdict.pred or "",
+                    "reason": verdict.reason,
+                }
+            )
+    try:
+        _write_jsonl_atomically(output_path, rows)
+    except OSError as error:
+        print(f"tagrpo grade: cannot write {output_path}: {error}", file=sys.stderr)
+        return 2
+
+    correct = sum(result.correct for result in results)
+    reasons = Counter(result.reason for result in results)
+    share = f" ({correct / len(results):.1%})" if results else ""
+    print(
+        f"lines in {len(parsed)} = graded {len(results)} + rejected {len(rejections)}; "
+        f"correct {correct}/{len(results)}{share}; timeouts {reasons['timeout']}, "
+        f"errors {reasons['error']}, worker restarts {restarts}; wrote {output_path}"
+    )
+    return 0
+
+
+# --- params ----------------------------------------------------------------------------------
+
+
+def _cmd_params_apply(args: argparse.Namespace) -> int:
+    from tagrpo.params import apply_profile
+
+    merged = apply_profile(args.profile, args.params)
+    print(f"applied {args.profile}: profile is now {merged.get('common', {}).get('profile')!r}")
+    return 0
+
+
+# --- parser ----------------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tagrpo", description="TA-GRPO pipeline tools")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    grade = commands.add_parser(
+        "grade",
+        help="grade responses against gold answers (JSONL in, JSONL out)",
+        description="Each input line: id, response, answer, optional benchmark and "
+        "answer_kind. Each output line: id, correct, pred, reason (input order).",
+    )
+    grade.add_argument("--input", required=True, help="JSONL: id, response, answer[, benchmark]")
+    grade.add_argument("--output", required=True, help="JSONL: id, correct, pred, reason")
+    grade.add_argument(
+        "--workers", type=_positive_int, default=2, help="grading processes (default 2)"
+    )
+    grade.add_argument(
+        "--item-timeout",
+        type=_positive_float,
+        default=5.0,
+        help="hard time limit per answer in seconds (default 5)",
+    )
+    grade.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="write invalid input lines as rejected rows (reason invalid_input) instead of "
+        "stopping with an error",
+    )
+    grade.set_defaults(handler=_cmd_grade)
+
+    params = commands.add_parser("params", help="params.yaml tools")
+    params_commands = params.add_subparsers(dest="params_command", required=True)
+    apply = params_commands.add_parser("apply", help="merge a profile into params.yaml")
+    apply.add_argument("profile", help="profile override file, e.g. profiles/local.yaml")
+    apply.add_argument("--params", default=None, help="params file (default: ./params.yaml)")
+    apply.set_defaults(handler=_cmd_params_apply)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    apply_offline_defaults()
+    args = build_parser().parse_args(argv)
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

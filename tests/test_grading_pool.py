@@ -1,0 +1,139 @@
+"""The process pool: input order, hard time limits, hung and killed workers, any-thread use."""
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tagrpo.grading.pool import TEST_HANG_KIND, GradeItem, GradingPool, grade_many
+from tagrpo.grading.verify import GradeResult, grade_response
+
+MIXED = [
+    GradeItem("so \\boxed{\\dfrac{1}{2}}", "0.5"),
+    GradeItem("\\boxed{3} then \\boxed{4}", "3"),
+    GradeItem("no box", "7"),
+    GradeItem("\\boxed{x \\le 2}", "(-\\infty, 2]"),
+    GradeItem("\\boxed{(2, 1)}", "(1, 2)"),
+    GradeItem("Answer: (c)", "C", "multiple_choice"),
+    GradeItem("\\boxed{2\\sqrt{2}}", "\\sqrt{8}"),
+    GradeItem("\\boxed{1,000}", "1000"),
+] * 5
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with GradingPool(workers=2, item_timeout_s=5.0, chunk_size=3) as shared:
+        yield shared
+
+
+def test_results_in_input_order_match_in_process_grading(pool):
+    expected = [grade_response(*item) for item in MIXED]
+    assert pool.grade(MIXED) == expected
+    assert [r.correct for r in expected[:8]] == [True, False, False, True, False, True, True, True]
+
+
+def test_plain_tuples_default_to_math_and_empty_input(pool):
+    assert pool.grade([("\\boxed{5}", "5")]) == [GradeResult(True, "5", "exact")]
+    assert pool.grade([]) == []
+
+
+def test_unknown_answer_kind_is_rejected_before_grading(pool):
+    with pytest.raises(ValueError, match="answer_kind"):
+        pool.grade([GradeItem("\\boxed{1}", "1", "essay")])
+    with pytest.raises(ValueError, match="answer_kind"):  # hooks are off in this pool
+        pool.grade([GradeItem("", "", TEST_HANG_KIND)])
+
+
+def test_usable_from_another_thread():
+    outcome: list = []
+
+    def run() -> None:  # a Prefect task thread, say: no signals may be used here
+        with GradingPool(workers=1) as threaded:
+            outcome.append(threaded.grade(MIXED[:8]))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=60)
+    assert outcome == [[grade_response(*item) for item in MIXED[:8]]]
+
+
+def test_grade_many():
+    results = grade_many([("\\boxed{4}", "4"), ("\\boxed{5}", "4")], workers=1)
+    assert results == [GradeResult(True, "4", "exact"), GradeResult(False, "5", "mismatch")]
+
+
+def test_closed_pool_refuses_work():
+    closed = GradingPool(workers=1)
+    closed.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        closed.grade([("\\boxed{1}", "1")])
+
+
+@pytest.mark.slow
+def test_pathological_answer_hits_the_time_limit():
+    tower = "Huge: \\boxed{10^{10^{10^{10}}}}"
+    items = [
+        GradeItem("\\boxed{1}", "1"),
+        GradeItem(tower, "1"),
+        GradeItem("\\boxed{2}", "2"),
+        GradeItem(f"Again. {tower}", "1"),  # the same answer does not get a second full limit
+        GradeItem(f"And again. {tower}", "1"),
+    ]
+    with GradingPool(workers=2, item_timeout_s=1.0, kill_grace_s=0.5) as limited:
+        began = time.monotonic()
+        results = limited.grade(items)
+        elapsed = time.monotonic() - began
+    assert results[0] == GradeResult(True, "1", "exact")
+    assert results[2] == GradeResult(True, "2", "exact")
+    for index in (1, 3, 4):
+        assert results[index] == GradeResult(False, "10^{10^{10^{10}}}", "timeout")
+    assert elapsed < 1.0 + 0.5 + 2.0  # limit + grace + slack for a busy machine
+
+
+@pytest.mark.slow
+def test_watchdog_kills_a_hang_the_timer_cannot_stop():
+    items = [GradeItem(f"\\boxed{{{i}}}", str(i)) for i in range(10)]
+    items.insert(4, GradeItem("hangs in C", "", TEST_HANG_KIND))
+    with GradingPool(
+        workers=2, item_timeout_s=0.5, kill_grace_s=0.5, chunk_size=4, enable_test_hooks=True
+    ) as hooked:
+        began = time.monotonic()
+        results = hooked.grade(items)
+        elapsed = time.monotonic() - began
+        assert hooked.restarts == 1
+        # The replacement worker grades the next batch normally.
+        assert hooked.grade([("\\boxed{9}", "9")]) == [GradeResult(True, "9", "exact")]
+    assert results[4] == GradeResult(False, "", "timeout")
+    assert [r.correct for i, r in enumerate(results) if i != 4] == [True] * 10
+    assert elapsed < 0.5 + 0.5 + 2.5  # limit + grace + slack for the restart
+
+
+@pytest.mark.slow
+def test_externally_killed_worker_is_replaced(tmp_path: Path):
+    pid_file = tmp_path / "hung_worker.pid"
+    items = [GradeItem(f"\\boxed{{{i}}}", str(i)) for i in range(20)]
+    items.insert(2, GradeItem("hangs", str(pid_file), TEST_HANG_KIND))
+
+    def kill_the_hung_worker() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if pid_file.exists() and pid_file.read_text():
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+                return
+            time.sleep(0.02)
+
+    # The limit is long, so the watchdog stays out of it: only the external kill ends the hang.
+    with GradingPool(workers=2, item_timeout_s=60, chunk_size=5, enable_test_hooks=True) as hooked:
+        killer = threading.Thread(target=kill_the_hung_worker)
+        killer.start()
+        began = time.monotonic()
+        results = hooked.grade(items)
+        elapsed = time.monotonic() - began
+        killer.join()
+        assert hooked.restarts == 1
+    assert results[2] == GradeResult(False, "", "error")
+    assert [r.correct for i, r in enumerate(results) if i != 2] == [True] * 20
+    assert elapsed < 10
