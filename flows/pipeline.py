@@ -50,7 +50,9 @@ def dvc(args: list[str], parent_run_id: str | None = None) -> str:
     logger = get_run_logger()
     logger.info("dvc %s\n%s", " ".join(args), proc.stdout[-8000:])
     if proc.returncode != 0:
-        raise RuntimeError(f"dvc {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-8000:]}")
+        raise RuntimeError(
+            f"dvc {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-8000:]}"
+        )
     return proc.stdout
 
 

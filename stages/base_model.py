@@ -55,8 +55,12 @@ def warm_start_policy(params: dict[str, Any], out_dir: Path, sft_plot: Path) -> 
     training = settings.get("training", {})
     config = WarmStartConfig(
         examples=int(corpus_settings.get("examples", 20000)),
-        family_weights=dict(corpus_settings.get("family_weights", WarmStartConfig().family_weights)),
-        misconceptions=dict(corpus_settings.get("misconceptions", WarmStartConfig().misconceptions)),
+        family_weights=dict(
+            corpus_settings.get("family_weights", WarmStartConfig().family_weights)
+        ),
+        misconceptions=dict(
+            corpus_settings.get("misconceptions", WarmStartConfig().misconceptions)
+        ),
         choice_fraction=float(corpus_settings.get("choice_fraction", 0.1)),
         steps=int(training.get("steps", 500)),
         batch_size=int(training.get("batch_size", 64)),
@@ -183,7 +187,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         metrics_path.parent.mkdir(parents=True, exist_ok=True)
         metrics_path.write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
         for key in sorted(metrics):
-            if key.startswith("probe/") and "/" not in key[6:] or key.startswith("probe/original"):
+            headline = key.startswith("probe/") and "/" not in key[len("probe/") :]
+            if headline or key.startswith("probe/original"):
                 print(f"[base_model] {key} = {metrics[key]:.4f}")
     return metrics
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-from pathlib import Path
 from typing import Any
 
 from tagrpo.env import apply_offline_defaults

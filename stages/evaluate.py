@@ -76,10 +76,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         max_new_tokens=int(params["max_new_tokens"]),
         seed=int(params["common"].get("seed", 0)),
     )
-    with stage_run("evaluate", params, run_name=f"evaluate-{args.policy}",
-                   tags={"policy": args.policy}):
+    with stage_run(
+        "evaluate", params, run_name=f"evaluate-{args.policy}", tags={"policy": args.policy}
+    ):
         started = time.perf_counter()
-        benchmarks = load_benchmarks(root / args.benchmarks, params.get("max_questions_per_benchmark"))
+        benchmarks = load_benchmarks(
+            root / args.benchmarks, params.get("max_questions_per_benchmark")
+        )
         backend = make_backend(params, root / args.model)
         grading = params["common"].get("grading", {})
         with make_grade_fn(
@@ -104,7 +107,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         metrics_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
         for row in result.passk.itertuples():
             if row.k in (1, max(result.passk["k"])):
-                print(f"[evaluate:{args.policy}] {row.name:>16} pass@{row.k:<2} = {row.pass_at_k:.3f}")
+                print(
+                    f"[evaluate:{args.policy}] {row.name:>16} pass@{row.k:<2} = {row.pass_at_k:.3f}"
+                )
     return summary
 
 

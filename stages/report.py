@@ -36,8 +36,10 @@ def data_section(counts: dict[str, Any]) -> str:
     ]
     total = counts["total"]
     rows.append(["**total**", total["rows_in"], total["kept"], total["rejected"]])
-    return "## Data\n\nEvery upstream row is kept or rejected with a reason (rows in = kept + " \
+    return (
+        "## Data\n\nEvery upstream row is kept or rejected with a reason (rows in = kept + "
         "rejected).\n\n" + markdown_table(["split/source", "rows in", "kept", "rejected"], rows)
+    )
 
 
 def base_model_section(metrics: dict[str, float], phrasings: pd.DataFrame) -> str:
@@ -57,17 +59,27 @@ def base_model_section(metrics: dict[str, float], phrasings: pd.DataFrame) -> st
     figures = [
         ["training questions probed", int(metrics["probe/questions"])],
         ["success on original phrasing", f"{100 * metrics['probe/success_original']:.1f}%"],
-        [f"original {g}-groups with mixed rewards",
-         f"{100 * metrics['probe/original/mixed_rate']:.1f}%"],
-        [f"original {g}-groups all correct / all wrong",
-         f"{100 * metrics['probe/original/all_correct_rate']:.1f}% / "
-         f"{100 * metrics['probe/original/all_wrong_rate']:.1f}%"],
-        ["neighbour Nx{g} groups with identical rewards".replace("{g}", g),
-         f"{100 * metrics.get('probe/neighbours/zero_gradient_rate', float('nan')):.1f}%"],
-        [f"joint (N+1)x{g} groups with identical rewards",
-         f"{100 * metrics['probe/joint/zero_gradient_rate']:.1f}%"],
-        ["success spread across phrasings (max - min)",
-         f"{100 * metrics['probe/phrasing_spread']:.1f} points"],
+        [
+            f"original {g}-groups with mixed rewards",
+            f"{100 * metrics['probe/original/mixed_rate']:.1f}%",
+        ],
+        [
+            f"original {g}-groups all correct / all wrong",
+            f"{100 * metrics['probe/original/all_correct_rate']:.1f}% / "
+            f"{100 * metrics['probe/original/all_wrong_rate']:.1f}%",
+        ],
+        [
+            "neighbour Nx{g} groups with identical rewards".replace("{g}", g),
+            f"{100 * metrics.get('probe/neighbours/zero_gradient_rate', float('nan')):.1f}%",
+        ],
+        [
+            f"joint (N+1)x{g} groups with identical rewards",
+            f"{100 * metrics['probe/joint/zero_gradient_rate']:.1f}%",
+        ],
+        [
+            "success spread across phrasings (max - min)",
+            f"{100 * metrics['probe/phrasing_spread']:.1f} points",
+        ],
     ]
     lines.append(markdown_table(["signal", "value"], figures))
     lines.append("")
@@ -76,8 +88,10 @@ def base_model_section(metrics: dict[str, float], phrasings: pd.DataFrame) -> st
     lines.append(
         markdown_table(
             ["phrasing", "success", "responses"],
-            [[r.phrasing, f"{100 * r.success:.1f}%", int(r.responses)]
-             for r in phrasings.itertuples()],
+            [
+                [r.phrasing, f"{100 * r.success:.1f}%", int(r.responses)]
+                for r in phrasings.itertuples()
+            ],
         )
     )
     return "\n".join(lines)

@@ -39,7 +39,9 @@ class ModelSource:
         if source.kind not in required:
             raise ValueError(f"model kind must be one of {sorted(required)}, got {source.kind!r}")
         if not getattr(source, required[source.kind]):
-            raise ValueError(f"model kind {source.kind!r} needs the field {required[source.kind]!r}")
+            raise ValueError(
+                f"model kind {source.kind!r} needs the field {required[source.kind]!r}"
+            )
         if source.kind == "gguf_package" and not source.package:
             raise ValueError("model kind 'gguf_package' needs the field 'package'")
         return source

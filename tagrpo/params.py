@@ -43,7 +43,9 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return merged
 
 
-def apply_profile(profile_path: str | Path, params_path: str | Path | None = None) -> dict[str, Any]:
+def apply_profile(
+    profile_path: str | Path, params_path: str | Path | None = None
+) -> dict[str, Any]:
     """Write ``params.yaml`` merged with a profile override file; return the merged params.
 
     DVC then sees ordinary param changes, so only the affected stages rerun, and

@@ -19,7 +19,12 @@ CHOICE_LETTERS = ("A", "B", "C", "D")
 def format_question(problem: str, choices: list[str] | None = None) -> str:
     """The user-turn text: the problem (with lettered options, if any) and the instruction."""
     if choices:
-        options = "\n".join(f"({letter}) {text}" for letter, text in zip(CHOICE_LETTERS, choices))
+        if len(choices) > len(CHOICE_LETTERS):
+            raise ValueError(f"at most {len(CHOICE_LETTERS)} choices, got {len(choices)}")
+        letters = CHOICE_LETTERS[: len(choices)]
+        options = "\n".join(
+            f"({letter}) {text}" for letter, text in zip(letters, choices, strict=True)
+        )
         return f"{problem.strip()}\n\n{options}\n\n{MULTIPLE_CHOICE_INSTRUCTION}"
     return f"{problem.strip()}\n\n{ANSWER_FORMAT_INSTRUCTION}"
 

@@ -21,8 +21,12 @@ from tagrpo.miniworld.warmstart import WarmStartConfig, build_corpus, misread_pr
 
 @pytest.mark.parametrize(
     ("operation", "operands", "answer", "flipped"),
-    [("add", (3, 4), 7, -1), ("sub", (9, 2), 7, 11), ("add3", (1, 2, 3), 6, 0),
-     ("addsub", (5, 4, 2), 7, 11)],
+    [
+        ("add", (3, 4), 7, -1),
+        ("sub", (9, 2), 7, 11),
+        ("add3", (1, 2, 3), 6, 0),
+        ("addsub", (5, 4, 2), 7, 11),
+    ],
 )
 def test_answers_and_misreadings(operation, operands, answer, flipped):
     problem = MiniProblem(operation, operands)

@@ -80,7 +80,9 @@ class HFBackend:
         new_tokens = output[:, width:].cpu()
         completions = []
         for row in new_tokens.tolist():
-            eos_positions = [i for i, token in enumerate(row) if token == self.tokenizer.eos_token_id]
+            eos_positions = [
+                i for i, token in enumerate(row) if token == self.tokenizer.eos_token_id
+            ]
             finished = bool(eos_positions)
             kept = row[: eos_positions[0]] if finished else row
             completions.append(

@@ -69,9 +69,9 @@ def sample_phrasings(
 def phrasing_summary(samples: pd.DataFrame) -> tuple[dict[str, float], pd.DataFrame]:
     """Flat signal figures and a per-phrasing success table."""
     by_phrasing = (
-        samples.groupby("phrasing")["reward"].agg(["mean", "size"]).rename(
-            columns={"mean": "success", "size": "responses"}
-        )
+        samples.groupby("phrasing")["reward"]
+        .agg(["mean", "size"])
+        .rename(columns={"mean": "success", "size": "responses"})
     ).reset_index()
     originals, neighbours, joint = [], [], []
     for _, group in samples.groupby("question_id", sort=False):

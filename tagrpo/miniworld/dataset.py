@@ -142,7 +142,9 @@ def build_miniworld(config: MiniWorldConfig) -> dict[str, LoadResult]:
         )
         results[name] = LoadResult(SOURCE, "test", len(questions), questions, [])
     space = ProblemSpace(operations=config.train_operations, max_operand=config.max_operand)
-    problems = sample_problems(space, config.train_size, seed=config.seed * 1000 + 999, exclude=used)
+    problems = sample_problems(
+        space, config.train_size, seed=config.seed * 1000 + 999, exclude=used
+    )
     families = assign_families(problems, PHRASING_FAMILIES, seed=config.seed * 1000 + 998)
     train = _questions("train", "miniworld-train", problems, families, False, seed=config.seed)
     results["train"] = LoadResult(SOURCE, "train", len(train), train, [])

@@ -152,7 +152,9 @@ def render(problem: MiniProblem, family: str) -> str:
     try:
         return RENDERERS[family](problem)
     except KeyError:
-        raise ValueError(f"unknown phrasing family {family!r}; known: {sorted(RENDERERS)}") from None
+        raise ValueError(
+            f"unknown phrasing family {family!r}; known: {sorted(RENDERERS)}"
+        ) from None
 
 
 def choice_options(problem: MiniProblem, seed: int) -> tuple[list[str], str]:
@@ -215,9 +217,7 @@ MISCONCEPTION_TRIGGERS: dict[str, Callable[[MiniProblem], bool]] = {
 class ProblemSpace:
     """Which problems a split draws: operation weights and the operand range."""
 
-    operations: dict[str, float] = field(
-        default_factory=lambda: dict(DEFAULT_OPERATIONS)
-    )
+    operations: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_OPERATIONS))
     max_operand: int = 9
 
     def sample(self, rng: random.Random) -> MiniProblem:

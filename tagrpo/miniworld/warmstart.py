@@ -21,10 +21,10 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from tagrpo.miniworld.tasks import (
+    MISCONCEPTION_TRIGGERS,
     PHRASING_FAMILIES,
     MiniProblem,
     ProblemSpace,
-    MISCONCEPTION_TRIGGERS,
     choice_options,
     flipped_result,
     reference_response,
@@ -125,8 +125,8 @@ def make_example(
     options, letter = choice_options(problem, seed)
     if misread:  # the misread result if it is an option, else the first distractor
         wrong = str(flipped_result(problem))
-        candidates = [x for x, option in zip("ABCD", options) if option == wrong] or [
-            x for x, option in zip("ABCD", options) if option != str(problem.answer)
+        candidates = [x for x, option in zip("ABCD", options, strict=True) if option == wrong] or [
+            x for x, option in zip("ABCD", options, strict=True) if option != str(problem.answer)
         ]
         letter = candidates[0]
     return SftExample(

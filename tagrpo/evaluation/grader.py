@@ -1,0 +1,26 @@
+"""The grading function evaluation and probes use: a process pool behind a plain callable."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+from tagrpo.evaluation.runner import GradeFn
+from tagrpo.grading.pool import GradeItem, GradingPool
+
+
+@contextlib.contextmanager
+def make_grade_fn(workers: int = 2, item_timeout_s: float = 5.0) -> Iterator[GradeFn]:
+    """Yield ``grade(responses, answers, kinds) -> [(correct, pred, reason)]`` over a pool."""
+    with GradingPool(workers=workers, item_timeout_s=item_timeout_s) as pool:
+
+        def grade(
+            responses: Sequence[str], answers: Sequence[str], kinds: Sequence[str]
+        ) -> list[tuple[bool, str, str]]:
+            items = [
+                GradeItem(response, answer, kind)
+                for response, answer, kind in zip(responses, answers, kinds, strict=True)
+            ]
+            return [(r.correct, r.pred, r.reason) for r in pool.grade(items)]
+
+        yield grade
