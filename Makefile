@@ -6,6 +6,9 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Stage commands in dvc.yaml call `python`: it must be the project's environment.
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 # The project, not the user, switches telemetry off and keeps the default profile offline.
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 export PREFECT_SERVER_ANALYTICS_ENABLED := false

@@ -1,0 +1,92 @@
+"""Policy folders (weights or pointer) and the batched transformers backend on a tiny model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tagrpo.backends.base import SamplingParams
+from tagrpo.backends.hf import HFBackend
+from tagrpo.miniworld.tokenizer import train_tokenizer
+from tagrpo.miniworld.warmstart import TinyModelConfig, build_model, save_policy
+from tagrpo.models import POINTER_FILE, ModelSource, load_causal_lm, materialise, resolve
+from tagrpo.prompts import chat_messages
+
+PROBLEMS = ["What is 1 plus 2?", "Compute 7 - 3.", "Ana has 4 apples and gets 5 more."]
+
+
+@pytest.fixture(scope="module")
+def tiny_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A randomly initialised tiny Llama + trained BPE, saved as an ordinary HF folder."""
+    torch.manual_seed(0)
+    corpus = [f"<|im_start|>user\n{p}<|im_end|>\n" for p in PROBLEMS] * 20
+    tokenizer = train_tokenizer(corpus, vocab_size=300)
+    model = build_model(tokenizer, TinyModelConfig(hidden_size=32, intermediate_size=64))
+    directory = tmp_path_factory.mktemp("policy")
+    save_policy(model, tokenizer, directory)
+    return directory
+
+
+def test_source_validation_and_pointer_round_trip(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="kind must be one of"):
+        ModelSource.from_dict({"kind": "ftp"})
+    with pytest.raises(ValueError, match="needs the field 'hub_id'"):
+        ModelSource.from_dict({"kind": "hub"})
+    with pytest.raises(ValueError, match="needs the field 'package'"):
+        ModelSource.from_dict({"kind": "gguf_package", "gguf_file": "m.gguf"})
+    with pytest.raises(FileNotFoundError, match="neither HF weights"):
+        resolve(tmp_path)
+
+    source = ModelSource.from_dict({"kind": "hub", "hub_id": "Qwen/Qwen3-1.7B"})
+    materialise(source, tmp_path / "policy")  # hub models become a pointer, not a download
+    assert json.loads((tmp_path / "policy" / POINTER_FILE).read_text()) == {
+        "kind": "hub",
+        "hub_id": "Qwen/Qwen3-1.7B",
+    }
+    assert resolve(tmp_path / "policy") == source
+
+
+def test_saved_policy_loads_for_generation(tiny_policy: Path) -> None:
+    assert resolve(tiny_policy) == ModelSource(kind="local", path=str(tiny_policy))
+    model, tokenizer = load_causal_lm(tiny_policy)
+    assert tokenizer.padding_side == "left"
+    assert tokenizer.pad_token_id is not None
+    assert not model.training
+
+
+def test_greedy_batched_generation_equals_one_prompt_at_a_time(tiny_policy: Path) -> None:
+    """Left padding and attention masks must not change what a prompt's continuation is."""
+    model, tokenizer = load_causal_lm(tiny_policy)
+    conversations = [chat_messages(p) for p in PROBLEMS]
+    greedy = SamplingParams(n=1, temperature=0.0, max_new_tokens=8)
+    batched = HFBackend(model, tokenizer, max_batch_sequences=64).generate(conversations, greedy)
+    single = HFBackend(model, tokenizer, max_batch_sequences=1)
+    for conversation, completions in zip(conversations, batched, strict=True):
+        alone = single.generate([conversation], greedy)[0]
+        assert [c.text for c in completions] == [c.text for c in alone]
+
+
+def test_sampling_is_seeded_counted_and_split_across_batches(tiny_policy: Path) -> None:
+    model, tokenizer = load_causal_lm(tiny_policy)
+    backend = HFBackend(model, tokenizer, max_batch_sequences=4)  # n=6 needs two calls each
+    conversations = [chat_messages(p) for p in PROBLEMS]
+    sampling = SamplingParams(n=6, temperature=1.0, max_new_tokens=6, seed=3)
+    first = backend.generate(conversations, sampling)
+    again = backend.generate(conversations, sampling)
+    other_seed = backend.generate(conversations, SamplingParams(n=6, max_new_tokens=6, seed=4))
+    assert [len(samples) for samples in first] == [6, 6, 6]
+    assert [[c.text for c in s] for s in first] == [[c.text for c in s] for s in again]
+    assert [[c.text for c in s] for s in first] != [[c.text for c in s] for s in other_seed]
+    for samples in first:
+        for completion in samples:
+            assert 1 <= completion.num_tokens <= 6
+            assert completion.finished or completion.num_tokens == 6
+
+
+def test_backend_rejects_an_empty_batch_budget(tiny_policy: Path) -> None:
+    model, tokenizer = load_causal_lm(tiny_policy)
+    with pytest.raises(ValueError, match="max_batch_sequences"):
+        HFBackend(model, tokenizer, max_batch_sequences=0)

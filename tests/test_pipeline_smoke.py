@@ -1,0 +1,111 @@
+"""The real DAG, end to end, at smoke scale: `dvc repro` in a copy of this working tree.
+
+This is the only test that runs the stages as DVC runs them (separate processes, params from
+params.yaml, outputs checked against dvc.yaml). It uses ``profiles/smoke.yaml`` so it takes
+about a minute on 2 cores; the numbers it produces are meaningless, their bookkeeping is not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tagrpo.paths import project_root
+
+pytestmark = pytest.mark.slow
+
+ROOT = project_root()
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 1200) -> str:
+    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(cmd)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n"
+            f"{result.stderr[-4000:]}"
+        )
+    return result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def smoke_checkout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """Tracked and new (not ignored) files of this tree, as a fresh git repo, smoke params."""
+    target = tmp_path_factory.mktemp("checkout")
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
+    for name in filter(None, listed):
+        source = ROOT / name
+        if source.is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+    # Outputs committed from the last full run must not satisfy the smoke run.
+    (target / "dvc.lock").unlink(missing_ok=True)
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("MLFLOW_", "TAGRPO_", "DVC_", "VIRTUAL_ENV"))
+    }
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["DVC_NO_ANALYTICS"] = "1"
+    git = ["git", "-c", "user.name=smoke", "-c", "user.email=smoke@example.invalid"]
+    _run([*git, "init", "-q"], target, env)
+    _run([sys.executable, "-m", "tagrpo.cli", "params", "apply", "profiles/smoke.yaml"], target, env)
+    _run([*git, "add", "-A"], target, env)
+    _run([*git, "commit", "-q", "-m", "smoke"], target, env)
+    return target, env
+
+
+def test_dvc_repro_runs_every_stage_and_reconciles(smoke_checkout) -> None:
+    checkout, env = smoke_checkout
+    log = _run(["dvc", "repro"], checkout, env)
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    for name in stages:
+        assert f"'{name}" in log, f"stage {name} did not run"
+
+    data = json.loads((checkout / "metrics" / "data.json").read_text())
+    for counts in [*data["sources"].values(), data["total"]]:
+        assert counts["rows_in"] == counts["kept"] + counts["rejected"]
+    assert data["sources"]["train/miniworld"]["kept"] == 16
+
+    base = json.loads((checkout / "metrics" / "base_model.json").read_text())
+    assert base["probe/questions"] == 6.0
+    assert 0.0 <= base["probe/success_original"] <= 1.0
+
+    evaluation = json.loads((checkout / "metrics" / "eval_base.json").read_text())
+    assert evaluation["responses"] == (6 + 4 + 4 + 4) * 4
+    assert {"mini_arith/pass@4", "competition/pass@1", "ood/pass@2"} <= set(evaluation)
+    assert "mini_arith/pass@8" not in evaluation  # k > n is never reported
+
+    report = (checkout / "reports" / "report.md").read_text()
+    assert "pass@4" in report and "train/miniworld" in report
+    assert (checkout / "reports" / "figures" / "passk_curves.png").stat().st_size > 1000
+
+    # Every stage run is in the project's MLflow store, tagged with stage and commit.
+    head = _run(["git", "rev-parse", "HEAD"], checkout, env).strip()
+    with sqlite3.connect(checkout / "mlflow.db") as db:
+        tags = db.execute(
+            "SELECT r.run_uuid, t.key, t.value FROM runs r JOIN tags t ON r.run_uuid = t.run_uuid"
+        ).fetchall()
+    by_run: dict[str, dict[str, str]] = {}
+    for run, key, value in tags:
+        by_run.setdefault(run, {})[key] = value
+    stage_tags = {tags.get("stage") for tags in by_run.values()}
+    assert {"data", "base_model", "evaluate", "report"} <= stage_tags
+    assert {tags.get("git_commit") for tags in by_run.values()} == {head}
+
+    # Nothing changed: the second repro reruns nothing.
+    again = _run(["dvc", "repro"], checkout, env)
+    assert "Data and pipelines are up to date" in again
