@@ -62,7 +62,9 @@ def smoke_checkout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict
     env["DVC_NO_ANALYTICS"] = "1"
     git = ["git", "-c", "user.name=smoke", "-c", "user.email=smoke@example.invalid"]
     _run([*git, "init", "-q"], target, env)
-    _run([sys.executable, "-m", "tagrpo.cli", "params", "apply", "profiles/smoke.yaml"], target, env)
+    _run(
+        [sys.executable, "-m", "tagrpo.cli", "params", "apply", "profiles/smoke.yaml"], target, env
+    )
     _run([*git, "add", "-A"], target, env)
     _run([*git, "commit", "-q", "-m", "smoke"], target, env)
     return target, env
