@@ -111,3 +111,33 @@ def test_dvc_repro_runs_every_stage_and_reconciles(smoke_checkout) -> None:
     # Nothing changed: the second repro reruns nothing.
     again = _run(["dvc", "repro"], checkout, env)
     assert "Data and pipelines are up to date" in again
+
+
+def test_prefect_pipeline_flow_runs_dvc_under_a_parent_run(smoke_checkout) -> None:
+    """The Prefect flow (ephemeral server, offline) drives dvc and nests stage runs."""
+    checkout, env = smoke_checkout
+    env = {
+        **env,
+        "PREFECT_HOME": str(checkout / ".prefect"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
+        "DO_NOT_TRACK": "true",
+    }
+    output = _run([sys.executable, "-m", "flows.pipeline"], checkout, env)
+    # The flow prints its metrics as indented JSON; Prefect's own log lines surround it.
+    flat, _ = json.JSONDecoder().raw_decode(output, output.index('{\n "'))
+    assert "eval_base.mini_arith/pass@1" in flat
+    assert "data.total.rows_in" in flat
+    with sqlite3.connect(checkout / "mlflow.db") as db:
+        parents = db.execute(
+            "SELECT r.run_uuid FROM runs r JOIN tags t ON r.run_uuid = t.run_uuid "
+            "WHERE t.key = 'stage' AND t.value = 'pipeline'"
+        ).fetchall()
+    assert len(parents) == 1
+
+
+def test_every_dvc_stage_has_a_prefect_flow() -> None:
+    from flows.stages import STAGE_FLOWS
+
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    assert set(stages) == set(STAGE_FLOWS)
