@@ -1,0 +1,61 @@
+"""Report tables: Table 1 layout (groups and their averages) and the pass@k CI table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tagrpo.report.markdown import markdown_table, passk_curves, passk_long_table, table1
+
+
+def _passk() -> pd.DataFrame:
+    rows = []
+    for policy, shift in (("grpo", 0.0), ("ta_grpo", 0.1)):
+        for name, kind, value in (
+            ("a", "benchmark", 0.2),
+            ("b", "benchmark", 0.4),
+            ("g", "group", 0.3),
+        ):
+            for k in (1, 2):
+                low, high = (np.nan, np.nan) if kind == "group" else (value - 0.05, value + 0.05)
+                rows.append(
+                    {
+                        "policy": policy,
+                        "name": name,
+                        "kind": kind,
+                        "k": k,
+                        "pass_at_k": value + shift + 0.1 * (k - 1),
+                        "ci_low": low + shift,
+                        "ci_high": high + shift,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def test_markdown_table_formats_floats_with_two_decimals() -> None:
+    assert markdown_table(["x", "y"], [["a", 1.234], ["b", 2]]) == (
+        "| x | y |\n|---|---|\n| a | 1.23 |\n| b | 2 |"
+    )
+
+
+def test_table1_one_row_per_policy_with_group_average_and_missing_cells() -> None:
+    text = table1(_passk(), k=2, groups={"g": ["a", "b", "c"]})
+    lines = text.splitlines()
+    assert lines[0] == "| policy | a | b | c | g avg |"
+    assert lines[2] == "| grpo | 30.00 | 50.00 | n/a | 40.00 |"
+    assert lines[3] == "| ta_grpo | 40.00 | 60.00 | n/a | 50.00 |"
+
+
+def test_long_table_shows_intervals_for_benchmarks_only() -> None:
+    lines = passk_long_table(_passk()).splitlines()
+    assert lines[0] == "| policy | benchmark | pass@1 | pass@2 |"
+    assert lines[2] == "| grpo | a | 20.0 [15.0, 25.0] | 30.0 [15.0, 25.0] |"
+    assert lines[4] == "| grpo | g | 30.0 | 40.0 |"
+
+
+def test_passk_curves_writes_a_png(tmp_path: Path) -> None:
+    path = tmp_path / "figures" / "curves.png"
+    passk_curves(_passk(), path, "t")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
