@@ -94,9 +94,17 @@ def warm_start_policy(params: dict[str, Any], out_dir: Path, sft_plot: Path) -> 
 
 
 def probe_policy(
-    params: dict[str, Any], model_dir: Path, train_path: Path, phrasing_plot: Path
+    params: dict[str, Any],
+    model_dir: Path,
+    train_path: Path,
+    phrasing_plot: Path,
+    samples_path: Path,
 ) -> dict[str, float]:
-    """Sample G responses per (question, phrasing) on the mini-world training set."""
+    """Sample G responses per (question, phrasing) on the mini-world training set.
+
+    The graded samples are saved: they are the "Base" point of the diagnostics (the paper's
+    Figures 3 and 4 compare it with checkpoints of training).
+    """
     import torch
 
     from tagrpo.backends.base import SamplingParams
@@ -144,6 +152,8 @@ def probe_policy(
     ) as grade:
         samples = sample_phrasings(backend, phrased, sampling, grade)
     summary, by_phrasing = phrasing_summary(samples)
+    samples_path.parent.mkdir(parents=True, exist_ok=True)
+    samples.to_parquet(samples_path, index=False)
     phrasing_plot.parent.mkdir(parents=True, exist_ok=True)
     by_phrasing.to_csv(phrasing_plot, index=False)
     return {f"probe/{key}": value for key, value in summary.items()}
@@ -156,6 +166,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--metrics", default="metrics/base_model.json")
     parser.add_argument("--sft-plot", default="plots/base_model_sft.csv")
     parser.add_argument("--phrasing-plot", default="plots/base_model_phrasings.csv")
+    parser.add_argument("--probe-samples", default="probes/base_model.parquet")
     args = parser.parse_args(argv)
 
     params = stage_params("base_model")
@@ -177,11 +188,25 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         if params.get("probe", {}).get("enabled", False):
             probe_started = time.perf_counter()
             metrics.update(
-                probe_policy(params, out_dir, root / args.train, root / args.phrasing_plot)
+                probe_policy(
+                    params,
+                    out_dir,
+                    root / args.train,
+                    root / args.phrasing_plot,
+                    root / args.probe_samples,
+                )
             )
             metrics["probe_seconds"] = time.perf_counter() - probe_started
         else:
             (root / args.phrasing_plot).write_text("phrasing,success,responses\n")
+            # An empty table with the probe's columns keeps the output contract without a probe.
+            (root / args.probe_samples).parent.mkdir(parents=True, exist_ok=True)
+            import pandas as pd
+
+            from tagrpo.evaluation.phrasing import SAMPLE_COLUMNS
+
+            empty = pd.DataFrame(columns=list(SAMPLE_COLUMNS))
+            empty.to_parquet(root / args.probe_samples, index=False)
         log_metrics(metrics)
         metrics_path = root / args.metrics
         metrics_path.parent.mkdir(parents=True, exist_ok=True)

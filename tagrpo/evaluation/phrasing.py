@@ -18,6 +18,19 @@ from tagrpo.evaluation.runner import GradeFn
 from tagrpo.metrics.groups import group_stats
 from tagrpo.prompts import chat_messages
 
+# One row per graded response of sample_phrasings (also the schema of saved probe samples).
+SAMPLE_COLUMNS = (
+    "question_id",
+    "phrasing",
+    "is_original",
+    "sample_index",
+    "answer",
+    "answer_kind",
+    "response",
+    "reward",
+    "pred",
+)
+
 
 @dataclass(frozen=True)
 class PhrasedQuestion:
