@@ -1,0 +1,98 @@
+"""Negative controls: rephrasings that change the answer on purpose, to measure the checks.
+
+Every check that never rejects anything looks the same as a check that works, so the stage
+runs deliberately wrong "rephrasings" through the same layers and reports how many each layer
+catches. Controls are never part of the training set.
+
+``number_changed``     the first operand of a mini-world problem is one larger (the answer is
+                       one larger), rendered in another phrasing family; for other text the
+                       first number is one larger (which changes the answer in all but
+                       degenerate problems). The structural layer should catch all of them.
+``operation_flipped``  (mini world) the last operation is flipped, ``+`` <-> ``-``, with the
+                       same numbers, in another phrasing family: same numbers, similar text,
+                       a different answer. Only the answer-consistency solve can catch it.
+                       Problems where the flip is invalid (a negative result) or leaves the
+                       answer unchanged (the last operand is 0) get no such control.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tagrpo.data.schema import Question
+
+CONTROL_KINDS = ("number_changed", "operation_flipped")
+_FLIP = {"add": "sub", "sub": "add", "add3": "addsub", "addsub": "add3"}
+
+
+@dataclass(frozen=True)
+class Control:
+    question_id: str
+    kind: str  # one of CONTROL_KINDS
+    text: str
+    family: str | None = None
+
+
+def _other_family(question: Question, seed: int) -> str:
+    from tagrpo.miniworld.tasks import PHRASING_FAMILIES
+
+    others = [f for f in PHRASING_FAMILIES if f != question.meta.get("family")]
+    digest = hashlib.sha256(f"{seed}:{question.id}:control".encode()).hexdigest()
+    return others[int(digest[:8], 16) % len(others)]
+
+
+def _miniworld_controls(question: Question, seed: int) -> list[Control] | None:
+    from tagrpo.miniworld.dataset import problem_from_meta
+    from tagrpo.miniworld.tasks import MiniProblem, render
+
+    meta = question.meta or {}
+    if question.source != "miniworld" or "operation" not in meta:
+        return None
+    try:
+        problem = problem_from_meta(meta)
+    except (KeyError, ValueError, TypeError):
+        return None
+    family = _other_family(question, seed)
+    controls = []
+    changed = MiniProblem(
+        problem.operation,
+        (problem.operands[0] + 1, *problem.operands[1:]),
+        problem.name,
+        problem.item,
+    )
+    controls.append(Control(question.id, "number_changed", render(changed, family), family))
+    try:
+        flipped = MiniProblem(
+            _FLIP[problem.operation], problem.operands, problem.name, problem.item
+        )
+    except ValueError:
+        flipped = None  # the flipped problem would have a negative answer
+    if flipped is not None and flipped.answer != problem.answer:
+        controls.append(Control(question.id, "operation_flipped", render(flipped, family), family))
+    return controls
+
+
+def _generic_number_changed(question: Question) -> Control | None:
+    match = re.search(r"(?<![\d.])\d+(?![\d.])", question.problem)
+    if not match:
+        return None
+    bumped = str(int(match.group(0)) + 1)
+    text = question.problem[: match.start()] + bumped + question.problem[match.end() :]
+    return Control(question.id, "number_changed", text)
+
+
+def make_controls(
+    questions: Sequence[Question], seed: int = 0, max_questions: int | None = None
+) -> list[Control]:
+    """Controls for the first ``max_questions`` questions (all by default), in order."""
+    controls: list[Control] = []
+    for question in list(questions)[: max_questions if max_questions is not None else None]:
+        made = _miniworld_controls(question, seed)
+        if made is None:
+            generic = _generic_number_changed(question)
+            made = [generic] if generic else []
+        controls.extend(made)
+    return controls

@@ -1,0 +1,371 @@
+"""Chat completions from any OpenAI-compatible endpoint, concurrently, robustly, cached.
+
+Used for rephrasing (:class:`OpenAIRephraser` in :mod:`tagrpo.rephrase.generate`) and for the
+answer-consistency solver. One :class:`ChatRunner` call takes a list of requests and returns
+one :class:`ChatResult` per request, in order; it never raises for a failed request:
+
+* at most ``concurrency`` requests are in flight (an ``asyncio.Semaphore`` held only while a
+  request is on the wire, not while it waits to retry);
+* each attempt has a hard wall-clock limit of ``timeout_s``;
+* 429, 5xx, timeouts, connection errors and malformed replies (a body that is not JSON, no
+  choices, empty content) are retried up to ``max_attempts`` in all, after
+  ``backoff_base_s * 2**(attempt-1)`` seconds (capped at ``backoff_max_s``) scaled by a random
+  factor in [0.5, 1] (jitter, so that clients throttled together do not return together),
+  and never sooner than the server's ``Retry-After``/``retry-after-ms`` (capped at
+  ``retry_after_max_s``);
+* other 4xx (a bad request, a wrong key) fail at once; every failure is returned with its kind
+  and a message with the API key redacted;
+* each successful reply is written to the :class:`~tagrpo.rephrase.cache.ReplyCache` as soon
+  as it arrives, and requests whose key is stored are answered from it without a request.
+
+The API key is read from the environment variable named by ``api_key_env`` and from nowhere
+else; ``api_key_env: null`` sends a placeholder (a local ``vllm serve`` without ``--api-key``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import os
+import random
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from tagrpo.rephrase.cache import ReplyCache
+
+RETRYABLE = frozenset(
+    {"rate_limited", "server_error", "timeout", "connection", "malformed_response", "empty_reply"}
+)
+_KEY_PATTERN = re.compile(r"(sk-[A-Za-z0-9_\-]{4,}|Bearer\s+\S+)")
+
+
+@dataclass(frozen=True)
+class EndpointConfig:
+    """Where and how to send chat requests (the ``openai`` params of a stage)."""
+
+    model: str
+    base_url: str | None = None  # None: the client's default (api.openai.com)
+    api_key_env: str | None = "OPENAI_API_KEY"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 512
+    concurrency: int = 16
+    timeout_s: float = 60.0
+    max_attempts: int = 6
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 60.0
+    retry_after_max_s: float = 120.0
+    send_seed: bool = True  # OpenAI and vLLM accept ``seed``; some servers reject it
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+        if self.timeout_s <= 0:
+            raise ValueError("timeout_s must be > 0")
+        if self.backoff_base_s < 0 or self.backoff_max_s < 0 or self.retry_after_max_s < 0:
+            raise ValueError("backoff and retry-after limits must be >= 0")
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> EndpointConfig:
+        params = dict(params)
+        if "api_key" in params:
+            raise ValueError(
+                "put the API key in an environment variable and name it in api_key_env; "
+                "keys are never read from params"
+            )
+        known = {f.name for f in fields(cls)}
+        unknown = set(params) - known
+        if unknown:
+            raise ValueError(f"unknown endpoint settings: {sorted(unknown)}")
+        if not params.get("model"):
+            raise ValueError("the endpoint needs a model name")
+        return cls(**params)
+
+    def api_key(self) -> str:
+        """The key from the environment; a clear error if the variable is not set."""
+        if self.api_key_env is None:
+            return "EMPTY"  # placeholder the client requires; servers without auth ignore it
+        value = os.environ.get(self.api_key_env)
+        if not value:
+            raise RuntimeError(
+                f"the environment variable {self.api_key_env} (api_key_env) is not set; "
+                "export the API key there (set api_key_env: null for servers without auth)"
+            )
+        return value
+
+    def sampling(self) -> dict[str, Any]:
+        """The sampling settings that enter cache keys."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One chat request: ``n`` choices for ``messages``; ``key`` addresses its reply."""
+
+    key: str
+    messages: list[dict[str, str]]
+    n: int = 1
+    seed: int | None = None
+    namespace: str = "chat"
+
+
+@dataclass
+class ChatResult:
+    key: str
+    texts: list[str] | None  # one per choice; None when the request failed
+    error_kind: str | None = None
+    error: str | None = None
+    attempts: int = 0
+    cached: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.texts is not None
+
+
+@dataclass
+class RunStats:
+    """Counts for one or more runner calls (what the stage logs to MLflow)."""
+
+    requests: int = 0  # distinct requests asked for
+    cache_hits: int = 0
+    http_requests: int = 0  # attempts sent over the wire, retries included
+    retries: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    attempt_errors: Counter[str] = field(default_factory=Counter)  # every failed attempt
+    final_errors: Counter[str] = field(default_factory=Counter)  # requests that failed
+    seconds: float = 0.0
+
+    def as_metrics(self, prefix: str = "") -> dict[str, float]:
+        metrics = {
+            f"{prefix}{name}": float(getattr(self, name))
+            for name in (
+                "requests",
+                "cache_hits",
+                "http_requests",
+                "retries",
+                "succeeded",
+                "failed",
+                "prompt_tokens",
+                "completion_tokens",
+                "seconds",
+            )
+        }
+        for kind, count in self.attempt_errors.items():
+            metrics[f"{prefix}attempt_errors/{kind}"] = float(count)
+        for kind, count in self.final_errors.items():
+            metrics[f"{prefix}failed/{kind}"] = float(count)
+        return metrics
+
+
+class _Failure(Exception):
+    def __init__(self, kind: str, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.retry_after = retry_after
+
+
+def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds to wait from ``retry-after-ms``, ``Retry-After`` (seconds or an HTTP date)."""
+    if not headers:
+        return None
+    lowered = {k.lower(): v for k, v in headers.items()}
+    if "retry-after-ms" in lowered:
+        try:
+            return max(0.0, float(lowered["retry-after-ms"]) / 1000.0)
+        except ValueError:
+            pass
+    value = lowered.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value) if value else None
+        if parsed is None:
+            return None
+        return max(0.0, parsed.timestamp() - time.time())
+
+
+def redact(text: str, secrets: Sequence[str] = ()) -> str:
+    """``text`` with the given secrets and anything key-shaped replaced by ``***``."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return _KEY_PATTERN.sub("***", text)
+
+
+def backoff_delay(
+    attempt: int, config: EndpointConfig, retry_after: float | None, rng: random.Random
+) -> float:
+    """Seconds to wait after failed attempt ``attempt`` (1-based); see the module docstring."""
+    delay = min(config.backoff_max_s, config.backoff_base_s * 2 ** (attempt - 1))
+    delay *= rng.uniform(0.5, 1.0)
+    if retry_after is not None:
+        floor = min(retry_after, config.retry_after_max_s)
+        delay = max(delay, floor * rng.uniform(1.0, 1.1))
+    return delay
+
+
+class ChatRunner:
+    """Sends :class:`ChatRequest` lists to one endpoint; see the module docstring."""
+
+    def __init__(
+        self,
+        config: EndpointConfig,
+        cache: ReplyCache | None = None,
+        seed: int = 0,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.cache = cache
+        self.stats = RunStats()
+        self._rng = random.Random(seed)
+        self._progress = progress
+        self._secrets: list[str] = []
+
+    def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        """Blocking wrapper around :meth:`run_async` (one event loop per call)."""
+        return asyncio.run(self.run_async(requests))
+
+    async def run_async(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        import openai
+
+        started = time.perf_counter()
+        unique: dict[str, ChatRequest] = {}
+        for request in requests:
+            unique.setdefault(request.key, request)
+        self.stats.requests += len(unique)
+        results: dict[str, ChatResult] = {}
+        stored = self.cache.get_many(unique) if self.cache is not None else {}
+        for key, payload in stored.items():
+            results[key] = ChatResult(key, list(payload["texts"]), cached=True)
+        self.stats.cache_hits += len(stored)
+        pending = [request for key, request in unique.items() if key not in stored]
+        if pending:
+            api_key = self.config.api_key()  # fails before any request if the key is missing
+            self._secrets = [api_key]
+            client = openai.AsyncOpenAI(
+                api_key=api_key,
+                base_url=self.config.base_url,
+                max_retries=0,  # retries are ours: backoff, jitter, Retry-After, accounting
+                timeout=self.config.timeout_s + 5.0,  # backstop; the hard limit is below
+            )
+            semaphore = asyncio.Semaphore(self.config.concurrency)
+            done = 0
+
+            async def one(request: ChatRequest) -> None:
+                nonlocal done
+                results[request.key] = await self._with_retries(client, semaphore, request)
+                done += 1
+                if self._progress:
+                    self._progress(done, len(pending))
+
+            try:
+                await asyncio.gather(*(one(request) for request in pending))
+            finally:
+                await client.close()
+        self.stats.seconds += time.perf_counter() - started
+        return [results[request.key] for request in requests]
+
+    async def _with_retries(
+        self, client: Any, semaphore: asyncio.Semaphore, request: ChatRequest
+    ) -> ChatResult:
+        failure: _Failure | None = None
+        for attempt in range(1, self.config.max_attempts + 1):
+            try:
+                async with semaphore:
+                    self.stats.http_requests += 1
+                    texts, usage = await self._attempt(client, request)
+            except _Failure as error:
+                failure = error
+                self.stats.attempt_errors[error.kind] += 1
+                if error.kind not in RETRYABLE or attempt == self.config.max_attempts:
+                    break
+                self.stats.retries += 1
+                await asyncio.sleep(
+                    backoff_delay(attempt, self.config, error.retry_after, self._rng)
+                )
+                continue
+            if self.cache is not None:
+                self.cache.put(
+                    request.key,
+                    request.namespace,
+                    {"texts": texts, "model": self.config.model, "usage": usage},
+                )
+            self.stats.succeeded += 1
+            self.stats.prompt_tokens += usage["prompt_tokens"]
+            self.stats.completion_tokens += usage["completion_tokens"]
+            return ChatResult(
+                request.key,
+                texts,
+                attempts=attempt,
+                prompt_tokens=usage["prompt_tokens"],
+                completion_tokens=usage["completion_tokens"],
+            )
+        assert failure is not None
+        self.stats.failed += 1
+        self.stats.final_errors[failure.kind] += 1
+        message = redact(f"{failure.kind}: {failure}", self._secrets)[:500]
+        return ChatResult(
+            request.key, None, error_kind=failure.kind, error=message, attempts=attempt
+        )
+
+    async def _attempt(self, client: Any, request: ChatRequest) -> tuple[list[str], dict[str, int]]:
+        """One HTTP attempt: the choices' texts and the token usage, or a :class:`_Failure`."""
+        import openai
+
+        arguments: dict[str, Any] = {
+            "model": self.config.model,
+            "messages": request.messages,
+            "n": request.n,
+            "temperature": self.config.temperature,
+            "top_p": self.config.top_p,
+            "max_tokens": self.config.max_tokens,
+        }
+        if self.config.send_seed and request.seed is not None:
+            arguments["seed"] = request.seed
+        try:
+            async with asyncio.timeout(self.config.timeout_s):
+                response = await client.chat.completions.create(**arguments)
+        except TimeoutError:
+            raise _Failure("timeout", f"no reply within {self.config.timeout_s:g} s") from None
+        except openai.APITimeoutError:
+            raise _Failure("timeout", f"no reply within {self.config.timeout_s:g} s") from None
+        except openai.APIConnectionError as error:
+            raise _Failure("connection", str(error)) from None
+        except openai.APIStatusError as error:
+            status = error.status_code
+            retry_after = parse_retry_after(getattr(error.response, "headers", None))
+            if status == 429:
+                raise _Failure("rate_limited", f"HTTP 429: {error.message}", retry_after) from None
+            if status >= 500:
+                raise _Failure(
+                    "server_error", f"HTTP {status}: {error.message}", retry_after
+                ) from None
+            raise _Failure(f"http_{status}", f"HTTP {status}: {error.message}") from None
+        except (ValueError, openai.APIResponseValidationError) as error:
+            # A 200 whose body is not the protocol's JSON (json.JSONDecodeError is a ValueError).
+            raise _Failure("malformed_response", f"{type(error).__name__}: {error}") from None
+        try:
+            texts = [choice.message.content or "" for choice in response.choices]
+        except (AttributeError, TypeError) as error:
+            raise _Failure("malformed_response", f"no choices: {error}") from None
+        if not texts or not any(text.strip() for text in texts):
+            raise _Failure("empty_reply", "the reply has no content")
+        usage = getattr(response, "usage", None)
+        return texts, {
+            "prompt_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
+            "completion_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
+        }
