@@ -1,0 +1,154 @@
+"""What each training method samples, how it groups responses and which prompt it scores under.
+
+A :class:`MethodSpec` is the whole difference between the methods of the paper and its
+baselines; trainers (the local backend here, verl at paper scale) read it and never branch on
+a method's name.
+
+===============  ============  ==================  ============  ========  ===  =====
+method           prompts       responses / prompt  grouping      anchor    DS   AVSPO
+===============  ============  ==================  ============  ========  ===  =====
+grpo             q0            G                   per original  own       no   no
+grpo_ds          q0            G                   per original  own       yes  no
+grpo_x4          q0            (N+1)G              per original  own       no   no
+grpo_x4_ds       q0            (N+1)G              per original  own       yes  no
+ta_grpo_star     q0..qN        G                   per variant   own       no   no
+ta_grpo          q0..qN        G                   joint         original  no   no
+avspo            q0            G                   per original  own       no   yes
+===============  ============  ==================  ============  ========  ===  =====
+
+``grpo_x4`` is the paper's "(N+1)xGRPO" (section 5.4), named for N=3; ``ta_grpo_star`` is
+TA-GRPO* (Appendix C); the anchor "original" means every response is scored with q0's prompt
+(Eq. 4), "own" with the prompt it was sampled from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Grouping = Literal["per_original", "per_variant", "joint"]
+Anchor = Literal["original", "own"]
+GROUPINGS: tuple[str, ...] = ("per_original", "per_variant", "joint")
+ANCHORS: tuple[str, ...] = ("original", "own")
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One training method.
+
+    use_neighbours: sample from the rephrasings q1..qN as well as from q0.
+    matched_budget: q0 alone gets (N+1)G responses, the response budget of TA-GRPO.
+    grouping: the normalisation groups: all responses to q0 of a question (``per_original``),
+        one group per (question, prompt variant) (``per_variant``, Eq. 1 per rephrasing), or
+        all (N+1)G responses of a question together (``joint``, Eq. 3).
+    anchor: prompt under which old, reference and current log-probabilities are computed.
+    dynamic_sampling: drop groups whose rewards are all equal and refill the batch (DAPO).
+    avspo: virtual rewards in the normalisation statistics of collapsed groups (AVSPO).
+    """
+
+    name: str
+    use_neighbours: bool
+    matched_budget: bool
+    grouping: Grouping
+    anchor: Anchor
+    dynamic_sampling: bool = False
+    avspo: bool = False
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.grouping not in GROUPINGS:
+            raise ValueError(f"grouping must be one of {GROUPINGS}, got {self.grouping!r}")
+        if self.anchor not in ANCHORS:
+            raise ValueError(f"anchor must be one of {ANCHORS}, got {self.anchor!r}")
+        if self.grouping == "per_original" and self.use_neighbours:
+            raise ValueError(f"{self.name}: per_original grouping samples no neighbours")
+        if self.grouping != "per_original" and not self.use_neighbours:
+            raise ValueError(f"{self.name}: {self.grouping} grouping needs neighbours")
+        if self.matched_budget and self.use_neighbours:
+            raise ValueError(f"{self.name}: the matched budget applies to q0-only methods")
+        if self.dynamic_sampling and self.avspo:
+            raise ValueError(f"{self.name}: dynamic sampling and AVSPO are separate baselines")
+
+    def variants(self, n_neighbours: int) -> tuple[int, ...]:
+        """Prompt variants sampled per question: 0 is q0, n >= 1 the n-th rephrasing."""
+        if n_neighbours < 0:
+            raise ValueError("n_neighbours must be >= 0")
+        return tuple(range(n_neighbours + 1)) if self.use_neighbours else (0,)
+
+    def responses_per_variant(self, group_size: int, n_neighbours: int) -> int:
+        """Responses sampled for each prompt variant."""
+        if group_size < 1:
+            raise ValueError("group_size must be >= 1")
+        return (n_neighbours + 1) * group_size if self.matched_budget else group_size
+
+    def responses_per_question(self, group_size: int, n_neighbours: int) -> int:
+        return len(self.variants(n_neighbours)) * self.responses_per_variant(
+            group_size, n_neighbours
+        )
+
+
+METHODS: dict[str, MethodSpec] = {
+    spec.name: spec
+    for spec in (
+        MethodSpec("grpo", False, False, "per_original", "own", description="GRPO (Eq. 1, 2)"),
+        MethodSpec(
+            "grpo_ds",
+            False,
+            False,
+            "per_original",
+            "own",
+            dynamic_sampling=True,
+            description="GRPO with DAPO dynamic sampling",
+        ),
+        MethodSpec(
+            "grpo_x4",
+            False,
+            True,
+            "per_original",
+            "own",
+            description="(N+1)xGRPO: (N+1)G responses to q0 (matched budget, section 5.4)",
+        ),
+        MethodSpec(
+            "grpo_x4_ds",
+            False,
+            True,
+            "per_original",
+            "own",
+            dynamic_sampling=True,
+            description="(N+1)xGRPO with dynamic sampling",
+        ),
+        MethodSpec(
+            "ta_grpo_star",
+            True,
+            False,
+            "per_variant",
+            "own",
+            description="TA-GRPO*: rephrasings sampled, per-rephrasing groups and ratios",
+        ),
+        MethodSpec(
+            "ta_grpo",
+            True,
+            False,
+            "joint",
+            "original",
+            description="TA-GRPO: joint normalisation (Eq. 3), ratios under q0 (Eq. 4)",
+        ),
+        MethodSpec(
+            "avspo",
+            False,
+            False,
+            "per_original",
+            "own",
+            avspo=True,
+            description="AVSPO: virtual rewards in collapsed groups' statistics",
+        ),
+    )
+}
+
+
+def get_method(name: str) -> MethodSpec:
+    """The spec of a method by name (``ValueError`` listing the known names otherwise)."""
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise ValueError(f"unknown method {name!r}; known: {sorted(METHODS)}") from None
