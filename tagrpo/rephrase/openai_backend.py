@@ -349,12 +349,10 @@ class ChatRunner:
             status = error.status_code
             retry_after = parse_retry_after(getattr(error.response, "headers", None))
             if status == 429:
-                raise _Failure("rate_limited", f"HTTP 429: {error.message}", retry_after) from None
+                raise _Failure("rate_limited", error.message, retry_after) from None
             if status >= 500:
-                raise _Failure(
-                    "server_error", f"HTTP {status}: {error.message}", retry_after
-                ) from None
-            raise _Failure(f"http_{status}", f"HTTP {status}: {error.message}") from None
+                raise _Failure("server_error", error.message, retry_after) from None
+            raise _Failure(f"http_{status}", error.message) from None
         except (ValueError, openai.APIResponseValidationError) as error:
             # A 200 whose body is not the protocol's JSON (json.JSONDecodeError is a ValueError).
             raise _Failure("malformed_response", f"{type(error).__name__}: {error}") from None
