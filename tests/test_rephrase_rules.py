@@ -140,8 +140,11 @@ def test_rules_rephraser_rounds_take_later_candidates_and_report_exhaustion() ->
         (slot, 0, pool[slot].text) for slot in range(3)
     ]
     assert first[0].origin == "rules:family:words"
+    # A regenerated slot gets the round's next candidate, whichever slot it is.
     again = rephraser.rephrase([question], round=1, slots={"q1": [2]})
-    assert [(c.variant, c.round, c.text) for c in again] == [(2, 1, pool[5].text)]
+    assert [(c.variant, c.round, c.text) for c in again] == [(2, 1, pool[3].text)]
+    both = rephraser.rephrase([question], round=2, slots={"q1": [0, 2]})
+    assert [(c.variant, c.text) for c in both] == [(0, pool[6].text), (2, pool[7].text)]
     beyond = len(pool) // 3 + 1
     exhausted = rephraser.rephrase([question], round=beyond, slots={"q1": [0]})
     assert exhausted[0].text is None and exhausted[0].error == "no_transform"

@@ -25,8 +25,9 @@ import numpy as np
 
 def resolve_model(name: str) -> str:
     """A model folder (package or path) or the hub id itself; see the module docstring."""
-    if importlib.util.find_spec(name.replace("-", "_")) is not None:
-        module = importlib.import_module(name.replace("-", "_"))
+    module_name = name.replace("-", "_")
+    if module_name.isidentifier() and importlib.util.find_spec(module_name) is not None:
+        module = importlib.import_module(module_name)
         if hasattr(module, "get_model_path"):
             return str(module.get_model_path())
     if Path(name).expanduser().exists():

@@ -113,7 +113,8 @@ def _slots_for(question: Question, n: int, slots: Mapping[str, Sequence[int]] | 
 
 
 class RulesRephraser:
-    """The offline backend: candidate ``round * N + slot`` of :func:`rule_candidates`."""
+    """The offline backend: round 0 slot ``s`` is candidate ``s`` of :func:`rule_candidates`;
+    in round ``r`` the ``j``-th slot asked for is candidate ``r * N + j``."""
 
     name = "rules"
 
@@ -133,8 +134,11 @@ class RulesRephraser:
         out = []
         for question in questions:
             pool = rule_candidates(question, self.seed)
-            for slot in _slots_for(question, self.n, slots):
-                index = round * self.n + slot
+            for position, slot in enumerate(_slots_for(question, self.n, slots)):
+                # Round r offers candidates r*N .. r*N+N-1 to the slots asked for, in order:
+                # a slot regenerated in round 1 gets candidate N (whichever slot it is), so a
+                # phrasing the checks rejected is followed by a different one, not its wrapper.
+                index = slot if round == 0 else round * self.n + position
                 if index < len(pool):
                     candidate = pool[index]
                     kind = candidate.origin.split("+")[0].split(":")[0]

@@ -24,8 +24,8 @@ Two families of transforms:
 Every transform keeps every number and every formula of the original (the ``strict`` level of
 the structural check holds by construction; the tests check it on real MATH problems). The
 candidate list of a question is ordered: rewrites first, then rewrites inside a wrapper, then
-wrappers of the original; round ``r`` of the regeneration policy takes candidates
-``r*N .. r*N+N-1``.
+wrappers of the original; round ``r`` of the regeneration policy draws from candidates
+``r*N .. r*N+N-1`` (see :class:`~tagrpo.rephrase.generate.RulesRephraser`).
 """
 
 from __future__ import annotations
