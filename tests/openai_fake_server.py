@@ -36,6 +36,9 @@ ReplyFn = Callable[[dict[str, Any]], str | list[str]]
 class Fault:
     """One injected failure for requests whose last user message contains ``match``.
 
+    ``seed`` narrows it to one request among several with the same prompt (the rephrasing
+    slots of a question differ only in their seed).
+
     kind: ``status`` (HTTP ``status`` with an OpenAI error body; ``retry_after`` seconds in the
     header if set), ``delay`` (answer normally after ``delay_s``), ``malformed_json`` (200 with
     a body that is not JSON), ``empty_content`` (200, content ``""``).
@@ -43,6 +46,7 @@ class Fault:
 
     kind: str
     match: str | None = None  # None: any request
+    seed: int | None = None  # if set, only requests sent with this ``seed``
     times: int = 1  # how many matching requests it hits
     status: int = 500
     retry_after: float | None = None
@@ -171,9 +175,11 @@ class FakeOpenAIServer:
 
     # -- protocol --
 
-    def _take_fault(self, prompt: str) -> Fault | None:
+    def _take_fault(self, prompt: str, seed: object) -> Fault | None:
         with self._lock:
             for fault in self.faults:
+                if fault.seed is not None and fault.seed != seed:
+                    continue
                 if fault.hits < fault.times and (fault.match is None or fault.match in prompt):
                     fault.hits += 1
                     return fault
@@ -191,7 +197,7 @@ class FakeOpenAIServer:
         record = RecordedRequest(body, request.headers.get("Authorization"), time.monotonic())
         self.requests.append(record)
         prompt = last_user_message(body)
-        fault = self._take_fault(prompt)
+        fault = self._take_fault(prompt, body.get("seed"))
         record.fault = fault.kind if fault else None
         if self.latency_s:
             await asyncio.sleep(self.latency_s)

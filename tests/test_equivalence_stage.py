@@ -1,0 +1,181 @@
+"""The two DVC stages end to end, in a scratch project: outputs, metrics, MLflow, secrets.
+
+Each test builds a project folder (params.yaml, dvc.yaml, a small mini-world training split,
+a tiny random solver model) and calls the stages' ``main()`` there, as ``dvc repro`` would
+call ``python -m stages.<name>``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mlflow
+import pyarrow.parquet as pq
+import pytest
+import torch
+import yaml
+from openai_fake_server import FakeOpenAIServer, Fault, last_user_message, question_of
+
+from stages import check_equivalence, rephrase
+from tagrpo.data.schema import write_questions
+from tagrpo.equivalence.dataset import read_rephrased
+from tagrpo.miniworld.dataset import MiniWorldConfig, build_miniworld
+from tagrpo.miniworld.tokenizer import train_tokenizer
+from tagrpo.miniworld.warmstart import TinyModelConfig, build_model, save_policy
+from tagrpo.tracking import PARENT_RUN_ENV
+
+KEY_ENV = "TAGRPO_STAGE_TEST_KEY"
+SECRET = "sk-stage-test-9f8e7d6c5b4a"
+QUESTIONS = 6
+
+
+def _params(tmp: Path, rephrase_section: dict, check_section: dict) -> dict:
+    return {
+        "common": {
+            "profile": "test",
+            "seed": 0,
+            "torch_threads": 1,
+            "tracking": {"enabled": True, "uri": "mlflow.db", "experiment": "stage-test"},
+            "grading": {"workers": 1, "item_timeout_s": 5.0},
+        },
+        "rephrase": {
+            "backend": "rules",
+            "n": 3,
+            "cache_dir": ".cache/rephrase",
+            **rephrase_section,
+        },
+        "check_equivalence": check_section,
+    }
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A scratch checkout: train split of 6 mini-world questions and a tiny random policy."""
+    for key in ("MLFLOW_TRACKING_URI", PARENT_RUN_ENV, "TAGRPO_DATA_DIR"):
+        monkeypatch.delenv(key, raising=False)
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    built = build_miniworld(MiniWorldConfig(seed=3, train_size=QUESTIONS))
+    (tmp_path / "data" / "processed").mkdir(parents=True)
+    write_questions(built["train"].questions, str(tmp_path / "data/processed/train.parquet"))
+    torch.manual_seed(0)
+    tokenizer = train_tokenizer([q.problem for q in built["train"].questions] * 20, 300)
+    save_policy(
+        build_model(tokenizer, TinyModelConfig(32, 64)), tokenizer, tmp_path / "models/base"
+    )
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _reply_without_digits(body: dict) -> str:
+    """A distinct rephrasing per seed that adds no number (so no answer can leak into it)."""
+    question = question_of(last_user_message(body))
+    return f"Rephrasing it: Version {chr(65 + int(body['seed']) % 26)}. {question}"
+
+
+def _write_params(project: Path, params: dict) -> None:
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def _mlflow_metrics(project: Path, stage: str) -> dict[str, float]:
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("stage-test")
+    runs = client.search_runs(
+        [experiment.experiment_id], f"tags.stage = '{stage}'", order_by=["start_time DESC"]
+    )
+    return runs[0].data.metrics
+
+
+def test_rules_backend_and_all_checks_write_the_trainers_input(project: Path) -> None:
+    check = {
+        "similarity": {"enabled": True, "threshold": 0.2},
+        "consistency": {"enabled": True, "solver": "local", "k": 2, "max_new_tokens": 4},
+        "policy": {"max_rounds": 1, "fallback": "pad_original"},
+        "controls": {"enabled": True},
+    }
+    _write_params(project, _params(project, {}, check))
+    produced = rephrase.main([])
+    assert (produced["questions"], produced["slots"], produced["missing"]) == (6, 18, 0)
+    assert produced["rules/transform/family"] == 18.0
+    summary = check_equivalence.main([])
+
+    rows = read_rephrased(project / "data/rephrased/train.parquet")
+    assert len(rows) == QUESTIONS and all(len(texts) == 3 for _, texts, _ in rows)
+    assert all(fallback == 0 for _, _, fallback in rows)
+    assert all(q.problem not in texts for q, texts, _ in rows)
+    # The random tiny solver never reaches a gold answer: every rephrasing is unverifiable,
+    # and accepted by the default on_unverifiable policy.
+    assert summary["reasons"] == {"solver_unsolved": 18}
+    assert summary["accepted_unverified"] == 18
+    assert summary["questions"] == {"rows_in": 6, "kept": 6, "rejected": 0}
+    assert summary["controls"]["number_changed"]["rejected_by"] == {"structural": 6}
+    verdicts = pq.read_table(project / "data/rephrased/verdicts.parquet").to_pandas()
+    assert len(verdicts[verdicts["kind"] == "candidate"]) == 18
+    assert verdicts.loc[verdicts["kind"] == "candidate", "similarity"].notna().all()
+    assert (verdicts.loc[verdicts["kind"] == "candidate", "solver_k"] == 2).all()
+    assert pq.read_table(project / "data/rephrased/rejections.parquet").num_rows == 0
+
+    stored = json.loads((project / "metrics/check_equivalence.json").read_text())
+    assert stored["checks"]["consistency"]["reached"] == 18
+    section = (project / "reports/sections/equivalence.md").read_text()
+    assert section.startswith("## Rephrasings and their equivalence checks")
+    assert "| similarity | 18 | 18 | 100.0% |" in section
+    logged = _mlflow_metrics(project, "check_equivalence")
+    assert logged["checks/consistency/reached"] == 18.0
+    assert logged["by_source/miniworld/acceptance_rate"] == 1.0
+    assert _mlflow_metrics(project, "rephrase")["slots"] == 18.0
+
+
+def test_openai_backend_stage_reruns_send_nothing_and_never_leak_the_key(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    with FakeOpenAIServer(reply=_reply_without_digits) as server:
+        endpoint = {
+            "base_url": server.base_url,
+            "model": "fake-llm",
+            "api_key_env": KEY_ENV,
+            "max_attempts": 2,
+            "backoff_base_s": 0.01,
+            "timeout_s": 5,
+        }
+        check = {
+            "similarity": {"enabled": False},
+            "consistency": {"enabled": False},
+            "policy": {"max_rounds": 1, "fallback": "drop"},
+        }
+        _write_params(project, _params(project, {"backend": "openai", "openai": endpoint}, check))
+        # One question's first slot fails twice (every attempt), with the key in the message.
+        first_question = pq.read_table(project / "data/processed/train.parquet")["problem"][0]
+        message = "upstream said {authorization}"
+        fault = Fault("status", str(first_question), seed=0, status=503, times=2, message=message)
+        server.add_fault(fault)
+        produced = rephrase.main([])
+        assert produced["missing_by_reason"] == {"generation_failed": 1}
+        assert produced["requests/http_requests"] == 19.0  # 18 requests, one retried once
+        assert produced["requests/failed/server_error"] == 1.0
+        assert produced["requests/prompt_tokens"] > 0
+
+        # The checks regenerate the missing slot (round 1, a new request) and keep all rows.
+        summary = check_equivalence.main([])
+        assert server.received == 20
+        assert summary["policy"] == {"complete_first_round": 5, "complete_regenerated": 1}
+        assert summary["reasons"] == {"generation_failed": 1, "passed": 18}
+        assert summary["questions"] == {"rows_in": 6, "kept": 6, "rejected": 0}
+
+        again = rephrase.main([])  # a rerun: 17 replies cached, the failure retried
+        assert again["requests/cache_hits"] == 17.0
+        assert again["requests/http_requests"] == 1.0 and again["missing"] == 0
+        third = rephrase.main([])
+        assert third["requests/http_requests"] == 0.0 and third["requests/cache_hits"] == 18.0
+        assert server.received == 21
+
+    captured = capsys.readouterr()
+    leaks = [
+        path
+        for path in project.rglob("*")
+        if path.is_file() and SECRET.encode() in path.read_bytes()
+    ]
+    assert leaks == []  # not in parquet, metrics, the report, the cache or mlflow.db
+    assert SECRET not in captured.out + captured.err
+    assert server.requests[0].authorization == f"Bearer {SECRET}"
