@@ -14,7 +14,14 @@ apply_offline_defaults()
 
 from prefect import flow  # noqa: E402
 
-from stages import base_model, data, evaluate, report  # noqa: E402
+from stages import (  # noqa: E402
+    base_model,
+    check_equivalence,
+    data,
+    evaluate,
+    rephrase,
+    report,
+)
 
 
 @flow(name="stage-data", log_prints=True)
@@ -25,6 +32,16 @@ def data_flow() -> dict:
 @flow(name="stage-base-model", log_prints=True)
 def base_model_flow() -> dict:
     return base_model.main([])
+
+
+@flow(name="stage-rephrase", log_prints=True)
+def rephrase_flow() -> dict:
+    return rephrase.main([])
+
+
+@flow(name="stage-check-equivalence", log_prints=True)
+def check_equivalence_flow() -> dict:
+    return check_equivalence.main([])
 
 
 @flow(name="stage-evaluate", log_prints=True)
@@ -40,6 +57,8 @@ def report_flow() -> str:
 STAGE_FLOWS = {
     "data": data_flow,
     "base_model": base_model_flow,
+    "rephrase": rephrase_flow,
+    "check_equivalence": check_equivalence_flow,
     "evaluate": evaluate_flow,
     "report": report_flow,
 }
