@@ -21,6 +21,7 @@ from stages import (  # noqa: E402
     evaluate,
     rephrase,
     report,
+    train,
 )
 
 
@@ -44,6 +45,13 @@ def check_equivalence_flow() -> dict:
     return check_equivalence.main([])
 
 
+@flow(name="stage-train", log_prints=True)
+def train_flow(method: str = "ta_grpo", seed: int = 0, data_multiple: float = 1.0) -> dict:
+    return train.main(
+        ["--method", method, "--seed", str(seed), "--data-multiple", str(data_multiple)]
+    )
+
+
 @flow(name="stage-evaluate", log_prints=True)
 def evaluate_flow(policy: str = "base", model: str = "models/base") -> dict:
     return evaluate.main(["--policy", policy, "--model", model])
@@ -59,6 +67,7 @@ STAGE_FLOWS = {
     "base_model": base_model_flow,
     "rephrase": rephrase_flow,
     "check_equivalence": check_equivalence_flow,
+    "train": train_flow,
     "evaluate": evaluate_flow,
     "report": report_flow,
 }

@@ -26,6 +26,7 @@ from tagrpo.report.markdown import (  # noqa: E402
     passk_long_table,
     table1,
 )
+from tagrpo.report.training import load_training_summaries, training_section  # noqa: E402
 from tagrpo.tracking import git_state, stage_run  # noqa: E402
 
 
@@ -131,9 +132,15 @@ def main(argv: list[str] | None = None) -> Path:
             "",
             base_model_section(base, phrasings),
             "",
+            training_section(load_training_summaries(root / "metrics")),
+            "",
             f"## pass@{largest_k} (percent), as in the paper's Table 1",
             "",
             table1(passk, largest_k, groups),
+            "",
+            "## pass@1 (percent)",
+            "",
+            table1(passk, 1, groups),
             "",
             "## pass@k with bootstrap 95% confidence intervals over problems (percent)",
             "",

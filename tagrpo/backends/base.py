@@ -47,6 +47,9 @@ class Completion:
     text: str
     num_tokens: int
     finished: bool  # False when generation stopped at max_new_tokens
+    # The sampled token ids, EOS included when finished (empty if a backend does not keep
+    # them). Training scores exactly these tokens: re-encoding the text can change them.
+    token_ids: tuple[int, ...] = ()
 
 
 class GenerationBackend(Protocol):

@@ -90,6 +90,7 @@ class HFBackend:
                     text=self.tokenizer.decode(kept, skip_special_tokens=True),
                     num_tokens=len(kept) + (1 if finished else 0),
                     finished=finished,
+                    token_ids=tuple([*kept, self.tokenizer.eos_token_id] if finished else kept),
                 )
             )
         return completions

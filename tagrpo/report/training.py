@@ -1,0 +1,78 @@
+"""Report section for the training runs: one row per trained policy (``metrics/train_*.json``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from tagrpo.report.markdown import markdown_table
+
+
+def load_training_summaries(directory: str | Path) -> dict[str, dict[str, float]]:
+    """``{policy: summary}`` from ``metrics/train_<policy>.json`` files, sorted by policy."""
+    summaries = {}
+    for path in sorted(Path(directory).glob("train_*.json")):
+        summaries[path.stem.removeprefix("train_")] = json.loads(path.read_text())
+    return summaries
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None or value != value else f"{100 * value:.1f}"
+
+
+def training_section(summaries: Mapping[str, Mapping[str, float]]) -> str:
+    """Markdown: what each run cost and how the zero-gradient rate and success moved."""
+    if not summaries:
+        return "## Training\n\nNo training runs in this pipeline run."
+    header = [
+        "policy",
+        "steps",
+        "responses",
+        "seconds",
+        "reward q0 first→last quarter (%)",
+        "probe success before→after (%)",
+        "zero-grad original (%)",
+        "zero-grad joint (%)",
+        "zero-grad training groups (%)",
+        "effective zero-grad (%)",
+        "DS extra rollouts",
+    ]
+    rows = []
+    for policy, s in summaries.items():
+        probe = (
+            f"{_pct(s.get('probe/before/success'))} → {_pct(s.get('probe/after/success'))}"
+            if "probe/after/success" in s
+            else "n/a"
+        )
+        rows.append(
+            [
+                policy,
+                int(s.get("steps", 0)),
+                int(s.get("responses_generated", 0)),
+                f"{s.get('seconds', float('nan')):.0f}",
+                f"{_pct(s.get('reward_first_quarter'))} → {_pct(s.get('reward_last_quarter'))}",
+                probe,
+                _pct(s.get("original/zero_gradient_rate_mean")),
+                _pct(s.get("joint/zero_gradient_rate_mean")),
+                _pct(s.get("train/zero_gradient_rate_mean")),
+                _pct(s.get("train/effective_zero_gradient_rate_mean")),
+                int(s["ds/extra_rollouts_total"]) if "ds/extra_rollouts_total" in s else "",
+            ]
+        )
+    return "\n".join(
+        [
+            "## Training",
+            "",
+            "Per-step figures are means over the run's steps. *Zero-grad* is the share of groups "
+            "whose rewards are all equal (the paper's Figure 3; ACR in the AVSPO paper): over "
+            "the responses to q0 (*original*), over all of a question's responses (*joint*, the "
+            "TA-GRPO group) and over the groups the method normalises over (*training groups*; "
+            "for DS methods after dropping, so 0). *Effective* counts training groups whose "
+            "advantages are all zero (lower than the raw rate only for AVSPO). The probe samples "
+            "G responses to every training question's original phrasing before and after "
+            "training with the same seed.",
+            "",
+            markdown_table(header, rows),
+        ]
+    )

@@ -1,0 +1,451 @@
+"""The local backend: one process, transformers, CPU or one GPU; trains every method.
+
+A step: take the next questions of the (seeded, per-epoch shuffled) stream; sample the method's
+responses in one batched call and grade them (for dynamic sampling, drop all-equal groups and
+refill); compute advantages and diagnostics with :mod:`tagrpo.algorithms`; score every response
+under its anchor prompt with the current policy (old log-probs) and the frozen reference;
+then ``mini_batches`` optimiser updates of the clipped loss plus the KL loss (the paper's
+256-question batch with 128-question mini-batches is 2 updates per step).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from tagrpo.algorithms import (
+    EPSILON,
+    AdaptiveThreshold,
+    AVSPOConfig,
+    MethodSpec,
+    advantages_and_diagnostics,
+    dynamic_sampling,
+    get_method,
+    policy_loss,
+    step_diagnostics,
+)
+from tagrpo.backends.base import SamplingParams
+from tagrpo.backends.hf import HFBackend
+from tagrpo.evaluation.runner import GradeFn
+from tagrpo.training.data import TrainQuestion, require_neighbours
+from tagrpo.training.outputs import (
+    checkpoint_name,
+    checkpoint_steps,
+    rollout_frame,
+    save_policy_folder,
+)
+from tagrpo.training.rollout import QuestionRollout, sample_rollouts
+from tagrpo.training.scoring import (
+    anchor_variant,
+    build_scoring_batch,
+    forward_log_probs,
+    score_log_probs,
+    scoring_prompts,
+)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Hyper-parameters of one run (``train`` in params.yaml; paper values in comments)."""
+
+    method: str
+    seed: int = 0
+    group_size: int = 8  # G
+    n_neighbours: int = 3  # N
+    batch_questions: int = 8  # questions per step (paper: 256)
+    mini_batches: int = 2  # optimiser updates per step (paper: 256 / 128)
+    steps: int = 20
+    learning_rate: float = 1e-3  # paper: 1e-6 for 1.7B-4B models
+    warmup_ratio: float = 0.1  # authors' scripts: lr_warmup_steps_ratio=0.1, cosine
+    min_lr_ratio: float = 0.0
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    kl_coef: float = 0.001  # low-variance KL loss (Appendix B)
+    epsilon: float = EPSILON
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 48  # paper: 3072
+    max_batch_sequences: int = 512  # generation batch (sequences)
+    micro_batch_sequences: int = 256  # forward/backward micro-batch (sequences)
+    ds_max_rounds: int = 8
+    avspo: AVSPOConfig = field(default_factory=AVSPOConfig)
+    checkpoints: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
+    torch_threads: int = 2
+
+    def __post_init__(self) -> None:
+        get_method(self.method)
+        if self.steps < 1 or self.batch_questions < 1 or self.group_size < 1:
+            raise ValueError("steps, batch_questions and group_size must be >= 1")
+        if not 1 <= self.mini_batches <= self.batch_questions:
+            raise ValueError("mini_batches must be in [1, batch_questions]")
+
+    @property
+    def spec(self) -> MethodSpec:
+        return get_method(self.method)
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any], **overrides: Any) -> TrainConfig:
+        """Build from the ``train`` params section (unknown keys are ignored)."""
+        names = {f.name for f in fields(cls)}
+        values: dict[str, Any] = {k: v for k, v in params.items() if k in names}
+        values.update(overrides)
+        if isinstance(values.get("avspo"), Mapping):
+            values["avspo"] = AVSPOConfig(**values["avspo"])
+        if "checkpoints" in values:
+            values["checkpoints"] = tuple(float(x) for x in values["checkpoints"])
+        return cls(**values)
+
+
+def lr_factor(step: int, total_steps: int, warmup_ratio: float, min_lr_ratio: float) -> float:
+    """Linear warm-up over ``int(ratio * total)`` steps, then cosine decay to ``min_lr_ratio``."""
+    warmup = int(warmup_ratio * total_steps)
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total_steps - warmup)
+    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+class QuestionStream:
+    """Questions in a fresh seeded permutation every epoch, drawn ``k`` at a time."""
+
+    def __init__(self, questions: Sequence[TrainQuestion], seed: int) -> None:
+        if not questions:
+            raise ValueError("no training questions")
+        self.questions = list(questions)
+        self.rng = np.random.default_rng(seed)
+        self.order: list[int] = []
+        self.drawn = 0
+
+    def take(self, k: int) -> list[TrainQuestion]:
+        taken = []
+        for _ in range(k):
+            if not self.order:
+                self.order = self.rng.permutation(len(self.questions)).tolist()
+            taken.append(self.questions[self.order.pop(0)])
+        self.drawn += k
+        return taken
+
+    @property
+    def epoch(self) -> float:
+        return self.drawn / len(self.questions)
+
+
+@dataclass
+class TrainResult:
+    history: list[dict[str, float]]
+    checkpoints: dict[str, Path]
+    dumps: dict[str, Path]
+    seconds: float
+
+
+class Trainer:
+    """Trains ``model`` in place with the method of ``config`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        model,
+        tokenizer,
+        questions: Sequence[TrainQuestion],
+        grade: GradeFn,
+        ref_model=None,
+        out_dir: str | Path | None = None,
+        dump_dir: str | Path | None = None,
+        on_step: Callable[[int, dict[str, float]], None] | None = None,
+        save_checkpoints: bool = True,
+    ) -> None:
+        self.config = config
+        self.spec = config.spec
+        if self.spec.use_neighbours:
+            require_neighbours(questions, config.n_neighbours)
+        torch.manual_seed(config.seed)
+        torch.set_num_threads(config.torch_threads)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.ref_model = ref_model if ref_model is not None else copy.deepcopy(model)
+        self.ref_model.eval()
+        for parameter in self.ref_model.parameters():
+            parameter.requires_grad_(False)
+        self.backend = HFBackend(model, tokenizer, config.max_batch_sequences)
+        self.grade = grade
+        self.stream = QuestionStream(questions, config.seed)
+        self.optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad],
+            lr=config.learning_rate,
+            betas=(0.9, 0.999),
+            weight_decay=config.weight_decay,
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            lambda step: lr_factor(step, config.steps, config.warmup_ratio, config.min_lr_ratio),
+        )
+        self.threshold = AdaptiveThreshold(config.avspo)
+        self.out_dir = Path(out_dir) if out_dir else None
+        self.dump_dir = Path(dump_dir) if dump_dir else None
+        self.on_step = on_step
+        self.save_checkpoints = save_checkpoints
+        self.responses_generated = 0
+
+    # ---------------------------------------------------------------- sampling
+    def _sampling(self, step: int, round_index: int) -> SamplingParams:
+        return SamplingParams(
+            n=1,
+            temperature=self.config.temperature,
+            top_p=self.config.top_p,
+            max_new_tokens=self.config.max_new_tokens,
+            seed=self.config.seed * 1_000_003 + step * 1_009 + round_index,
+        )
+
+    def _draw(self, step: int) -> Callable[[int], list[QuestionRollout]]:
+        rounds = {"n": 0}
+
+        def draw(k: int) -> list[QuestionRollout]:
+            sampling = self._sampling(step, rounds["n"])
+            rounds["n"] += 1
+            self.model.eval()
+            return sample_rollouts(
+                self.backend,
+                self.stream.take(k),
+                self.spec,
+                self.config.group_size,
+                self.config.n_neighbours,
+                sampling,
+                self.grade,
+            )
+
+        return draw
+
+    # ---------------------------------------------------------------- one step
+    def step(self, step: int) -> tuple[dict[str, float], list[QuestionRollout], dict]:
+        """Run training step ``step`` (1-based); returns metrics, rollouts and bookkeeping."""
+        config, spec = self.config, self.spec
+        started = time.perf_counter()
+        draw = self._draw(step)
+        metrics: dict[str, float] = {}
+        if spec.dynamic_sampling:
+            result = dynamic_sampling(
+                draw,
+                lambda r: r.group_rewards(spec.grouping),
+                config.batch_questions,
+                config.ds_max_rounds,
+            )
+            kept, generated = result.kept, result.kept + result.dropped
+            metrics.update(
+                {
+                    "ds/rounds": float(result.rounds),
+                    "ds/questions_drawn": float(result.drawn),
+                    "ds/dropped_all_correct": float(result.dropped_all_correct),
+                    "ds/dropped_all_wrong": float(result.dropped_all_wrong),
+                    "ds/extra_rollouts": float(result.extra_rollouts),
+                    "ds/filled": float(result.filled),
+                }
+            )
+        else:
+            kept = draw(config.batch_questions)
+            generated = kept
+        rollout_seconds = time.perf_counter() - started
+        self.responses_generated += sum(r.rewards.size for r in generated)
+
+        # Diagnostics on everything generated (before any DS filter), as in Figure 3.
+        all_question = np.concatenate([np.full(r.rewards.size, i) for i, r in enumerate(generated)])
+        all_variant = np.concatenate([r.variant_of_response for r in generated])
+        all_rewards = np.concatenate([r.rewards for r in generated])
+        metrics.update(step_diagnostics(all_rewards, all_question, all_variant))
+        info: dict[str, Any] = {"kept": kept, "generated": generated, "advantages": {}}
+        if not kept:  # DS found no informative group within max_rounds: nothing to learn
+            metrics.update(self._bookkeeping(step, rollout_seconds, started))
+            return metrics, generated, info
+
+        question = np.concatenate([np.full(r.rewards.size, i) for i, r in enumerate(kept)])
+        variant = np.concatenate([r.variant_of_response for r in kept])
+        rewards = np.concatenate([r.rewards for r in kept])
+        core = advantages_and_diagnostics(
+            spec, rewards, question, variant, config.avspo, self.threshold.tau, config.epsilon
+        )
+        for key, value in core.diagnostics.items():
+            if key.startswith(("train/", "avspo/")):
+                metrics[key] = value
+        if spec.avspo:
+            metrics["avspo/tau"] = self.threshold.tau
+            self.threshold.update(core.diagnostics["avspo/acr"], float(rewards.mean()))
+        offset = 0
+        for rollout in kept:
+            info["advantages"][id(rollout)] = core.advantages[
+                offset : offset + rollout.rewards.size
+            ]
+            offset += rollout.rewards.size
+
+        # Score every response under its anchor prompt: old policy and frozen reference.
+        score_started = time.perf_counter()
+        owners = [r.question for r in kept for _ in range(r.rewards.size)]
+        prompts = scoring_prompts(spec, owners, variant, self.backend.prompt_ids)
+        responses = [c.token_ids for r in kept for c in r.completions]
+        batch = build_scoring_batch(prompts, responses, self.tokenizer.pad_token_id)
+        self.model.eval()
+        micro = config.micro_batch_sequences
+        old = score_log_probs(self.model, batch, micro)
+        ref = score_log_probs(self.ref_model, batch, micro)
+        score_seconds = time.perf_counter() - score_started
+
+        update_started = time.perf_counter()
+        metrics.update(self._update(batch, old, ref, core.advantages, question))
+        self.scheduler.step()
+        update_seconds = time.perf_counter() - update_started
+
+        finished = [c.finished for r in kept for c in r.completions]
+        metrics.update(
+            {
+                "advantage_abs_mean": float(np.abs(core.advantages).mean()),
+                "response_length_mean": float(np.mean([len(t) for t in responses])),
+                "finished_rate": float(np.mean(finished)),
+                "time/score_s": score_seconds,
+                "time/update_s": update_seconds,
+            }
+        )
+        metrics.update(self._bookkeeping(step, rollout_seconds, started))
+        info["scored_under"] = {
+            (r.question.id, v): self.backend.prompt_text(
+                r.question.messages(anchor_variant(spec, v))
+            )
+            for r in kept
+            for v in r.variants
+        }
+        return metrics, generated, info
+
+    def _bookkeeping(self, step: int, rollout_seconds: float, started: float) -> dict[str, float]:
+        return {
+            "step": float(step),
+            "epoch": self.stream.epoch,
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "responses_generated": float(self.responses_generated),
+            "time/rollout_s": rollout_seconds,
+            "time/step_s": time.perf_counter() - started,
+        }
+
+    def _update(
+        self,
+        batch,
+        old: torch.Tensor,
+        ref: torch.Tensor,
+        advantages: np.ndarray,
+        question: np.ndarray,
+    ) -> dict[str, float]:
+        """``mini_batches`` optimiser steps; each mini-batch holds whole questions."""
+        config = self.config
+        self.model.train()
+        advantages_t = torch.tensor(advantages, dtype=torch.float32)
+        per_question = np.bincount(question)
+        totals = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "ratio": 0.0}
+        grad_norms = []
+        chunks = np.array_split(np.arange(per_question.size), config.mini_batches)
+        for chunk in chunks:
+            rows = np.flatnonzero(np.isin(question, chunk))
+            # Eq. 2/4: mean over a question's responses, then over the mini-batch's questions.
+            weights = 1.0 / (len(chunk) * per_question[question[rows]])
+            self.optimizer.zero_grad(set_to_none=True)
+            tokens = float(batch.target_mask[rows].sum())
+            for start in range(0, rows.size, config.micro_batch_sequences):
+                index = torch.as_tensor(rows[start : start + config.micro_batch_sequences])
+                sub = batch.rows(index)
+                width = sub.target_mask.shape[1]
+                out = policy_loss(
+                    forward_log_probs(self.model, sub),
+                    old[index, :width],
+                    advantages_t[index],
+                    sub.target_mask,
+                    torch.as_tensor(weights[start : start + index.numel()], dtype=torch.float32),
+                    ref[index, :width],
+                    config.clip_low,
+                    config.clip_high,
+                    config.kl_coef,
+                )
+                out.loss.backward()
+                share = float(sub.target_mask.sum()) / tokens
+                totals["loss"] += out.loss.item() / len(chunks)
+                totals["pg_loss"] += out.policy_loss.item() / len(chunks)
+                totals["kl"] += out.kl.item() / len(chunks)
+                totals["clip_fraction"] += out.clip_fraction.item() * share / len(chunks)
+                totals["ratio"] += out.ratio_mean.item() * share / len(chunks)
+            grad_norms.append(
+                float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip))
+            )
+            self.optimizer.step()
+        self.model.eval()
+        return {
+            "loss": totals["loss"],
+            "pg_loss": totals["pg_loss"],
+            "kl": totals["kl"],
+            "clip_fraction": totals["clip_fraction"],
+            "ratio_mean": totals["ratio"],
+            "grad_norm": float(np.mean(grad_norms)),
+        }
+
+    # ---------------------------------------------------------------- the run
+    def train(self) -> TrainResult:
+        """All steps, checkpoints and rollout dumps at the configured fractions of training."""
+        started = time.perf_counter()
+        marks = checkpoint_steps(self.config.steps, self.config.checkpoints)
+        history: list[dict[str, float]] = []
+        checkpoints: dict[str, Path] = {}
+        dumps: dict[str, Path] = {}
+        for step in range(1, self.config.steps + 1):
+            metrics, generated, info = self.step(step)
+            history.append(metrics)
+            if self.on_step is not None:
+                self.on_step(step, metrics)
+            if step in marks:
+                name = checkpoint_name(marks[step])
+                if self.out_dir is not None and self.save_checkpoints:
+                    checkpoints[name] = self.out_dir / "checkpoints" / name
+                    save_policy_folder(self.model, self.tokenizer, checkpoints[name])
+                if self.dump_dir is not None:
+                    frame = rollout_frame(
+                        step,
+                        name,
+                        generated,
+                        info.get("scored_under", {}),
+                        info["advantages"],
+                        {id(r) for r in info["kept"]},
+                    )
+                    self.dump_dir.mkdir(parents=True, exist_ok=True)
+                    dumps[name] = self.dump_dir / f"{name}.parquet"
+                    frame.to_parquet(dumps[name], index=False)
+        if self.out_dir is not None:
+            save_policy_folder(self.model, self.tokenizer, self.out_dir)
+        return TrainResult(history, checkpoints, dumps, time.perf_counter() - started)
+
+
+def probe_success(
+    model,
+    tokenizer,
+    questions: Sequence[TrainQuestion],
+    group_size: int,
+    sampling: SamplingParams,
+    grade: GradeFn,
+    max_batch_sequences: int = 512,
+) -> dict[str, float]:
+    """Success and G-group collapse rates of a policy on the questions' original phrasing."""
+    backend = HFBackend(model, tokenizer, max_batch_sequences)
+    model.eval()
+    rollouts = sample_rollouts(
+        backend, questions, get_method("grpo"), group_size, 0, sampling, grade
+    )
+    rewards = np.concatenate([r.rewards for r in rollouts])
+    question = np.repeat(np.arange(len(rollouts)), group_size)
+    diagnostics = step_diagnostics(rewards, question, np.zeros_like(question))
+    return {
+        "success": float(rewards.mean()),
+        "zero_gradient_rate": diagnostics["original/zero_gradient_rate"],
+        "all_correct_rate": diagnostics["original/all_correct_rate"],
+        "all_wrong_rate": diagnostics["original/all_wrong_rate"],
+    }
