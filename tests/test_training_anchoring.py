@@ -1,0 +1,161 @@
+"""Anchoring (Eq. 4): what token ids the model is given when it scores each response.
+
+TA-GRPO scores a neighbour's response as q0's prompt followed by the response; TA-GRPO* (and
+every other method) as the prompt it was sampled from followed by the response. Checked by
+recording the model's inputs, during scoring and during a full training step, and by
+comparing log-probabilities with single-sequence forward passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from tiny_policy import boxed_grade, tiny_policy, tiny_questions
+
+from tagrpo.algorithms import get_method
+from tagrpo.backends.hf import HFBackend
+from tagrpo.training.scoring import (
+    build_scoring_batch,
+    score_log_probs,
+    scoring_prompts,
+)
+from tagrpo.training.trainer import TrainConfig, Trainer
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return tiny_policy(seed=0)
+
+
+def _record_inputs(model) -> tuple[list[list[int]], Callable[[], None]]:
+    """Rows (right padding stripped) of every forward call outside ``generate``."""
+    seen: list[list[int]] = []
+    state = {"generating": False}
+
+    def hook(module, args, kwargs):
+        if state["generating"]:
+            return
+        ids, mask = kwargs["input_ids"], kwargs["attention_mask"]
+        for row, keep in zip(ids.tolist(), mask.tolist(), strict=True):
+            seen.append([token for token, flag in zip(row, keep, strict=True) if flag])
+
+    handle = model.register_forward_pre_hook(hook, with_kwargs=True)
+    original = model.generate
+
+    def generate(*args, **kwargs):
+        state["generating"] = True
+        try:
+            return original(*args, **kwargs)
+        finally:
+            state["generating"] = False
+
+    model.generate = generate
+
+    def undo() -> None:
+        handle.remove()
+        del model.generate
+
+    return seen, undo
+
+
+def _single_log_probs(model, prompt: list[int], response: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt + response])).logits[0]
+    log_probs = torch.log_softmax(logits.float(), -1)
+    positions = range(len(prompt) - 1, len(prompt) + len(response) - 1)
+    return torch.stack([log_probs[t, token] for t, token in zip(positions, response, strict=True)])
+
+
+def test_scoring_inputs_and_log_probs_follow_the_anchor(policy) -> None:
+    model, tokenizer = policy
+    backend = HFBackend(model, tokenizer)
+    question = tiny_questions()[1]
+    response = tokenizer("5 + 2 = 7. 7 - 1 = 6. The answer is \\boxed{6}.")["input_ids"]
+    response = [*response, tokenizer.eos_token_id]
+    q0 = backend.prompt_ids(question.messages(0))
+    q2 = backend.prompt_ids(question.messages(2))
+    assert q0 != q2
+
+    owners, variants = [question, question], [0, 2]  # a response to q0 and one to q2
+    expected = {
+        "ta_grpo": [q0 + response, q0 + response],
+        "ta_grpo_star": [q0 + response, q2 + response],
+    }
+    values = {}
+    for method, rows in expected.items():
+        prompts = scoring_prompts(get_method(method), owners, variants, backend.prompt_ids)
+        batch = build_scoring_batch(prompts, [response, response], tokenizer.pad_token_id)
+        seen, undo = _record_inputs(model)
+        try:
+            values[method] = score_log_probs(model, batch, micro_batch=8)
+        finally:
+            undo()
+        assert seen == rows  # exactly what the model received
+        # The scored positions hold log p(response | anchor prompt), token by token.
+        for row, prompt in enumerate(prompts):
+            scored = values[method][row][batch.target_mask[row]]
+            torch.testing.assert_close(
+                scored, _single_log_probs(model, prompt, response), atol=1e-5, rtol=1e-5
+            )
+    # TA-GRPO scores q2's response under q0: the same values as the response to q0 itself...
+    ta = values["ta_grpo"]
+    torch.testing.assert_close(ta[1], ta[0])
+    # ... and different ones from TA-GRPO*, which scores it under q2.
+    star = values["ta_grpo_star"]
+    mask = build_scoring_batch([q2], [response], tokenizer.pad_token_id).target_mask[0]
+    under_q2 = star[1][: mask.numel()][mask]
+    under_q0 = ta[1][build_scoring_batch([q0], [response], 0).target_mask[0]]
+    assert not torch.allclose(under_q2, under_q0, atol=1e-4)
+
+
+@pytest.mark.parametrize("method", ["ta_grpo", "ta_grpo_star"])
+def test_a_training_step_feeds_the_anchor_prompt_to_policy_and_reference(policy, method) -> None:
+    model, tokenizer = policy
+    model = type(model)(model.config)  # a fresh copy: this test trains it
+    model.load_state_dict(policy[0].state_dict())
+    reference = type(model)(model.config)
+    reference.load_state_dict(policy[0].state_dict())
+    questions = tiny_questions()[:2]
+    config = TrainConfig(
+        method=method,
+        steps=1,
+        batch_questions=2,
+        mini_batches=2,
+        group_size=2,
+        max_new_tokens=6,
+        micro_batch_sequences=64,
+    )
+    trainer = Trainer(config, model, tokenizer, questions, boxed_grade, ref_model=reference)
+    seen_policy, undo_policy = _record_inputs(model)
+    seen_reference, undo_reference = _record_inputs(reference)
+    try:
+        _, generated, info = trainer.step(1)
+    finally:
+        undo_policy()
+        undo_reference()
+    backend = trainer.backend
+    expected = []
+    for rollout in generated:
+        for completion, variant in zip(
+            rollout.completions, rollout.variant_of_response, strict=True
+        ):
+            anchor = 0 if method == "ta_grpo" else int(variant)
+            prompt = backend.prompt_ids(rollout.question.messages(anchor))
+            expected.append(prompt + list(completion.token_ids))
+    assert len(expected) == 2 * 4 * 2  # 2 questions x (q0 + 3 neighbours) x G=2
+    assert any(rollout.variant_of_response.max() == 3 for rollout in generated)
+    # Reference: one scoring pass. Policy: the old-log-prob pass plus one pass per mini-batch.
+    assert sorted(seen_reference) == sorted(expected)
+    assert sorted(seen_policy) == sorted(expected + expected)
+    if method == "ta_grpo":
+        q0_prompts = [backend.prompt_ids(q.messages(0)) for q in questions]
+        assert all(any(row[: len(p)] == p for p in q0_prompts) for row in seen_policy)
+    # The dump records what was used for generation and what for scoring.
+    scored = info["scored_under"]
+    for rollout in generated:
+        own = backend.prompt_text(rollout.question.messages(2))
+        q0_text = backend.prompt_text(rollout.question.messages(0))
+        assert rollout.generation_prompts[2] == own
+        assert scored[(rollout.question.id, 2)] == (q0_text if method == "ta_grpo" else own)

@@ -1,0 +1,82 @@
+"""Shared helpers for training tests: a tiny random policy and scripted graders (no pools)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from tagrpo.miniworld.tasks import MiniProblem, reference_response, render
+from tagrpo.miniworld.tokenizer import train_tokenizer
+from tagrpo.miniworld.warmstart import TinyModelConfig, build_model
+from tagrpo.prompts import chat_messages
+from tagrpo.training.data import TrainQuestion
+
+PROBLEMS = [
+    MiniProblem("add", (3, 4)),
+    MiniProblem("addsub", (5, 2, 1), name="Ana", item="coins"),
+    MiniProblem("add3", (1, 2, 6), name="Sam", item="pens"),
+]
+FAMILIES = ("expr", "words", "imperative", "story")
+
+
+def tiny_questions() -> list[TrainQuestion]:
+    """Mini-world questions with their three other phrasings as neighbours."""
+    return [
+        TrainQuestion(
+            id=f"q{index}",
+            problem=render(problem, FAMILIES[index % 4]),
+            answer=str(problem.answer),
+            neighbours=tuple(
+                render(problem, family) for family in FAMILIES if family != FAMILIES[index % 4]
+            ),
+        )
+        for index, problem in enumerate(PROBLEMS)
+    ]
+
+
+def tiny_policy(seed: int = 0, hidden_size: int = 32):
+    """``(model, tokenizer)``: a random 2-layer Llama over a BPE trained on mini-world text."""
+    corpus = []
+    for problem in PROBLEMS:
+        for family in FAMILIES:
+            messages = chat_messages(render(problem, family))
+            corpus.append(
+                f"<|im_start|>user\n{messages[0]['content']}<|im_end|>\n"
+                f"<|im_start|>assistant\n{reference_response(problem)}<|im_end|>\n"
+            )
+    tokenizer = train_tokenizer(corpus * 5, vocab_size=300)
+    torch.manual_seed(seed)
+    model = build_model(
+        tokenizer, TinyModelConfig(hidden_size=hidden_size, intermediate_size=2 * hidden_size)
+    )
+    model.eval()
+    return model, tokenizer
+
+
+def boxed_grade(
+    responses: Sequence[str], answers: Sequence[str], kinds: Sequence[str]
+) -> list[tuple[bool, str, str]]:
+    """Correct iff the response contains ``\\boxed{answer}`` (random models never do)."""
+    return [
+        (f"\\boxed{{{answer}}}" in response, "", "scripted")
+        for response, answer in zip(responses, answers, strict=True)
+    ]
+
+
+class ScriptedGrade:
+    """Rewards by gold answer: ``patterns[answer]`` is cycled over that answer's responses."""
+
+    def __init__(self, patterns: dict[str, Sequence[bool]]) -> None:
+        self.patterns = patterns
+        self.position = dict.fromkeys(patterns, 0)
+
+    def __call__(
+        self, responses: Sequence[str], answers: Sequence[str], kinds: Sequence[str]
+    ) -> list[tuple[bool, str, str]]:
+        verdicts = []
+        for answer in answers:
+            pattern = self.patterns[answer]
+            verdicts.append((bool(pattern[self.position[answer] % len(pattern)]), "", "scripted"))
+            self.position[answer] += 1
+        return verdicts
