@@ -81,6 +81,7 @@ class TrainConfig:
     avspo: AVSPOConfig = field(default_factory=AVSPOConfig)
     checkpoints: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
     torch_threads: int = 2
+    device: str = "cpu"  # cpu | cuda | auto (cuda when available)
 
     def __post_init__(self) -> None:
         get_method(self.method)
@@ -104,6 +105,15 @@ class TrainConfig:
         if "checkpoints" in values:
             values["checkpoints"] = tuple(float(x) for x in values["checkpoints"])
         return cls(**values)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``cpu``, ``cuda`` or ``auto`` (cuda when available) as a torch device."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name not in ("cpu", "cuda"):
+        raise ValueError(f"device must be cpu, cuda or auto, got {name!r}")
+    return torch.device(name)
 
 
 def lr_factor(step: int, total_steps: int, warmup_ratio: float, min_lr_ratio: float) -> float:
@@ -170,10 +180,11 @@ class Trainer:
             require_neighbours(questions, config.n_neighbours)
         torch.manual_seed(config.seed)
         torch.set_num_threads(config.torch_threads)
-        self.model = model
+        self.device = resolve_device(config.device)
+        self.model = model.to(self.device)
         self.tokenizer = tokenizer
         self.ref_model = ref_model if ref_model is not None else copy.deepcopy(model)
-        self.ref_model.eval()
+        self.ref_model.to(self.device).eval()
         for parameter in self.ref_model.parameters():
             parameter.requires_grad_(False)
         self.backend = HFBackend(model, tokenizer, config.max_batch_sequences)
@@ -343,6 +354,7 @@ class Trainer:
         """``mini_batches`` optimiser steps; each mini-batch holds whole questions."""
         config = self.config
         self.model.train()
+        device = next(self.model.parameters()).device
         advantages_t = torch.tensor(advantages, dtype=torch.float32)
         per_question = np.bincount(question)
         totals = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "ratio": 0.0}
@@ -360,11 +372,11 @@ class Trainer:
                 width = sub.target_mask.shape[1]
                 out = policy_loss(
                     forward_log_probs(self.model, sub),
-                    old[index, :width],
+                    old[index, :width].to(device),
                     advantages_t[index],
-                    sub.target_mask,
+                    sub.target_mask.to(device),
                     torch.as_tensor(weights[start : start + index.numel()], dtype=torch.float32),
-                    ref[index, :width],
+                    ref[index, :width].to(device),
                     config.clip_low,
                     config.clip_high,
                     config.kl_coef,
