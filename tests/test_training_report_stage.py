@@ -1,0 +1,73 @@
+"""Train-stage helpers (policy names, run summary) and the report's training section."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stages.train import policy_name, run_summary
+from tagrpo.report.training import load_training_summaries, training_section
+
+
+def test_policy_names() -> None:
+    assert policy_name("ta_grpo", 0) == "ta_grpo-s0"
+    assert policy_name("grpo", 2, 2.5) == "grpo_data2.5x-s2"
+    assert policy_name("grpo_ds", 0, 2.0) == "grpo_ds_data2x-s0"
+
+
+def test_run_summary_means_and_quarters() -> None:
+    history = [
+        {
+            "original/reward_mean": reward,
+            "original/zero_gradient_rate": rate,
+            "joint/zero_gradient_rate": 0.0,
+            "train/zero_gradient_rate": rate,
+            "ds/extra_rollouts": 8.0,
+            "responses_generated": 64.0 * (step + 1),
+            "kl": 0.01 * step,
+        }
+        for step, (reward, rate) in enumerate(
+            zip([0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9], [0.25] * 4 + [0.0] * 4, strict=True)
+        )
+    ]
+    summary = run_summary(history, {"probe/after/success": 0.5}, seconds=16.0)
+    assert summary["steps"] == 8 and summary["seconds_per_step"] == 2.0
+    assert summary["reward_first_quarter"] == pytest.approx(0.25)  # steps 1-2
+    assert summary["reward_last_quarter"] == pytest.approx(0.85)  # steps 7-8
+    assert summary["original/zero_gradient_rate_mean"] == pytest.approx(0.125)
+    assert summary["joint/zero_gradient_rate_mean"] == 0.0
+    assert summary["ds/extra_rollouts_total"] == 64.0
+    assert summary["responses_generated"] == 512.0
+    assert summary["kl_last"] == pytest.approx(0.07)
+    assert summary["probe/after/success"] == 0.5
+    assert "neighbours/zero_gradient_rate_mean" not in summary
+
+
+def test_training_section_table(tmp_path) -> None:
+    assert "No training runs" in training_section({})
+    (tmp_path / "train_ta_grpo-s0.json").write_text(
+        json.dumps(
+            {
+                "steps": 20,
+                "responses_generated": 5120,
+                "seconds": 46.2,
+                "reward_first_quarter": 0.409,
+                "reward_last_quarter": 0.372,
+                "probe/before/success": 0.378125,
+                "probe/after/success": 0.45625,
+                "original/zero_gradient_rate_mean": 0.13125,
+                "joint/zero_gradient_rate_mean": 0.0,
+                "train/zero_gradient_rate_mean": 0.0,
+                "train/effective_zero_gradient_rate_mean": 0.0,
+            }
+        )
+    )
+    (tmp_path / "eval_base.json").write_text("{}")  # not a training summary
+    summaries = load_training_summaries(tmp_path)
+    assert list(summaries) == ["ta_grpo-s0"]
+    table = training_section(summaries)
+    row = next(line for line in table.splitlines() if line.startswith("| ta_grpo-s0"))
+    assert row == (
+        "| ta_grpo-s0 | 20 | 5120 | 46 | 40.9 → 37.2 | 37.8 → 45.6 | 13.1 | 0.0 | 0.0 | 0.0 |  |"
+    )
