@@ -1,6 +1,7 @@
 """DVC stage ``train``: train one policy with one method and seed (the local backend).
 
     python -m stages.train --method ta_grpo [--seed 0] [--data-multiple 1.0] [--policy NAME]
+    python -m stages.train --data-scaling [--seed 0]   # every run of train.data_scaling
 
 Reads ``train.input`` (the rephrased training set; the processed set with mini-world
 neighbours also works), takes the first ``train.questions`` questions as the 1x training set
@@ -76,13 +77,41 @@ def run_summary(
     return summary
 
 
+def data_scaling_runs(seed: int | None) -> dict[str, float]:
+    """The paper's data-scaling runs (section 5.5): each method x training-set multiple.
+
+    Returns the flat ``{"<policy>/<metric>": value}`` of all runs. Not part of the default DAG
+    (its cost grows with the multiples); evaluate each policy with ``stages.evaluate``.
+    """
+    params = stage_params("train")
+    settings = params.get("data_scaling", {})
+    seed = int(params["common"].get("seed", 0)) if seed is None else seed
+    results: dict[str, float] = {}
+    for method in settings.get("methods", []):
+        for multiple in settings.get("multiples", []):
+            argv = ["--method", method, "--data-multiple", str(float(multiple))]
+            summary = main([*argv, "--seed", str(seed)])
+            name = policy_name(method, seed, float(multiple))
+            results.update({f"{name}/{key}": value for key, value in summary.items()})
+    return results
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--method", required=True)
+    parser.add_argument("--method", default=None)
+    parser.add_argument(
+        "--data-scaling",
+        action="store_true",
+        help="train every (method, multiple) of train.data_scaling, one run each",
+    )
     parser.add_argument("--seed", type=int, default=None, help="default: common.seed")
     parser.add_argument("--data-multiple", type=float, default=1.0)
     parser.add_argument("--policy", default=None, help="output name (default from the above)")
     args = parser.parse_args(argv)
+    if args.data_scaling:
+        return data_scaling_runs(args.seed)
+    if args.method is None:
+        parser.error("--method is required (or --data-scaling)")
 
     import torch
 
