@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     root = project_root()
     seed = int(params["common"].get("seed", 0))
-    torch_threads = int(params["common"].get("torch_threads", 2))
+    # The stage's own setting wins over common.torch_threads: see params.yaml for why it is 1.
+    torch_threads = int(params.get("torch_threads") or params["common"].get("torch_threads", 2))
     settings = check_settings(params, seed)
     policy_params = params.get("policy", {})
     policy = PolicyConfig(
