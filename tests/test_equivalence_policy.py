@@ -127,6 +127,10 @@ def test_rejected_slots_are_regenerated_until_accepted(grade) -> None:
     assert "| consistency | 8 | 6 | 75.0% |" in section
     assert "| What is 2 + 3 + 4? | Tom has 2 apples, finds 3 more and then buys 4 more." in section
     assert "| answer_inconsistent | solver 0/8 on the rephrasing (mostly '5'), 8/8" in section
+    assert section.endswith(
+        "`gold_reached`: the solver reached the gold answer from the rephrasing.\n"
+    )
+    assert "The rules backend's rephrasings are equivalent by construction" in section
 
 
 def test_fallback_pads_with_the_original_or_drops_the_question(grade, tmp_path: Path) -> None:

@@ -6,8 +6,19 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tagrpo.equivalence.consistency import UNVERIFIABLE_REASONS
+from tagrpo.equivalence.consistency import CONSISTENCY_REASONS, UNVERIFIABLE_REASONS
 from tagrpo.equivalence.policy import CHECKS, Verdict
+from tagrpo.equivalence.structural import STRUCTURAL_REASONS
+
+OTHER_REASONS = {
+    "passed": "accepted by every enabled check",
+    "duplicate": "the same text as another slot of the question",
+    "low_similarity": "embedding cosine below the threshold",
+    "generation_failed": "the request failed after its retries",
+    "parse_missing": "the reply held fewer rephrasings than asked",
+    "no_transform": "the rules backend has no further equivalent transform",
+}
+REASONS = {**STRUCTURAL_REASONS, **CONSISTENCY_REASONS, **OTHER_REASONS}
 
 
 def _rate(part: int, whole: int) -> float:
@@ -246,4 +257,6 @@ def report_section(
             )
     elif not rejected:
         lines += ["", "No rephrasing was rejected."]
+    seen = sorted(summary["reasons"])
+    lines += ["", "Reason codes: " + "; ".join(f"`{r}`: {REASONS.get(r, r)}" for r in seen) + "."]
     return "\n".join(lines) + "\n"

@@ -37,8 +37,6 @@ from dataclasses import dataclass
 
 from tagrpo.data.schema import Question
 
-RULES_VERSION = "rules/v1"
-
 # Formulas and code blocks that must never be edited: display and inline math, environments,
 # Asymptote figures. Masked with private-use characters (no digits, no sentence punctuation).
 _PROTECTED = re.compile(
