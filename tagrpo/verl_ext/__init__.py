@@ -1,0 +1,38 @@
+"""The verl backend: every method of the paper on stock ``verl==0.9.1`` (Ray, FSDP, vLLM).
+
+A clean extension through verl's own extension points, no fork and no copied verl code. The
+science (grouping, advantages, AVSPO, zero-gradient diagnostics) comes from
+:mod:`tagrpo.algorithms`, the core the local backend also uses.
+
+settings     the method's settings as carried in the verl config (``algorithm.tagrpo``)
+             and the rollout-correction refusal for TA-GRPO (pure Python, no verl import)
+data         the training parquet: one row per question, rephrasings in ``extra_info``,
+             over-long rephrasings replaced offline (counted)
+estimators   ``avspo`` registered in verl's advantage-estimator registry
+agent_loop   ``tagrpo_agent``: response j of a question generated from variant j // G;
+             for TA-GRPO the stored prompt is q0's (Eq. 4)
+trainer      ``tagrpo_sync``: V1 sync trainer with the method's groups (per rephrasing for
+             TA-GRPO*), the zero-gradient diagnostics as metrics, rollout dumps and Hugging
+             Face exports at 25/50/75/100% of training
+reward       ``compute_score`` for verl's custom reward hook (the grading module)
+plugin       imports the registering modules; the target of ``VERL_USE_EXTERNAL_MODULES``
+overrides    the Hydra overrides of ``python -m verl.trainer.main_ppo`` for each method
+launcher     the ``train.backend: verl`` path of the train stage (``--dry-run`` prints it)
+checkpoint   verl checkpoints to Hugging Face folders for evaluation
+
+Importing this package imports nothing from verl; only ``plugin`` and the modules it loads do.
+"""
+
+PLUGIN_MODULE = "tagrpo.verl_ext.plugin"
+REWARD_MODULE = "pkg://tagrpo.verl_ext.reward"
+AGENT_LOOP_NAME = "tagrpo_agent"
+TRAINER_MODE = "tagrpo_sync"
+AVSPO_ESTIMATOR = "avspo"
+
+__all__ = [
+    "AGENT_LOOP_NAME",
+    "AVSPO_ESTIMATOR",
+    "PLUGIN_MODULE",
+    "REWARD_MODULE",
+    "TRAINER_MODE",
+]

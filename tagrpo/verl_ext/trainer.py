@@ -1,0 +1,304 @@
+"""``tagrpo_sync``: verl's V1 sync trainer with the method's groups, diagnostics and dumps.
+
+Selected with ``trainer.v1.trainer_mode=tagrpo_sync``. Everything verl does is kept (rollout
+through TransferQueue, old/reference log-probs, the PPO update, DAPO filtering through
+``algorithm.filter_groups``); three methods are overridden:
+
+* ``_compute_advantage``: builds each trajectory's (question, prompt variant) from its
+  TransferQueue key ``{uid}_{session}_{i}`` and the method's normalisation groups with
+  :func:`tagrpo.algorithms.group_ids` (per question for GRPO, (N+1)xGRPO and TA-GRPO's joint
+  groups, per (question, rephrasing) for TA-GRPO*), calls the estimator registered in verl
+  (stock ``grpo`` or ``avspo``) with those groups, writes advantages back and logs the
+  zero-gradient diagnostics of :func:`tagrpo.algorithms.step_diagnostics` under the same
+  names as the local backend (``original/zero_gradient_rate``, ``train/...``, ``avspo/...``).
+* ``_log_rollout_data``: dumps the batch at 25/50/75/100% of training (the steps of
+  :func:`tagrpo.training.outputs.checkpoint_steps`) as ``checkpoint-XXX.parquet`` with the
+  local backend's columns.
+* ``_save_checkpoint``: saves (verl's checkpoint) only at those steps and exports each as a
+  Hugging Face folder (:mod:`tagrpo.verl_ext.checkpoint`).
+
+verl branches on the literal trainer mode ``"sync"`` (replay buffer type, dataloader fetch
+size, prompt persistence), so the subclass reports ``sync`` once it is registered under its
+own name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+import transfer_queue as tq
+from tensordict import TensorDict
+from transfer_queue import KVBatchMeta
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.workers.utils.padding import response_to_nested
+
+from tagrpo.algorithms import AdaptiveThreshold, group_ids, step_diagnostics
+from tagrpo.training.outputs import DUMP_COLUMNS, checkpoint_name, checkpoint_steps
+from tagrpo.verl_ext import TRAINER_MODE
+from tagrpo.verl_ext.agent_loop import as_messages, rephrased_prompts
+from tagrpo.verl_ext.checkpoint import actor_dir, export_checkpoint
+from tagrpo.verl_ext.settings import (
+    CONFIG_SECTION,
+    MethodSettings,
+    checkpoint_fractions,
+    section,
+    validate_run,
+)
+
+
+@dataclass(frozen=True)
+class TrajectoryLayout:
+    """Where each trajectory of a batch sits; padding rows (verl's no-op fill) excluded."""
+
+    real: np.ndarray  # bool per trajectory
+    uid: list[str]  # per real trajectory
+    session: np.ndarray  # per real trajectory
+    question: np.ndarray  # dense question index per real trajectory (first appearance)
+    variant: np.ndarray  # prompt variant per real trajectory
+
+
+def parse_key(key: str) -> tuple[str, int, int]:
+    """``{uid}_{session}_{index}`` -> (uid, session, index); uids never contain ``_``."""
+    uid, session, index = key.rsplit("_", 2)
+    return uid, int(session), int(index)
+
+
+def trajectory_layout(
+    keys: Sequence[str], tags: Sequence[Mapping[str, Any]], settings: MethodSettings
+) -> TrajectoryLayout:
+    """Question and prompt variant of every real trajectory, from the TransferQueue keys."""
+    real = np.array([not tag.get("is_padding", False) for tag in tags], dtype=bool)
+    parsed = [parse_key(key) for key, keep in zip(keys, real, strict=True) if keep]
+    uids = [uid for uid, _, _ in parsed]
+    order = {uid: i for i, uid in enumerate(dict.fromkeys(uids))}
+    session = np.array([s for _, s, _ in parsed], dtype=np.int64)
+    return TrajectoryLayout(
+        real=real,
+        uid=uids,
+        session=session,
+        question=np.array([order[uid] for uid in uids], dtype=np.int64),
+        variant=np.array([settings.variant_of(int(s)) for s in session], dtype=np.int64),
+    )
+
+
+def _values(column: Any) -> list[Any]:
+    """A TransferQueue non-tensor column as plain Python values."""
+    return [getattr(value, "data", value) for value in column]
+
+
+@register_trainer(TRAINER_MODE)
+class TATrainer(PPOTrainerSync):
+    """The sync V1 trainer for every method of the paper (see the module docstring)."""
+
+    def __init__(self, config: Any) -> None:
+        self.ta = validate_run(config)
+        self.threshold = AdaptiveThreshold(self.ta.avspo) if self.ta.spec.avspo else None
+        super().__init__(config)
+
+    def _build_replay_buffer(self):
+        self.trainer_mode = "sync"
+        return super()._build_replay_buffer()
+
+    # -- advantages and diagnostics --
+
+    def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        data = tq.kv_batch_get(
+            keys=batch.keys,
+            partition_id=batch.partition_id,
+            select_fields=["response_mask", "rm_scores"],
+        )
+        nested_mask = data["response_mask"]
+        padded = data.to_padded_tensor()
+        scores, mask = padded["rm_scores"].float(), padded["response_mask"]
+        layout = trajectory_layout(batch.keys, batch.tags, self.ta)
+        real = torch.as_tensor(layout.real)
+        ids, _ = group_ids(layout.question, layout.variant, self.ta.spec.grouping)
+
+        estimator = core_algos.get_adv_estimator_fn(self.config.algorithm.adv_estimator)
+        extra: dict[str, Any] = {}
+        avspo_metrics: dict[str, float] = {}
+        tau = None
+        if self.threshold is not None:
+            tau = self.threshold.tau
+            extra = {"tau": tau, "diagnostics": avspo_metrics}
+        advantages, returns = estimator(
+            token_level_rewards=scores[real],
+            response_mask=mask[real],
+            index=ids,
+            config=self.config.algorithm,
+            norm_adv_by_std_in_grpo=self.config.algorithm.get("norm_adv_by_std_in_grpo", True),
+            **extra,
+        )
+        full_advantages = torch.zeros_like(scores)
+        full_returns = torch.zeros_like(scores)
+        full_advantages[real] = advantages.to(scores.dtype)
+        full_returns[real] = returns.to(scores.dtype)
+        fields = TensorDict(
+            {
+                "advantages": response_to_nested(full_advantages, nested_mask),
+                "returns": response_to_nested(full_returns, nested_mask),
+            },
+            batch_size=len(batch),
+        )
+        batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
+
+        rewards = scores[real].sum(dim=-1).double().numpy()
+        tokens = mask[real].sum(dim=-1).clamp(min=1)
+        per_response = ((advantages * mask[real]).sum(dim=-1) / tokens).double().numpy()
+        metrics.update(
+            step_diagnostics(rewards, layout.question, layout.variant, ids, per_response)
+        )
+        metrics["advantage_abs_mean"] = float(np.abs(per_response).mean())
+        if self.threshold is not None:
+            metrics.update(avspo_metrics)
+            metrics["avspo/tau"] = float(tau)
+            self.threshold.update(avspo_metrics["avspo/acr"], float(rewards.mean()))
+        if self.ta.spec.dynamic_sampling:
+            metrics.update(dynamic_sampling_metrics(metrics, int(layout.question.max()) + 1))
+        return batch
+
+    # -- checkpoints, exports and rollout dumps at 25/50/75/100% of training --
+
+    def _checkpoint_at(self, step: int) -> float | None:
+        """The fraction of training that ``step`` completes, if it is a checkpoint step."""
+        steps = checkpoint_steps(
+            self.total_training_steps, checkpoint_fractions(self.config.trainer)
+        )
+        return steps.get(step)
+
+    def _save_checkpoint(self) -> None:
+        # The launcher sets trainer.save_freq=1: verl asks every step, the quarters are kept.
+        fraction = self._checkpoint_at(self.global_steps)
+        if fraction is None:
+            return
+        super()._save_checkpoint()
+        export_dir = section(self.config.trainer, CONFIG_SECTION).get("export_dir")
+        if export_dir:
+            export_checkpoint(
+                actor_dir(self.config.trainer.default_local_dir, self.global_steps),
+                export_dir,
+                checkpoint_name(fraction),
+                final=self.global_steps >= self.total_training_steps,
+            )
+
+    def _log_rollout_data(
+        self, batch: KVBatchMeta, timing_raw: dict, rollout_data_dir: str
+    ) -> None:
+        fraction = self._checkpoint_at(self.global_steps)
+        if fraction is None:
+            return
+        fields = [
+            "prompts",
+            "responses",
+            "response_mask",
+            "rm_scores",
+            "advantages",
+            "raw_prompt",
+            "extra_info",
+            "extra_fields",
+        ]
+        data = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=fields
+        )
+        frame = rollout_dump_frame(
+            batch.keys,
+            batch.tags,
+            data,
+            self.tokenizer,
+            self.ta,
+            step=self.global_steps,
+            checkpoint=checkpoint_name(fraction),
+            response_length=int(self.config.actor_rollout_ref.rollout.response_length),
+            chat_template_kwargs=dict(self.config.data.get("apply_chat_template_kwargs") or {}),
+        )
+        path = Path(rollout_data_dir) / f"{checkpoint_name(fraction)}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        frame.to_parquet(path, index=False)
+
+
+def dynamic_sampling_metrics(metrics: Mapping[str, Any], kept_groups: int) -> dict[str, float]:
+    """DS bookkeeping from verl's replay-buffer counters (groups, not trajectories).
+
+    verl evicts all-equal groups before the trainer sees the batch and discards the informative
+    surplus of its speculative refills; the zero-gradient rate among all finished groups of the
+    step is ``evicted / (evicted + kept + surplus)``.
+    """
+    evicted = float(metrics.get("training/filter_groups/evicted_samples", 0.0))
+    surplus = float(metrics.get("training/filter_groups/discarded_surplus_samples", 0.0))
+    total = evicted + kept_groups + surplus
+    return {
+        "ds/dropped_groups": evicted,
+        "ds/discarded_surplus_groups": surplus,
+        "ds/pre_filter_zero_gradient_rate": evicted / total if total else float("nan"),
+    }
+
+
+def rollout_dump_frame(
+    keys: Sequence[str],
+    tags: Sequence[Mapping[str, Any]],
+    data: Any,
+    tokenizer: Any,
+    settings: MethodSettings,
+    step: int,
+    checkpoint: str,
+    response_length: int,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> pd.DataFrame:
+    """One row per real trajectory, with the local backend's dump columns.
+
+    ``prompt_used`` is the chat-templated variant the response was sampled from,
+    ``scored_under`` the decoded stored prompt (q0 for TA-GRPO's neighbour responses).
+    """
+    layout = trajectory_layout(keys, tags, settings)
+    index = np.flatnonzero(layout.real)
+    prompts = list(data["prompts"].unbind())
+    responses = list(data["responses"].unbind())
+    scores = list(data["rm_scores"].unbind())
+    advantages = list(data["advantages"].unbind())
+    masks = list(data["response_mask"].unbind())
+    raw_prompts = _values(data["raw_prompt"])
+    extra_info = _values(data["extra_info"])
+    extra_fields = _values(data["extra_fields"])
+    eos = tokenizer.eos_token_id
+    template_kwargs = dict(chat_template_kwargs or {})
+    rows = []
+    for position, row in enumerate(index):
+        variant = int(layout.variant[position])
+        info = extra_info[row] if isinstance(extra_info[row], Mapping) else {}
+        messages = (
+            as_messages(raw_prompts[row]) if variant == 0 else rephrased_prompts(info)[variant - 1]
+        )
+        response = responses[row].tolist()
+        tokens = int(masks[row].sum())
+        mask = masks[row].float()
+        reward_info = (extra_fields[row] or {}).get("reward_extra_info", {}) or {}
+        rows.append(
+            {
+                "step": step,
+                "checkpoint": checkpoint,
+                "question_id": str(info.get("id", layout.uid[position])),
+                "variant": variant,
+                "sample_index": int(layout.session[position]) % settings.responses_per_variant,
+                "prompt_used": tokenizer.apply_chat_template(
+                    messages, add_generation_prompt=True, tokenize=False, **template_kwargs
+                ),
+                "scored_under": tokenizer.decode(prompts[row].tolist()),
+                "response": tokenizer.decode(response, skip_special_tokens=True),
+                "reward": float(scores[row].sum()),
+                "pred": str(reward_info.get("pred", "")),
+                "advantage": float((advantages[row].float() * mask).sum() / max(tokens, 1)),
+                "num_tokens": tokens,
+                "finished": bool(response)
+                and (len(response) < response_length or response[-1] == eos),
+                "kept": True,
+            }
+        )
+    return pd.DataFrame(rows, columns=list(DUMP_COLUMNS))
