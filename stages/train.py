@@ -107,6 +107,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--seed", type=int, default=None, help="default: common.seed")
     parser.add_argument("--data-multiple", type=float, default=1.0)
     parser.add_argument("--policy", default=None, help="output name (default from the above)")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="train.backend verl: print the verl command instead of running it",
+    )
     args = parser.parse_args(argv)
     if args.data_scaling:
         return data_scaling_runs(args.seed)
@@ -130,6 +135,20 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     policy = args.policy or policy_name(spec.name, seed, args.data_multiple)
     if policy == "base" or "/" in policy:
         raise ValueError(f"refusing policy name {policy!r}")
+    if params.get("backend", "local") == "verl":
+        from tagrpo.verl_ext.launcher import run_training
+
+        return run_training(
+            spec.name,
+            seed,
+            policy,
+            params,
+            data_multiple=args.data_multiple,
+            dry_run=args.dry_run,
+            summarize=run_summary,
+        )
+    if args.dry_run:
+        parser.error("--dry-run applies to train.backend: verl (this run uses the local backend)")
     root = project_root()
     base_questions = params.get("questions")
     questions_limit = (

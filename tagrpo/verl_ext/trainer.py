@@ -161,8 +161,15 @@ class TATrainer(PPOTrainerSync):
             metrics.update(avspo_metrics)
             metrics["avspo/tau"] = float(tau)
             self.threshold.update(avspo_metrics["avspo/acr"], float(rewards.mean()))
+        generated = float(layout.real.sum())
         if self.ta.spec.dynamic_sampling:
-            metrics.update(dynamic_sampling_metrics(metrics, int(layout.question.max()) + 1))
+            ds = dynamic_sampling_metrics(metrics, int(layout.question.max()) + 1)
+            metrics.update(ds)
+            extra_groups = ds["ds/dropped_groups"] + ds["ds/discarded_surplus_groups"]
+            generated += extra_groups * self.ta.rollout_n
+        # Cumulative responses sampled by this process (the local backend's budget metric).
+        self.responses_generated = getattr(self, "responses_generated", 0.0) + generated
+        metrics["responses_generated"] = self.responses_generated
         return batch
 
     # -- checkpoints, exports and rollout dumps at 25/50/75/100% of training --

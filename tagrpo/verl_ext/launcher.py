@@ -1,0 +1,233 @@
+"""The ``train.backend: verl`` path of the train stage: build and run verl's trainer.
+
+    python -m stages.train --method ta_grpo --dry-run    # print the command, run nothing
+    python -m stages.train --method ta_grpo              # prepare data, train, export
+
+A run (policy ``P``) prepares ``data/verl/P/{train,val}.parquet`` (length-filtered with the
+policy's tokenizer, :mod:`tagrpo.verl_ext.data`), opens the MLflow run ``train-P`` in the
+project's store (tagged like the local backend's), runs ``python -m verl.trainer.main_ppo`` with
+the generated overrides (:mod:`tagrpo.verl_ext.overrides`), verl's own MLflow logger attached to
+that run through ``MLFLOW_RUN_ID``, and leaves the local backend's outputs: ``models/P`` (HF
+folder, ``checkpoints/checkpoint-025..100`` inside, exported by the trainer),
+``rollouts/P/checkpoint-*.parquet``, ``plots/train/P.csv`` (every logged metric per step) and
+``metrics/train_P.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tagrpo.paths import project_root
+from tagrpo.verl_ext import PLUGIN_MODULE
+from tagrpo.verl_ext.overrides import RunPaths, VerlRun, build_overrides, verl_settings
+
+Summarize = Callable[[list[dict[str, float]], dict[str, float], float], dict[str, float]]
+# Telemetry stays off in every Ray worker too (the variables are forwarded to them).
+FORWARDED_DEFAULTS = {"DO_NOT_TRACK": "true", "MLFLOW_DISABLE_TELEMETRY": "true"}
+
+
+@dataclass(frozen=True)
+class VerlCommand:
+    """The process to start: argv and the environment variables it adds."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def shell(self) -> str:
+        """A copy-pasteable shell command (one override per line)."""
+        assignments = [f"{key}={shlex.quote(value)}" for key, value in sorted(self.env.items())]
+        words = [shlex.quote(word) for word in self.argv]
+        return " \\\n  ".join([*assignments, " ".join(words[:3]), *words[3:]])
+
+
+def run_paths(root: Path, policy: str, params: Mapping[str, Any]) -> RunPaths:
+    """Where one run reads and writes (absolute: verl workers do not share our cwd)."""
+    verl = verl_settings(params)
+    data = root / "data" / "verl" / policy
+    return RunPaths(
+        train_file=data / "train.parquet",
+        val_file=data / "val.parquet",
+        checkpoint_dir=root / str(verl["checkpoint_dir"]) / policy,
+        export_dir=root / "models" / policy,
+        rollout_dir=root / "rollouts" / policy,
+        metrics_log=data / "metrics.jsonl",
+    )
+
+
+def resolve_model(params: Mapping[str, Any], root: Path) -> str:
+    """The policy verl starts from: ``train.verl.model``, else ``train.model`` (a folder with
+    weights, or the hub id its ``pointer.json`` names)."""
+    configured = verl_settings(params).get("model")
+    if configured:
+        return str(configured)
+    from tagrpo.models import resolve
+
+    source = resolve(root / str(params["model"]))
+    if source.kind == "hub":
+        return str(source.hub_id)
+    if source.kind == "local":
+        return str(Path(source.path).resolve())
+    raise ValueError(
+        f"verl cannot load a {source.kind} model directly: set train.verl.model to a HF folder"
+    )
+
+
+def tracking_settings(params: Mapping[str, Any]) -> tuple[bool, str, str]:
+    """(enabled, absolute tracking URI, experiment) from ``common.tracking``."""
+    from tagrpo.tracking import DEFAULT_EXPERIMENT, tracking_uri
+
+    settings = (params.get("common") or {}).get("tracking") or {}
+    enabled = settings.get("enabled", True) is not False
+    return (
+        enabled,
+        tracking_uri(settings.get("uri")),
+        settings.get("experiment", DEFAULT_EXPERIMENT),
+    )
+
+
+def build_command(
+    method: str,
+    params: Mapping[str, Any],
+    seed: int,
+    policy: str,
+    root: Path | None = None,
+    model: str | None = None,
+    mlflow_run_id: str | None = None,
+) -> VerlCommand:
+    """``python -m verl.trainer.main_ppo`` with the run's overrides and environment."""
+    root = Path(root or project_root())
+    paths = run_paths(root, policy, params)
+    enabled, uri, experiment = tracking_settings(params)
+    env = {
+        "VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE,
+        "VERL_FILE_LOGGER_PATH": str(paths.metrics_log),
+        **FORWARDED_DEFAULTS,
+    }
+    if enabled:
+        env["MLFLOW_TRACKING_URI"] = uri
+        if mlflow_run_id:
+            env["MLFLOW_RUN_ID"] = mlflow_run_id
+    run = VerlRun(
+        method=method,
+        seed=seed,
+        policy=policy,
+        model=model or resolve_model(params, root),
+        paths=paths,
+        experiment=experiment,
+        tracking=enabled,
+        env=env,
+    )
+    argv = [sys.executable, "-m", "verl.trainer.main_ppo", *build_overrides(run, params)]
+    return VerlCommand(argv=argv, env={**env, "PYTHONUNBUFFERED": "1"})
+
+
+def read_metrics_log(path: str | Path) -> list[dict[str, float]]:
+    """verl's file-logger JSONL as one flat record per step (numbers only)."""
+    history: dict[int, dict[str, float]] = {}
+    for line in Path(path).read_text().splitlines():
+        if not line.strip():
+            continue
+        entry = json.loads(line)
+        step = int(entry["step"])
+        record = history.setdefault(step, {"step": float(step)})
+        for key, value in (entry.get("data") or {}).items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                record[key] = float(value)
+    return [history[step] for step in sorted(history)]
+
+
+def run_training(
+    method: str,
+    seed: int,
+    policy: str,
+    params: Mapping[str, Any],
+    data_multiple: float = 1.0,
+    dry_run: bool = False,
+    summarize: Summarize | None = None,
+    runner: Callable[..., Any] = subprocess.run,
+) -> dict[str, float]:
+    """Train ``policy`` with verl (see the module docstring); returns the run summary.
+
+    ``summarize(history, probe, seconds)`` is the train stage's summary function, so both
+    backends report the same keys; ``runner`` starts the process (tests pass a fake).
+    """
+    root = project_root()
+    paths = run_paths(root, policy, params)
+    if dry_run:
+        command = build_command(method, params, seed, policy, root)
+        print(command.shell())
+        return {}
+    from tagrpo.tracking import log_metrics, stage_run
+    from tagrpo.training.outputs import write_history_csv
+    from tagrpo.verl_ext.data import (
+        chat_template_counter,
+        prepare_training_parquet,
+        prepare_validation_parquet,
+    )
+
+    verl = verl_settings(params)
+    model = resolve_model(params, root)
+    for stale in (paths.export_dir, paths.rollout_dir, paths.train_file.parent):
+        shutil.rmtree(stale, ignore_errors=True)
+    if not verl["resume"]:  # a rerun must not resume a finished run's checkpoints
+        shutil.rmtree(paths.checkpoint_dir, ignore_errors=True)
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    common = params.get("common") or {}
+    base = params.get("questions")
+    stats = prepare_training_parquet(
+        root / str(params["input"]),
+        paths.train_file,
+        chat_template_counter(tokenizer, common.get("chat_template_kwargs")),
+        int(verl["max_prompt_length"]),
+        int(params.get("n_neighbours", 3)),
+        str(params.get("neighbours", "auto")),
+        limit=None if base is None else round(data_multiple * int(base)),
+    )
+    benchmark = root / "data" / "processed" / "benchmarks" / f"{verl['val_benchmark']}.parquet"
+    prepare_validation_parquet(benchmark, paths.val_file, int(verl["val_questions"]))
+    print(
+        f"[train:{policy}] verl data: {stats.questions_written}/{stats.questions_in} questions "
+        f"({stats.questions_dropped_too_long} over {verl['max_prompt_length']} tokens dropped), "
+        f"{stats.rephrasings_too_long}/{stats.rephrasings_in} rephrasings over the limit "
+        "replaced by the original"
+    )
+    run_params = {**params, "backend": "verl", "method": method, "seed": seed, "model": model}
+    tags = {
+        "method": method,
+        "seed": str(seed),
+        "policy": policy,
+        "data_multiple": f"{data_multiple:g}",
+        "backend": "verl",
+    }
+    with stage_run("train", run_params, run_name=f"train-{policy}", tags=tags) as mlflow_run:
+        run_id = mlflow_run.info.run_id if mlflow_run is not None else None
+        command = build_command(method, params, seed, policy, root, model, run_id)
+        log_metrics(stats.as_metrics())
+        print(command.shell())
+        started = time.perf_counter()
+        runner(command.argv, env={**os.environ, **command.env}, cwd=str(root), check=True)
+        seconds = time.perf_counter() - started
+        history = read_metrics_log(paths.metrics_log)
+        if not (paths.export_dir / "config.json").exists():
+            raise RuntimeError(f"verl finished but exported no policy to {paths.export_dir}")
+        summary = summarize(history, {}, seconds) if summarize else {"steps": len(history)}
+        summary.update({"train_seconds": seconds, **stats.as_metrics()})
+        write_history_csv(history, root / "plots" / "train" / f"{policy}.csv")
+        metrics_path = root / "metrics" / f"train_{policy}.json"
+        metrics_path.parent.mkdir(parents=True, exist_ok=True)
+        metrics_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        log_metrics({f"summary/{key}": value for key, value in summary.items()})
+    return summary

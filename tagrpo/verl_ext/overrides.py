@@ -1,0 +1,260 @@
+"""Hydra overrides of ``python -m verl.trainer.main_ppo`` for each method.
+
+The hyper-parameters are the ``train`` section's, shared with the local backend, so one set of
+values drives both; the paper profile sets them to Appendix B (prompt 512, response 3072,
+temperature 1.0, KL loss 0.001, clip 0.2/0.2, batch 256, mini-batch 128, lr 1e-6, 2 epochs)
+and G=8, N=3 (section 5.1). ``train.verl`` holds what only verl needs: GPUs, nodes, model
+path, engine memory and micro-batch sizes.
+
+=====================  ==========  ==============  ================  ==============  ====
+method                 rollout.n   agent loop      adv_estimator     scored under    DS
+=====================  ==========  ==============  ================  ==============  ====
+grpo, grpo_ds          G           single_turn     grpo              q0              ds
+grpo_x4, grpo_x4_ds    (N+1)G      single_turn     grpo              q0              ds
+ta_grpo_star           (N+1)G      tagrpo_agent    grpo (per q^n)    own q^n
+ta_grpo                (N+1)G      tagrpo_agent    grpo (joint)      q0
+avspo                  G           single_turn     avspo             q0
+=====================  ==========  ==============  ================  ==============  ====
+
+Groups are formed by the ``tagrpo_sync`` trainer from the method (the ``ta_grpo_star`` groups
+differ from verl's per-uid ones); the estimator only sees them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tagrpo.algorithms import AVSPOConfig
+from tagrpo.verl_ext import AGENT_LOOP_NAME, PLUGIN_MODULE, REWARD_MODULE, TRAINER_MODE
+from tagrpo.verl_ext.settings import MethodSettings, expected_estimator
+
+# verl-only settings; `train.verl` in params overrides any of them. Engine sizes follow the
+# authors' public scripts (4 GPUs, micro-batches of 8, vLLM at 80% memory, reference offload).
+VERL_DEFAULTS: dict[str, Any] = {
+    "n_gpus_per_node": 4,
+    "nnodes": 1,
+    "model": None,  # None: the policy of train.model (a folder or its hub pointer)
+    "max_prompt_length": 512,
+    "rollout_engine": "vllm",
+    "tensor_parallel_size": 1,
+    "gpu_memory_utilization": 0.8,
+    "micro_batch_size_per_gpu": 8,
+    "log_prob_micro_batch_size_per_gpu": 8,
+    "ref_param_offload": True,
+    "gradient_checkpointing": True,
+    # Eq. 2/4 average each response's token terms (1/|o_i|), then over responses: verl's
+    # seq-mean-token-mean. The authors' scripts kept verl's default token-mean.
+    "loss_agg_mode": "seq-mean-token-mean",
+    "lr_scheduler_type": "cosine",  # the authors' scripts: warm-up ratio 0.1, then cosine
+    "ds_metric": "acc",
+    "max_inflight_gen_batches": 1,
+    "max_ckpt_to_keep": 1,
+    "resume": False,
+    "checkpoint_dir": "checkpoints/verl",
+    "val_benchmark": "math500",
+    "val_questions": 64,
+    "grading_workers": 2,
+    "extra_overrides": [],
+}
+
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
+_RESERVED = {"true", "false", "null", "none", "nan", "inf"}
+
+
+def hydra_value(value: Any) -> str:
+    """A Python value in Hydra's override grammar (strings quoted when needed)."""
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if value is None:
+        return "null"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return "[" + ",".join(hydra_value(item) for item in value) + "]"
+    text = str(value)
+    if _PLAIN.fullmatch(text) and text.lower() not in _RESERVED:
+        return text
+    escaped = text.replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{escaped}'"
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Absolute locations of one run's inputs and outputs."""
+
+    train_file: Path
+    val_file: Path
+    checkpoint_dir: Path
+    export_dir: Path
+    rollout_dir: Path
+    metrics_log: Path  # verl's file logger (JSONL, one line per step)
+
+
+@dataclass(frozen=True)
+class VerlRun:
+    """Everything that identifies one verl training run."""
+
+    method: str
+    seed: int
+    policy: str
+    model: str
+    paths: RunPaths
+    experiment: str = "tagrpo"
+    tracking: bool = True
+    env: Mapping[str, str] = field(default_factory=dict)  # forwarded to every Ray worker
+
+
+def verl_settings(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``train.verl`` merged over :data:`VERL_DEFAULTS` (unknown keys are an error)."""
+    given = dict(params.get("verl") or {})
+    unknown = sorted(set(given) - set(VERL_DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown train.verl keys {unknown}; known: {sorted(VERL_DEFAULTS)}")
+    return {**VERL_DEFAULTS, **given}
+
+
+def method_settings(method: str, params: Mapping[str, Any]) -> MethodSettings:
+    """G, N and AVSPO settings of ``method`` from the ``train`` section."""
+    return MethodSettings(
+        method=method,
+        group_size=int(params.get("group_size", 8)),
+        n_neighbours=int(params.get("n_neighbours", 3)),
+        avspo=AVSPOConfig(**dict(params.get("avspo") or {})),
+    )
+
+
+def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
+    """The Hydra overrides of one run; ``params`` is the train stage's (train + common)."""
+    verl = verl_settings(params)
+    settings = method_settings(run.method, params)
+    spec = settings.spec
+    common = params.get("common") or {}
+    batch = int(params["batch_questions"])
+    mini_batches = int(params.get("mini_batches", 1))
+    if batch % mini_batches:
+        raise ValueError(f"batch_questions {batch} is not a multiple of mini_batches")
+    rollout_n = settings.rollout_n
+    gpus = int(verl["n_gpus_per_node"]) * int(verl["nnodes"])
+    if (batch * rollout_n) % gpus:
+        raise ValueError(f"{batch} x {rollout_n} trajectories do not split over {gpus} GPUs")
+    paths = run.paths
+    values: dict[str, Any] = {
+        "algorithm.adv_estimator": expected_estimator(settings),
+        "algorithm.use_kl_in_reward": False,
+        "algorithm.norm_adv_by_std_in_grpo": True,
+        "algorithm.filter_groups.enable": spec.dynamic_sampling,
+        "data.train_files": str(paths.train_file),
+        "data.val_files": str(paths.val_file),
+        "data.train_batch_size": batch,
+        "data.max_prompt_length": int(verl["max_prompt_length"]),
+        "data.max_response_length": int(params["max_new_tokens"]),
+        "data.filter_overlong_prompts": True,
+        "data.truncation": "error",
+        "data.shuffle": True,
+        "data.seed": run.seed,
+        "actor_rollout_ref.model.path": run.model,
+        "actor_rollout_ref.model.use_remove_padding": True,
+        "actor_rollout_ref.model.enable_gradient_checkpointing": bool(
+            verl["gradient_checkpointing"]
+        ),
+        "actor_rollout_ref.actor.optim.lr": float(params["learning_rate"]),
+        "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": float(
+            params.get("warmup_ratio", 0.0)
+        ),
+        "actor_rollout_ref.actor.optim.lr_scheduler_type": verl["lr_scheduler_type"],
+        "actor_rollout_ref.actor.optim.min_lr_ratio": float(params.get("min_lr_ratio", 0.0)),
+        "actor_rollout_ref.actor.optim.weight_decay": float(params.get("weight_decay", 0.01)),
+        "actor_rollout_ref.actor.optim.clip_grad": float(params.get("grad_clip", 1.0)),
+        "actor_rollout_ref.actor.ppo_mini_batch_size": batch // mini_batches,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": int(
+            verl["micro_batch_size_per_gpu"]
+        ),
+        "actor_rollout_ref.actor.ppo_epochs": 1,
+        "actor_rollout_ref.actor.use_kl_loss": True,
+        "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
+        "actor_rollout_ref.actor.kl_loss_coef": float(params["kl_coef"]),
+        "actor_rollout_ref.actor.clip_ratio_low": float(params["clip_low"]),
+        "actor_rollout_ref.actor.clip_ratio_high": float(params["clip_high"]),
+        "actor_rollout_ref.actor.loss_agg_mode": verl["loss_agg_mode"],
+        "actor_rollout_ref.actor.entropy_coeff": 0,
+        "actor_rollout_ref.actor.data_loader_seed": run.seed,
+        "actor_rollout_ref.actor.checkpoint.save_contents": [
+            "model",
+            "optimizer",
+            "extra",
+            "hf_model",
+        ],
+        "actor_rollout_ref.rollout.name": verl["rollout_engine"],
+        "actor_rollout_ref.rollout.n": rollout_n,
+        "actor_rollout_ref.rollout.temperature": float(params["temperature"]),
+        "actor_rollout_ref.rollout.top_p": float(params.get("top_p", 1.0)),
+        "actor_rollout_ref.rollout.seed": run.seed,
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": int(verl["tensor_parallel_size"]),
+        "actor_rollout_ref.rollout.gpu_memory_utilization": float(verl["gpu_memory_utilization"]),
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": int(
+            verl["log_prob_micro_batch_size_per_gpu"]
+        ),
+        "actor_rollout_ref.rollout.agent.default_agent_loop": (
+            AGENT_LOOP_NAME if spec.use_neighbours else "single_turn_agent"
+        ),
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": int(
+            verl["log_prob_micro_batch_size_per_gpu"]
+        ),
+        "actor_rollout_ref.ref.fsdp_config.param_offload": bool(verl["ref_param_offload"]),
+        "reward.custom_reward_function.path": REWARD_MODULE,
+        "reward.custom_reward_function.name": "compute_score",
+        "trainer.use_v1": True,
+        "trainer.v1.trainer_mode": TRAINER_MODE,
+        "trainer.total_epochs": int(params["epochs"]),
+        "trainer.n_gpus_per_node": int(verl["n_gpus_per_node"]),
+        "trainer.nnodes": int(verl["nnodes"]),
+        "trainer.logger": ["console", "file", *(["mlflow"] if run.tracking else [])],
+        "trainer.project_name": run.experiment,
+        "trainer.experiment_name": f"train-{run.policy}",
+        "trainer.val_before_train": False,
+        "trainer.test_freq": -1,  # evaluation is the evaluate stage's (vLLM, pass@k)
+        # verl is asked every step; the tagrpo_sync trainer keeps the 25/50/75/100% steps.
+        "trainer.save_freq": 1,
+        "trainer.max_actor_ckpt_to_keep": int(verl["max_ckpt_to_keep"]),
+        "trainer.default_local_dir": str(paths.checkpoint_dir),
+        "trainer.resume_mode": "auto" if verl["resume"] else "disable",
+        "trainer.rollout_data_dir": str(paths.rollout_dir),
+    }
+    if spec.anchor == "original":
+        # vLLM's log-probs of neighbour responses are under q^n, not the q0 the ratios use.
+        values["actor_rollout_ref.rollout.calculate_log_probs"] = False
+    if spec.dynamic_sampling:
+        values["algorithm.filter_groups.metric"] = verl["ds_metric"]
+        values["algorithm.filter_groups.max_inflight_gen_batches"] = int(
+            verl["max_inflight_gen_batches"]
+        )
+    if params.get("steps"):
+        values["trainer.total_training_steps"] = int(params["steps"])
+    overrides = [f"{key}={hydra_value(value)}" for key, value in values.items()]
+
+    added: dict[str, Any] = {
+        **{f"algorithm.tagrpo.{k}": v for k, v in settings.as_config().items() if k != "avspo"},
+        "trainer.tagrpo.export_dir": str(paths.export_dir),
+        "trainer.tagrpo.checkpoints": [
+            float(x) for x in params.get("checkpoints", [0.25, 0.5, 0.75, 1.0])
+        ],
+        "reward.custom_reward_function.reward_kwargs.grading_workers": int(verl["grading_workers"]),
+        "reward.custom_reward_function.reward_kwargs.item_timeout_s": float(
+            (common.get("grading") or {}).get("item_timeout_s", 5.0)
+        ),
+    }
+    if spec.avspo:
+        added.update({f"algorithm.tagrpo.avspo.{k}": v for k, v in asdict(settings.avspo).items()})
+    for key, value in (common.get("chat_template_kwargs") or {}).items():
+        added[f"data.apply_chat_template_kwargs.{key}"] = value
+    env = {"VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE, **run.env}
+    for key, value in env.items():
+        added[f"ray_kwargs.ray_init.runtime_env.env_vars.{key}"] = str(value)
+    # `++` adds a key or overrides it: these keys are not in verl's default config.
+    overrides += [f"++{key}={hydra_value(value)}" for key, value in added.items()]
+    overrides += [str(item) for item in verl["extra_overrides"]]
+    return overrides
