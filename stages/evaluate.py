@@ -49,7 +49,11 @@ def make_backend(params: dict[str, Any], model_dir: Path):
         torch.set_num_threads(int(params["common"].get("torch_threads", 2)))
         model, tokenizer = load_causal_lm(model_dir)
         return HFBackend(model, tokenizer, int(params.get("max_batch_sequences", 256)))
-    raise ValueError(f"evaluate.backend {backend!r} is not available (known: hf)")
+    if backend == "vllm":
+        from tagrpo.backends.vllm_backend import make_vllm_backend
+
+        return make_vllm_backend(params, model_dir)
+    raise ValueError(f"evaluate.backend {backend!r} is not available (known: hf, vllm)")
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:

@@ -1,0 +1,233 @@
+"""Sampling with vLLM at paper scale: ``vllm.LLM`` in process, or a ``vllm serve`` endpoint.
+
+Same interface as :class:`tagrpo.backends.hf.HFBackend` (``prompt_text``, ``generate``) and the
+same prompts as training: the policy's chat template with a generation prompt applied to the
+question's chat messages (the paper's Box 2 instruction is in the user turn, built by
+:func:`tagrpo.prompts.chat_messages`), with the ``common.chat_template_kwargs`` that training
+also passes to verl (``data.apply_chat_template_kwargs``). The authors' public evaluation
+drops the chat template; we do not, so evaluation conditions on exactly what training did.
+
+Prompts go to vLLM as token ids (no second tokenisation on the server side). Each problem gets
+its own sampling seed, ``seed * 1_000_003 + position``: the samples of a problem do not depend
+on batch composition or on how many requests ran before it.
+
+``vllm`` and ``openai`` are imported lazily: the CPU environment has neither requirement, and
+tests pass fakes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from tagrpo.backends.base import Completion, Messages, SamplingParams
+
+VLLM_DEFAULTS: dict[str, Any] = {
+    "mode": "offline",  # offline: vllm.LLM in this process | server: a `vllm serve` endpoint
+    "tensor_parallel_size": 1,
+    "gpu_memory_utilization": 0.9,
+    "max_model_len": None,  # None: the model's own context length
+    "dtype": "auto",
+    "enforce_eager": False,
+    "base_url": None,  # server mode, e.g. http://127.0.0.1:8000/v1
+    "served_model": None,  # server mode: the name the server serves (default: the model)
+    "api_key_env": "OPENAI_API_KEY",
+    "concurrency": 32,
+    "timeout_s": 3600,
+}
+
+
+def problem_seed(seed: int, position: int) -> int:
+    """The sampling seed of the problem at ``position`` (fits vLLM's 32-bit seeds)."""
+    return (seed * 1_000_003 + position) % (2**31 - 1)
+
+
+class ChatPrompts:
+    """The chat-templated prompt of a conversation, as text and as token ids."""
+
+    def __init__(self, tokenizer: Any, chat_template_kwargs: Mapping[str, Any] | None = None):
+        self.tokenizer = tokenizer
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+
+    def prompt_text(self, messages: Messages) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False, **self.chat_template_kwargs
+        )
+
+    def prompt_ids(self, messages: Messages) -> list[int]:
+        return list(
+            self.tokenizer(self.prompt_text(messages), add_special_tokens=False)["input_ids"]
+        )
+
+
+class VLLMBackend(ChatPrompts):
+    """:class:`~tagrpo.backends.base.GenerationBackend` over an in-process ``vllm.LLM``."""
+
+    def __init__(
+        self, llm: Any, tokenizer: Any, chat_template_kwargs: Mapping[str, Any] | None = None
+    ) -> None:
+        super().__init__(tokenizer, chat_template_kwargs)
+        self.llm = llm
+        self._vllm = importlib.import_module("vllm")
+
+    def generate(
+        self, conversations: Sequence[Messages], sampling: SamplingParams
+    ) -> list[list[Completion]]:
+        prompts = [{"prompt_token_ids": self.prompt_ids(m)} for m in conversations]
+        params = [
+            self._vllm.SamplingParams(
+                n=sampling.n,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                max_tokens=sampling.max_new_tokens,
+                seed=problem_seed(sampling.seed, position),
+            )
+            for position in range(len(prompts))
+        ]
+        outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
+        if len(outputs) != len(prompts):
+            raise RuntimeError(f"vLLM returned {len(outputs)} results for {len(prompts)} prompts")
+        return [
+            [
+                Completion(
+                    text=choice.text,
+                    num_tokens=len(choice.token_ids),
+                    finished=choice.finish_reason == "stop",
+                    token_ids=tuple(int(t) for t in choice.token_ids),
+                )
+                for choice in output.outputs
+            ]
+            for output in outputs
+        ]
+
+
+class VLLMServerBackend(ChatPrompts):
+    """The same over an OpenAI-compatible ``vllm serve`` endpoint (completions API)."""
+
+    def __init__(
+        self,
+        client: Any,
+        served_model: str,
+        tokenizer: Any,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        concurrency: int = 32,
+    ) -> None:
+        super().__init__(tokenizer, chat_template_kwargs)
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.client = client
+        self.served_model = served_model
+        self.concurrency = concurrency
+
+    def _request(self, prompt_ids: list[int], sampling: SamplingParams, seed: int):
+        return self.client.completions.create(
+            model=self.served_model,
+            prompt=prompt_ids,
+            n=sampling.n,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_tokens=sampling.max_new_tokens,
+            seed=seed,
+            extra_body={"return_token_ids": True},  # vLLM's extension; ignored elsewhere
+        )
+
+    def _completion(self, choice: Any) -> Completion:
+        token_ids = getattr(choice, "token_ids", None)
+        if token_ids is None and getattr(choice, "model_extra", None):
+            token_ids = choice.model_extra.get("token_ids")
+        text = choice.text or ""
+        if token_ids is None:  # a server without the extension: count by re-encoding
+            count = len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            ids: tuple[int, ...] = ()
+        else:
+            ids = tuple(int(t) for t in token_ids)
+            count = len(ids)
+        return Completion(text, count, choice.finish_reason == "stop", ids)
+
+    def generate(
+        self, conversations: Sequence[Messages], sampling: SamplingParams
+    ) -> list[list[Completion]]:
+        prompts = [self.prompt_ids(m) for m in conversations]
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            replies = list(
+                pool.map(
+                    lambda item: self._request(
+                        item[1], sampling, problem_seed(sampling.seed, item[0])
+                    ),
+                    enumerate(prompts),
+                )
+            )
+        results = []
+        for reply in replies:
+            choices = sorted(reply.choices, key=lambda choice: choice.index)
+            if len(choices) != sampling.n:
+                raise RuntimeError(f"the server returned {len(choices)} of {sampling.n} samples")
+            results.append([self._completion(choice) for choice in choices])
+        return results
+
+
+def vllm_settings(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``evaluate.vllm`` merged over :data:`VLLM_DEFAULTS` (unknown keys are an error)."""
+    given = dict(params.get("vllm") or {})
+    unknown = sorted(set(given) - set(VLLM_DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown evaluate.vllm keys {unknown}; known: {sorted(VLLM_DEFAULTS)}")
+    return {**VLLM_DEFAULTS, **given}
+
+
+def model_location(model_dir: str | Path) -> str:
+    """A policy folder with weights, or the hub id its ``pointer.json`` names."""
+    from tagrpo.models import resolve
+
+    source = resolve(model_dir)
+    if source.kind == "hub":
+        return str(source.hub_id)
+    if source.kind == "local":
+        return str(Path(source.path).resolve())
+    raise ValueError(f"vLLM cannot load a {source.kind} model: convert it to a HF folder first")
+
+
+def make_vllm_backend(params: Mapping[str, Any], model_dir: str | Path):
+    """The evaluate stage's ``vllm`` backend for the policy in ``model_dir``."""
+    from transformers import AutoTokenizer
+
+    settings = vllm_settings(params)
+    common = params.get("common") or {}
+    template_kwargs = common.get("chat_template_kwargs") or {}
+    model = model_location(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    if settings["mode"] == "server":
+        if not settings["base_url"]:
+            raise ValueError("evaluate.vllm.base_url is required in server mode")
+        from openai import OpenAI
+
+        client = OpenAI(
+            base_url=settings["base_url"],
+            api_key=os.environ.get(settings["api_key_env"], "EMPTY"),
+            timeout=float(settings["timeout_s"]),
+        )
+        return VLLMServerBackend(
+            client,
+            settings["served_model"] or model,
+            tokenizer,
+            template_kwargs,
+            int(settings["concurrency"]),
+        )
+    if settings["mode"] != "offline":
+        raise ValueError(f"evaluate.vllm.mode must be offline or server, got {settings['mode']!r}")
+    vllm = importlib.import_module("vllm")
+    max_model_len = settings["max_model_len"]
+    llm = vllm.LLM(
+        model=model,
+        seed=int(common.get("seed", 0)),
+        tensor_parallel_size=int(settings["tensor_parallel_size"]),
+        gpu_memory_utilization=float(settings["gpu_memory_utilization"]),
+        max_model_len=None if max_model_len is None else int(max_model_len),
+        dtype=settings["dtype"],
+        enforce_eager=bool(settings["enforce_eager"]),
+    )
+    return VLLMBackend(llm, tokenizer, template_kwargs)
