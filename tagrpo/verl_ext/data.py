@@ -70,8 +70,8 @@ def read_question_rows(path: str | Path, limit: int | None = None) -> list[Quest
     records = table.to_pylist()[:limit] if limit is not None else table.to_pylist()
     questions = []
     for record in records:
-        meta = json.loads(record.pop("meta")) if record.get("meta") else {}
-        questions.append(Question(**record, meta=meta))
+        meta = record.pop("meta", None)
+        questions.append(Question(**record, meta=json.loads(meta) if meta else {}))
     return questions
 
 
