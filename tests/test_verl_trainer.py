@@ -47,7 +47,7 @@ class FakeTQ:
         )
 
     def kv_batch_put(self, keys, partition_id, fields=None, tags=None):
-        for name in fields:  # a TensorDict iterates over its keys
+        for name in fields.keys():  # noqa: SIM118 - iterating a TensorDict yields rows
             for key, value in zip(keys, fields[name].unbind(), strict=True):
                 self.records[key][name] = value
         return KVBatchMeta(keys=list(keys), tags=[{} for _ in keys], partition_id=partition_id)
