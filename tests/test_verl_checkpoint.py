@@ -1,0 +1,124 @@
+"""verl checkpoints to Hugging Face folders: copy, merge fallback, and the trainer's quarters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+from tagrpo.miniworld.tokenizer import train_tokenizer
+from tagrpo.miniworld.warmstart import TinyModelConfig, build_model
+from tagrpo.models import load_causal_lm
+from tagrpo.verl_ext.checkpoint import (
+    actor_dir,
+    export_checkpoint,
+    export_hf,
+    exported_checkpoints,
+    has_weights,
+    merge_command,
+)
+from tagrpo.verl_ext.settings import MethodSettings
+from tagrpo.verl_ext.trainer import TATrainer
+
+
+@pytest.fixture(scope="module")
+def policy():
+    tokenizer = train_tokenizer(["What is 3 + 4?", "The answer is 7."] * 20, vocab_size=280)
+    torch.manual_seed(0)
+    model = build_model(tokenizer, TinyModelConfig(hidden_size=16, intermediate_size=32))
+    return model, tokenizer
+
+
+def write_actor(root: Path, step: int, policy, weights: bool = True) -> Path:
+    """What verl leaves for one step: actor/huggingface with config, tokenizer (and weights)."""
+    model, tokenizer = policy
+    hf = actor_dir(root, step) / "huggingface"
+    if weights:
+        model.save_pretrained(hf)
+    else:
+        model.config.save_pretrained(hf)
+    tokenizer.save_pretrained(hf)
+    (actor_dir(root, step) / "model_world_size_1_rank_0.pt").write_bytes(b"shard")
+    return actor_dir(root, step)
+
+
+def same_weights(a, b) -> bool:
+    first, second = a.state_dict(), b.state_dict()
+    return first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_export_copies_a_full_hf_folder_and_keeps_other_entries(tmp_path, policy) -> None:
+    actor = write_actor(tmp_path / "ckpt", 8, policy)
+    target = tmp_path / "models" / "p"
+    (target / "checkpoints" / "checkpoint-025").mkdir(parents=True)
+    assert export_hf(actor, target) == "copy"
+    loaded, tokenizer = load_causal_lm(target)
+    assert same_weights(loaded, policy[0])
+    assert tokenizer.eos_token == policy[1].eos_token
+    assert (target / "checkpoints" / "checkpoint-025").is_dir()
+    assert not (tmp_path / "models" / ".p.partial").exists()
+
+
+def test_export_merges_shards_with_verls_merger_when_no_weights(tmp_path, policy) -> None:
+    actor = write_actor(tmp_path / "ckpt", 3, policy, weights=False)
+    calls = []
+
+    def fake_merger(argv, check):
+        calls.append(argv)
+        policy[0].save_pretrained(Path(argv[argv.index("--target_dir") + 1]))
+
+    target = tmp_path / "out"
+    assert export_hf(actor, target, runner=fake_merger) == "merge"
+    assert calls == [merge_command(actor, tmp_path / ".out.partial")]
+    assert calls[0][1:6] == ["-m", "verl.model_merger", "merge", "--backend", "fsdp"]
+    assert (target / "tokenizer.json").exists() and has_weights(target)
+
+    def broken_merger(argv, check):
+        Path(argv[argv.index("--target_dir") + 1]).mkdir(parents=True)
+
+    with pytest.raises(RuntimeError, match="no loadable"):
+        export_hf(actor, tmp_path / "other", runner=broken_merger)
+
+
+def test_trainer_saves_and_exports_only_at_the_quarter_steps(tmp_path, policy, monkeypatch):
+    saved = []
+
+    def fake_verl_save(self):  # stands in for verl's FSDP save of self.global_steps
+        saved.append(self.global_steps)
+        write_actor(Path(self.config.trainer.default_local_dir), self.global_steps, policy)
+
+    monkeypatch.setattr(PPOTrainer, "_save_checkpoint", fake_verl_save)
+    trainer = TATrainer.__new__(TATrainer)
+    trainer.ta = MethodSettings("ta_grpo")
+    trainer.total_training_steps = 10
+    export = tmp_path / "models" / "ta_grpo-s0"
+    trainer.config = OmegaConf.create(
+        {
+            "trainer": {
+                "default_local_dir": str(tmp_path / "ckpt"),
+                "tagrpo": {"export_dir": str(export), "checkpoints": [0.25, 0.5, 0.75, 1.0]},
+            }
+        }
+    )
+    for step in range(1, 11):
+        trainer.global_steps = step
+        trainer._save_checkpoint()
+    assert saved == [3, 5, 8, 10]  # ceil(f * 10)
+    assert exported_checkpoints(export) == [
+        "checkpoint-025",
+        "checkpoint-050",
+        "checkpoint-075",
+        "checkpoint-100",
+    ]
+    final, _ = load_causal_lm(export)
+    assert same_weights(final, policy[0])
+
+
+def test_export_checkpoint_writes_the_final_policy_only_when_final(tmp_path, policy) -> None:
+    actor = write_actor(tmp_path / "ckpt", 2, policy)
+    written = export_checkpoint(actor, tmp_path / "m", "checkpoint-050", final=False)
+    assert written == [tmp_path / "m" / "checkpoints" / "checkpoint-050"]
+    assert not (tmp_path / "m" / "config.json").exists()
