@@ -132,7 +132,10 @@ def build_command(
 
 
 def read_metrics_log(path: str | Path) -> list[dict[str, float]]:
-    """verl's file-logger JSONL as one flat record per step (numbers only)."""
+    """verl's file-logger JSONL as one flat record per step (numbers only).
+
+    ``kl`` repeats ``actor/kl_loss`` under the local backend's name.
+    """
     history: dict[int, dict[str, float]] = {}
     for line in Path(path).read_text().splitlines():
         if not line.strip():
@@ -143,6 +146,10 @@ def read_metrics_log(path: str | Path) -> list[dict[str, float]]:
         for key, value in (entry.get("data") or {}).items():
             if isinstance(value, int | float) and not isinstance(value, bool):
                 record[key] = float(value)
+    for record in history.values():
+        # The local backend's name for the per-token KL of the update (its summary reads it).
+        if "actor/kl_loss" in record:
+            record.setdefault("kl", record["actor/kl_loss"])
     return [history[step] for step in sorted(history)]
 
 
@@ -154,7 +161,7 @@ def run_training(
     data_multiple: float = 1.0,
     dry_run: bool = False,
     summarize: Summarize | None = None,
-    runner: Callable[..., Any] = subprocess.run,
+    runner: Callable[..., Any] | None = None,
 ) -> dict[str, float]:
     """Train ``policy`` with verl (see the module docstring); returns the run summary.
 
@@ -196,6 +203,11 @@ def run_training(
         str(params.get("neighbours", "auto")),
         limit=None if base is None else round(data_multiple * int(base)),
     )
+    if stats.questions_written == 0:
+        raise ValueError(
+            f"no training question fits in {verl['max_prompt_length']} prompt tokens "
+            f"({stats.questions_in} read from {params['input']})"
+        )
     benchmark = root / "data" / "processed" / "benchmarks" / f"{verl['val_benchmark']}.parquet"
     prepare_validation_parquet(benchmark, paths.val_file, int(verl["val_questions"]))
     print(
@@ -218,7 +230,8 @@ def run_training(
         log_metrics(stats.as_metrics())
         print(command.shell())
         started = time.perf_counter()
-        runner(command.argv, env={**os.environ, **command.env}, cwd=str(root), check=True)
+        run = runner or subprocess.run
+        run(command.argv, env={**os.environ, **command.env}, cwd=str(root), check=True)
         seconds = time.perf_counter() - started
         history = read_metrics_log(paths.metrics_log)
         if not (paths.export_dir / "config.json").exists():

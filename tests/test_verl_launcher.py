@@ -1,0 +1,171 @@
+"""The verl train path end to end in a scratch project, verl's process replaced by a fake.
+
+The fake does what verl's process does to the outside world: reads the training parquet, logs
+metrics to the MLflow run named by ``MLFLOW_RUN_ID`` and to the file logger, and leaves the
+exported policy. Checked: data preparation, the environment handed to verl, the MLflow run
+(name, tags, verl's metrics in the same run) and the stage outputs of the local backend.
+"""
+
+from __future__ import annotations
+
+import json
+
+import mlflow
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+import yaml
+from mlflow.tracking import MlflowClient
+
+from stages.train import run_summary
+from tagrpo.data.schema import QUESTION_SCHEMA, Question
+from tagrpo.miniworld.tokenizer import train_tokenizer
+from tagrpo.miniworld.warmstart import TinyModelConfig, build_model
+from tagrpo.params import deep_merge, load_params
+from tagrpo.paths import project_root
+from tagrpo.verl_ext.launcher import read_metrics_log, run_training
+from tagrpo.verl_ext.overrides import hydra_value
+
+SOURCE = project_root()
+
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch):
+    """A checkout with the paper profile, a tiny tokenizer as the model and small data."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("TAGRPO_PARENT_RUN_ID", raising=False)
+    tokenizer = train_tokenizer(["What is 3 + 4?", "Add three and four."] * 20, vocab_size=280)
+    tokenizer.save_pretrained(tmp_path / "tiny")
+    params = deep_merge(
+        load_params(SOURCE / "params.yaml"),
+        yaml.safe_load((SOURCE / "profiles" / "paper.yaml").read_text()),
+    )
+    params["train"]["verl"]["model"] = str(tmp_path / "tiny")
+    params["train"]["verl"]["max_prompt_length"] = 200
+    params["common"]["tracking"] = {"enabled": True, "uri": "mlflow.db", "experiment": "t"}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    questions = [
+        Question(f"q{i}", "math", "train", f"What is {i} + 4?", str(i + 4), meta={"i": i})
+        for i in range(3)
+    ]
+    rephrasings = [
+        ["Add four to 0.", "Sum 0 and 4.", "long " * 300],
+        ["Add four to 1.", "Sum 1 and 4.", "Four plus 1?"],
+        ["Add four to 2.", "Sum 2 and 4.", "Four plus 2?"],
+    ]
+    table = pa.Table.from_pylist([q.to_record() for q in questions], schema=QUESTION_SCHEMA)
+    (tmp_path / "data" / "rephrased").mkdir(parents=True)
+    pq.write_table(
+        table.append_column("rephrasings", pa.array(rephrasings)),
+        tmp_path / "data" / "rephrased" / "train.parquet",
+    )
+    (tmp_path / "data" / "processed" / "benchmarks").mkdir(parents=True)
+    pq.write_table(table, tmp_path / "data" / "processed" / "benchmarks" / "math500.parquet")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path, {**params["train"], "common": params["common"]}, tokenizer
+
+
+def test_verl_run_leaves_the_local_backends_outputs_in_one_mlflow_run(scratch) -> None:
+    root, params, tokenizer = scratch
+    seen = {}
+
+    def fake_verl(argv, env, cwd, check):
+        seen.update(argv=argv, env=env, cwd=cwd)
+        rows = pq.read_table(root / "data" / "verl" / "ta_grpo-s0" / "train.parquet")
+        assert rows.num_rows == 3
+        client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+        log = []
+        for step in (1, 2):
+            data = {
+                "original/reward_mean": 0.25 * step,
+                "train/zero_gradient_rate": 0.0,
+                "original/zero_gradient_rate": 1.0 / step,
+                "responses_generated": 96.0 * step,
+                "actor/pg_loss": -0.1 * step,
+                "actor/kl_loss": 0.001 * step,
+            }
+            client.log_metric(
+                env["MLFLOW_RUN_ID"], "actor/pg_loss", data["actor/pg_loss"], step=step
+            )
+            log.append(json.dumps({"step": step, "data": data}))
+        with open(env["VERL_FILE_LOGGER_PATH"], "w") as handle:
+            handle.write("\n".join(log) + "\n")
+        torch.manual_seed(0)
+        model = build_model(tokenizer, TinyModelConfig(hidden_size=16, intermediate_size=32))
+        model.save_pretrained(root / "models" / "ta_grpo-s0")
+
+    summary = run_training(
+        "ta_grpo", 0, "ta_grpo-s0", params, summarize=run_summary, runner=fake_verl
+    )
+
+    env = seen["env"]
+    assert seen["cwd"] == str(root)
+    assert env["VERL_USE_EXTERNAL_MODULES"] == "tagrpo.verl_ext.plugin"
+    assert env["MLFLOW_TRACKING_URI"] == f"sqlite:///{root / 'mlflow.db'}"
+    assert "actor_rollout_ref.rollout.n=32" in seen["argv"]
+    run_id = hydra_value(env["MLFLOW_RUN_ID"])  # quoted when it could read as a number
+    assert f"++ray_kwargs.ray_init.runtime_env.env_vars.MLFLOW_RUN_ID={run_id}" in seen["argv"]
+    # The third rephrasing of q0 is longer than 200 prompt tokens: replaced by q0's text.
+    assert summary["verl_data/rephrasings_too_long"] == 1.0
+    assert summary["verl_data/questions_written"] == 3.0
+    assert summary["steps"] == 2.0 and summary["responses_generated"] == 192.0
+    assert summary["reward_first_quarter"] == 0.25 and summary["reward_last_quarter"] == 0.5
+    assert summary["original/zero_gradient_rate_mean"] == 0.75
+    assert summary["kl_last"] == 0.002
+    assert json.loads((root / "metrics" / "train_ta_grpo-s0.json").read_text()) == summary
+    plot = pd.read_csv(root / "plots" / "train" / "ta_grpo-s0.csv")
+    assert plot["step"].tolist() == [1, 2] and plot["actor/pg_loss"].tolist() == [-0.1, -0.2]
+    train_rows = pq.read_table(root / "data" / "verl" / "ta_grpo-s0" / "train.parquet").to_pylist()
+    assert [
+        m[0]["content"].split("\n")[0] for m in train_rows[0]["extra_info"]["rephrased_prompts"]
+    ] == [
+        "Add four to 0.",
+        "Sum 0 and 4.",
+        "What is 0 + 4?",
+    ]
+
+    mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
+    runs = mlflow.search_runs(experiment_names=["t"], output_format="list")
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.run_id == env["MLFLOW_RUN_ID"]
+    assert run.info.run_name == "train-ta_grpo-s0"
+    tags = run.data.tags
+    assert (tags["method"], tags["seed"], tags["policy"], tags["backend"]) == (
+        "ta_grpo",
+        "0",
+        "ta_grpo-s0",
+        "verl",
+    )
+    assert tags["stage"] == "train" and tags["profile"] == "paper"
+    assert run.data.metrics["actor/pg_loss"] == -0.2  # logged by "verl" into the same run
+    assert run.data.metrics["summary/steps"] == 2.0
+    assert run.data.metrics["verl_data/rephrasings_too_long"] == 1.0
+
+
+def test_a_run_that_exports_no_policy_fails(scratch) -> None:
+    _, params, _ = scratch
+
+    def silent_verl(argv, env, cwd, check):
+        with open(env["VERL_FILE_LOGGER_PATH"], "w") as handle:
+            handle.write(json.dumps({"step": 1, "data": {"x": 1.0}}) + "\n")
+
+    with pytest.raises(RuntimeError, match="exported no policy"):
+        run_training("grpo", 0, "grpo-s0", params, runner=silent_verl)
+
+
+def test_metrics_log_keeps_numbers_and_merges_lines_of_a_step(tmp_path) -> None:
+    path = tmp_path / "log.jsonl"
+    lines = [
+        {"step": 2, "data": {"a": 1, "flag": True, "text": "x"}},
+        {"step": 1, "data": {"a": 0.5}},
+        {"step": 2, "data": {"b": 3.0, "actor/kl_loss": 0.5}},
+    ]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n\n")
+    assert read_metrics_log(path) == [
+        {"step": 1.0, "a": 0.5},
+        {"step": 2.0, "a": 1.0, "b": 3.0, "actor/kl_loss": 0.5, "kl": 0.5},
+    ]
