@@ -63,7 +63,8 @@ def scratch(tmp_path, monkeypatch):
         tmp_path / "data" / "rephrased" / "train.parquet",
     )
     (tmp_path / "data" / "processed" / "benchmarks").mkdir(parents=True)
-    pq.write_table(table, tmp_path / "data" / "processed" / "benchmarks" / "math500.parquet")
+    validation = params["train"]["verl"]["val_benchmark"]
+    pq.write_table(table, tmp_path / "data" / "processed" / "benchmarks" / f"{validation}.parquet")
     monkeypatch.chdir(tmp_path)
     return tmp_path, {**params["train"], "common": params["common"]}, tokenizer
 
