@@ -7,22 +7,17 @@ import contextlib
 import io
 import shlex
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from hydra.core.global_hydra import GlobalHydra
+from verl_helpers import MODEL, ROOT, paper_params, run_for
 
 from tagrpo.algorithms import METHODS
-from tagrpo.params import deep_merge, load_params
-from tagrpo.paths import project_root
 from tagrpo.verl_ext.launcher import build_command
-from tagrpo.verl_ext.overrides import RunPaths, VerlRun, build_overrides, hydra_value
+from tagrpo.verl_ext.overrides import build_overrides, hydra_value
 from tagrpo.verl_ext.settings import refuse_rollout_correction, validate_run
-
-ROOT = project_root()
-MODEL = "Qwen/Qwen3-1.7B"
 
 # method: (rollout.n, default agent loop, adv_estimator, DS on, calculate_log_probs)
 EXPECTED = {
@@ -34,21 +29,6 @@ EXPECTED = {
     "ta_grpo": (32, "tagrpo_agent", "grpo", False, False),
     "avspo": (8, "single_turn_agent", "avspo", False, True),
 }
-
-
-def paper_params() -> dict[str, Any]:
-    """The train stage's params under the paper profile (train section + common)."""
-    merged = deep_merge(
-        load_params(ROOT / "params.yaml"),
-        yaml.safe_load((ROOT / "profiles" / "paper.yaml").read_text()),
-    )
-    return {**merged["train"], "common": merged["common"]}
-
-
-def run_for(method: str, tmp: Path, **env: str) -> VerlRun:
-    names = ["train.parquet", "val.parquet", "ckpt", "models/p", "rollouts/p", "log.jsonl"]
-    paths = RunPaths(*(tmp / "a dir" / name for name in names))
-    return VerlRun(method=method, seed=3, policy=f"{method}-s3", model=MODEL, paths=paths, env=env)
 
 
 def cfg_job(overrides: list[str]) -> dict[str, Any]:

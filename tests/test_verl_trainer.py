@@ -301,3 +301,30 @@ def test_rollout_dumps_only_at_the_quarter_steps(monkeypatch, tmp_path, tokenize
     assert frame["advantage"].tolist() == [-0.25, 0.5]
     assert frame["finished"].tolist() == [True, True]
     assert frame["question_id"].tolist() == ["math/q", "math/q"]
+
+
+@pytest.mark.parametrize("method", ["grpo", "grpo_ds", "ta_grpo", "avspo"])
+def test_trainer_builds_from_the_composed_config_with_verls_sync_buffer(method, tmp_path) -> None:
+    """The real constructor (no Ray): sync replay buffer, DS filter on `acc` only for DS."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+    from verl_helpers import paper_params, run_for
+
+    from tagrpo.verl_ext.overrides import build_overrides
+
+    GlobalHydra.instance().clear()
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        overrides = build_overrides(run_for(method, tmp_path), paper_params())
+        config = compose("ppo_trainer", overrides=overrides)
+        wrong = compose("ppo_trainer", overrides=[*overrides, "algorithm.use_kl_in_reward=True"])
+    GlobalHydra.instance().clear()
+    trainer = TATrainer(config)
+    assert trainer.trainer_mode == "sync" and type(trainer.replay_buffer) is ReplayBuffer
+    ds = method == "grpo_ds"
+    assert trainer.replay_buffer.filter_groups_metric == ("acc" if ds else None)
+    assert trainer.replay_buffer.gen_batch_size == (1 if ds else 256)
+    assert trainer.ta.method == method
+    assert (trainer.threshold is not None) == (method == "avspo")
+    with pytest.raises(ValueError, match="use_kl_in_reward must be False"):
+        TATrainer(wrong)
