@@ -220,3 +220,18 @@ def test_dry_run_is_refused_for_the_local_backend(monkeypatch) -> None:
     monkeypatch.setattr(train_stage, "stage_params", lambda section: params)
     with pytest.raises(SystemExit):
         train_stage.main(["--method", "grpo", "--dry-run"])
+
+
+def test_chat_template_options_reach_verls_data_config(tmp_path) -> None:
+    """The same `common.chat_template_kwargs` the vLLM evaluation uses (test_vllm_backend)."""
+    params = paper_params()
+    params["common"] = {**params["common"], "chat_template_kwargs": {"enable_thinking": False}}
+    cfg = cfg_job(build_overrides(run_for("ta_grpo", tmp_path), params))
+    assert cfg["data"]["apply_chat_template_kwargs"] == {"enable_thinking": False}
+    steps = {**paper_params(), "steps": 5}
+    assert (
+        cfg_job(build_overrides(run_for("grpo", tmp_path), steps))["trainer"][
+            "total_training_steps"
+        ]
+        == 5
+    )
