@@ -98,6 +98,8 @@ def _values(column: Any) -> list[Any]:
 class TATrainer(PPOTrainerSync):
     """The sync V1 trainer for every method of the paper (see the module docstring)."""
 
+    responses_generated: float = 0.0  # sampled by this process, DS refills included
+
     def __init__(self, config: Any) -> None:
         self.ta = validate_run(config)
         self.threshold = AdaptiveThreshold(self.ta.avspo) if self.ta.spec.avspo else None
@@ -167,8 +169,8 @@ class TATrainer(PPOTrainerSync):
             metrics.update(ds)
             extra_groups = ds["ds/dropped_groups"] + ds["ds/discarded_surplus_groups"]
             generated += extra_groups * self.ta.rollout_n
-        # Cumulative responses sampled by this process (the local backend's budget metric).
-        self.responses_generated = getattr(self, "responses_generated", 0.0) + generated
+        # Cumulative, the local backend's budget metric (counts again from 0 after a resume).
+        self.responses_generated += generated
         metrics["responses_generated"] = self.responses_generated
         return batch
 
