@@ -1,8 +1,8 @@
 """DVC stage ``report``: ``reports/report.md`` and its figures, from the stages' metrics.
 
-Reads the data counts, the base model's signal figures and every policy's pass@k table, and
-writes a Markdown report with a Table 1-style pass@k table, the full pass@k table with
-bootstrap CIs, and pass@k curves (PNG).
+Reads the data counts, the equivalence stage's section, the base model's signal figures, the
+training summaries and every policy's pass@k table, and writes a Markdown report with a
+Table 1-style pass@k table, the full pass@k table with bootstrap CIs, and pass@k curves (PNG).
 """
 
 from __future__ import annotations
@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> Path:
     root = project_root()
     with stage_run("report", params) as run:
         counts = json.loads((root / "metrics/data.json").read_text())
+        equivalence = (root / "reports/sections/equivalence.md").read_text().strip()
         base = json.loads((root / "metrics/base_model.json").read_text())
         phrasings = pd.read_csv(root / "plots/base_model_phrasings.csv")
         passk_files = sorted((root / "evals").glob("*/passk.csv"))
@@ -129,6 +130,8 @@ def main(argv: list[str] | None = None) -> Path:
             "`dvc repro`; every number below comes from this run's stage outputs.",
             "",
             data_section(counts),
+            "",
+            equivalence,
             "",
             base_model_section(base, phrasings),
             "",

@@ -7,6 +7,7 @@ about a minute on 2 cores; the numbers it produces are meaningless, their bookke
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -35,6 +36,50 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 1200) ->
     return result.stdout + result.stderr
 
 
+def dvc_out_paths(dvc_yaml: dict) -> set[str]:
+    """Every outs/metrics/plots path of dvc.yaml's stages, with matrix stages expanded."""
+    paths: set[str] = set()
+    for stage in dvc_yaml["stages"].values():
+        entries = [
+            next(iter(entry)) if isinstance(entry, dict) else entry
+            for key in ("outs", "metrics", "plots")
+            for entry in stage.get(key, [])
+        ]
+        matrix = stage.get("matrix", {})
+        combos = [
+            dict(zip(matrix, values, strict=True)) for values in itertools.product(*matrix.values())
+        ]
+        for combo in combos or [{}]:
+            for entry in entries:
+                for name, value in combo.items():
+                    entry = entry.replace(f"${{item.{name}}}", str(value))
+                paths.add(entry)
+    return paths
+
+
+def test_dvc_out_paths_expand_matrices() -> None:
+    paths = dvc_out_paths(
+        {
+            "stages": {
+                "a": {"outs": ["data/x", {"r.md": {"cache": False}}]},
+                "t": {
+                    "matrix": {"m": ["p", "q"], "s": [0]},
+                    "outs": ["models/${item.m}-s${item.s}"],
+                    "metrics": [{"metrics/${item.m}.json": {"cache": False}}],
+                },
+            }
+        }
+    )
+    assert paths == {
+        "data/x",
+        "r.md",
+        "models/p-s0",
+        "models/q-s0",
+        "metrics/p.json",
+        "metrics/q.json",
+    }
+
+
 @pytest.fixture(scope="module")
 def smoke_checkout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     """Tracked and new (not ignored) files of this tree, as a fresh git repo, smoke params."""
@@ -51,8 +96,15 @@ def smoke_checkout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict
         if source.is_file():
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
-    # Outputs committed from the last full run must not satisfy the smoke run.
+    # Outputs of the last full run (committed metrics, or stage outputs lying in this tree)
+    # must neither satisfy the smoke run nor be committed to its git repo.
     (target / "dvc.lock").unlink(missing_ok=True)
+    for out in dvc_out_paths(yaml.safe_load((ROOT / "dvc.yaml").read_text())):
+        path = target / out
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
     env = {
         key: value
         for key, value in os.environ.items()
@@ -93,6 +145,7 @@ def test_dvc_repro_runs_every_stage_and_reconciles(smoke_checkout) -> None:
 
     report = (checkout / "reports" / "report.md").read_text()
     assert "pass@4" in report and "train/miniworld" in report
+    assert "## Rephrasings and their equivalence checks" in report
     assert (checkout / "reports" / "figures" / "passk_curves.png").stat().st_size > 1000
 
     # Every stage run is in the project's MLflow store, tagged with stage and commit.

@@ -135,6 +135,7 @@ def read_questions(path: str) -> list[Question]:
 
     questions = []
     for record in pq.read_table(path).to_pylist():
-        meta = json.loads(record.pop("meta")) if record.get("meta") else {}
+        raw_meta = record.pop("meta", None)  # null when a source has no extras
+        meta = json.loads(raw_meta) if raw_meta else {}
         questions.append(Question(**record, meta=meta))
     return questions

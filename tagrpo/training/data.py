@@ -75,7 +75,8 @@ def _read(path: Path) -> tuple[list[Question], list[list[str]] | None]:
     for record in table.to_pylist():
         neighbours = record.pop("rephrasings", None)
         record.pop("rephrasings_fallback", None)
-        meta = json.loads(record.pop("meta")) if record.get("meta") else {}
+        raw_meta = record.pop("meta", None)  # null when a source has no extras
+        meta = json.loads(raw_meta) if raw_meta else {}
         questions.append(Question(**record, meta=meta))
         rephrasings.append(list(neighbours or []))
     return questions, (rephrasings if has_column else None)
