@@ -18,6 +18,7 @@ from stages import (  # noqa: E402
     base_model,
     check_equivalence,
     data,
+    diagnostics,
     evaluate,
     rephrase,
     report,
@@ -57,6 +58,11 @@ def evaluate_flow(policy: str = "base", model: str = "models/base") -> dict:
     return evaluate.main(["--policy", policy, "--model", model])
 
 
+@flow(name="stage-diagnostics", log_prints=True)
+def diagnostics_flow() -> dict:
+    return diagnostics.main([])
+
+
 @flow(name="stage-report", log_prints=True)
 def report_flow() -> str:
     return str(report.main([]))
@@ -69,6 +75,7 @@ STAGE_FLOWS = {
     "check_equivalence": check_equivalence_flow,
     "train": train_flow,
     "evaluate": evaluate_flow,
+    "diagnostics": diagnostics_flow,
     "report": report_flow,
 }
 

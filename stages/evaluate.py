@@ -14,7 +14,6 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 from tagrpo.env import apply_offline_defaults
 
@@ -38,24 +37,6 @@ def load_benchmarks(directory: Path, limit: int | None) -> dict[str, list]:
     return benchmarks
 
 
-def make_backend(params: dict[str, Any], model_dir: Path):
-    backend = params.get("backend", "hf")
-    if backend == "hf":
-        import torch
-
-        from tagrpo.backends.hf import HFBackend
-        from tagrpo.models import load_causal_lm
-
-        torch.set_num_threads(int(params["common"].get("torch_threads", 2)))
-        model, tokenizer = load_causal_lm(model_dir)
-        return HFBackend(model, tokenizer, int(params.get("max_batch_sequences", 256)))
-    if backend == "vllm":
-        from tagrpo.backends.vllm_backend import make_vllm_backend
-
-        return make_vllm_backend(params, model_dir)
-    raise ValueError(f"evaluate.backend {backend!r} is not available (known: hf, vllm)")
-
-
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policy", default="base", help="name used in outputs and MLflow")
@@ -66,6 +47,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     args = parser.parse_args(argv)
 
     from tagrpo.backends.base import SamplingParams
+    from tagrpo.backends.factory import make_backend
     from tagrpo.evaluation.grader import make_grade_fn
     from tagrpo.evaluation.runner import evaluate
 

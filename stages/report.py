@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> Path:
     with stage_run("report", params) as run:
         counts = json.loads((root / "metrics/data.json").read_text())
         equivalence = (root / "reports/sections/equivalence.md").read_text().strip()
+        diagnostics = (root / "reports/sections/diagnostics.md").read_text().strip()
         base = json.loads((root / "metrics/base_model.json").read_text())
         phrasings = pd.read_csv(root / "plots/base_model_phrasings.csv")
         passk_files = sorted((root / "evals").glob("*/passk.csv"))
@@ -136,6 +137,8 @@ def main(argv: list[str] | None = None) -> Path:
             base_model_section(base, phrasings),
             "",
             training_section(load_training_summaries(root / "metrics")),
+            "",
+            diagnostics,
             "",
             f"## pass@{largest_k} (percent), as in the paper's Table 1",
             "",

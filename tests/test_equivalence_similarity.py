@@ -65,3 +65,15 @@ def test_checker_rejects_low_similarity_with_the_score(scorer) -> None:
     ]
     assert verdicts[0].similarity > 0.7 and verdicts[1].similarity < THRESHOLD
     assert verdicts[1].detail == f"cosine {verdicts[1].similarity:.3f} < 0.2"
+
+
+def test_embed_returns_unit_rows_in_order_and_reuses_repeated_texts(scorer) -> None:
+    import numpy as np
+
+    texts = ["The answer is 7.", "I think it is 12.", "The answer is 7."]
+    vectors = scorer.embed(texts)
+    assert vectors.shape == (3, 384)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert np.array_equal(vectors[0], vectors[2])
+    assert not np.allclose(vectors[0], vectors[1])
+    assert scorer.embed([]).shape == (0, 384)

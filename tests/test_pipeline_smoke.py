@@ -146,6 +146,12 @@ def test_dvc_repro_runs_every_stage_and_reconciles(smoke_checkout) -> None:
     report = (checkout / "reports" / "report.md").read_text()
     assert "pass@4" in report and "train/miniworld" in report
     assert "## Rephrasings and their equivalence checks" in report
+    assert "## Diagnostics: gradient vanishing and response diversity" in report
+    assert report.count("| ta_grpo-s0 |") >= 3  # base, 50%, 100% (2 training steps)
+    diagnostics = json.loads((checkout / "metrics" / "diagnostics.json").read_text())
+    assert diagnostics["questions"] == 4.0
+    assert 0.0 <= diagnostics["ta_grpo-s0/checkpoint-100/joint/zero_gradient_rate"] <= 1.0
+    assert (checkout / "reports" / "diagnostics.png").stat().st_size > 1000
     assert (checkout / "reports" / "figures" / "passk_curves.png").stat().st_size > 1000
 
     # Every stage run is in the project's MLflow store, tagged with stage and commit.
@@ -158,7 +164,7 @@ def test_dvc_repro_runs_every_stage_and_reconciles(smoke_checkout) -> None:
     for run, key, value in tags:
         by_run.setdefault(run, {})[key] = value
     stage_tags = {tags.get("stage") for tags in by_run.values()}
-    assert {"data", "base_model", "evaluate", "report"} <= stage_tags
+    assert {"data", "base_model", "train", "evaluate", "diagnostics", "report"} <= stage_tags
     assert {tags.get("git_commit") for tags in by_run.values()} == {head}
 
     # Nothing changed: the second repro reruns nothing.

@@ -19,8 +19,8 @@ import pytest
 import torch
 from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
 
-from stages.evaluate import make_backend
 from tagrpo.backends.base import SamplingParams
+from tagrpo.backends.factory import make_backend
 from tagrpo.backends.vllm_backend import (
     VLLMBackend,
     VLLMServerBackend,

@@ -65,6 +65,13 @@ class SimilarityScorer:
         )
         self._cache.update(zip(missing, vectors, strict=True))
 
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit-norm embeddings of ``texts`` (rows in order; each distinct text encoded once)."""
+        self._embed(texts)
+        if not texts:
+            return np.zeros((0, self._model.get_sentence_embedding_dimension()), dtype=np.float32)
+        return np.stack([self._cache[text] for text in texts])
+
     def scores(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
         """Cosine similarity per (original, rephrasing) pair, in order."""
         if not pairs:

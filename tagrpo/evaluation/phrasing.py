@@ -41,6 +41,7 @@ class PhrasedQuestion:
     answer_kind: str
     phrasings: Mapping[str, str]
     original: str
+    choices: Sequence[str] | None = None  # multiple choice: listed under every phrasing
 
 
 def sample_phrasings(
@@ -53,7 +54,8 @@ def sample_phrasings(
     conversations, keys = [], []
     for question in questions:
         for label, text in question.phrasings.items():
-            conversations.append(chat_messages(text))
+            choices = list(question.choices) if question.choices else None
+            conversations.append(chat_messages(text, choices))
             keys.append((question, label))
     completions = backend.generate(conversations, sampling)
     rows = []
