@@ -100,7 +100,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--report-section", default="reports/sections/equivalence.md")
     args = parser.parse_args(argv)
 
-    from stages.rephrase import open_cache, rephrase_settings
     from tagrpo.data.schema import read_questions, write_rejections
     from tagrpo.equivalence.dataset import write_rephrased
     from tagrpo.equivalence.policy import (
@@ -111,6 +110,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     from tagrpo.equivalence.report import flatten_metrics, report_section, summarize
     from tagrpo.rephrase.generate import make_rephraser, read_candidates
+    from tagrpo.rephrase.settings import open_cache, rephrase_settings
 
     params = stage_params("check_equivalence")
     rephrase_params = rephrase_settings(

@@ -31,27 +31,9 @@ from tagrpo.env import apply_offline_defaults
 apply_offline_defaults()
 
 from tagrpo.params import stage_params  # noqa: E402
-from tagrpo.paths import home_root, project_root, resolve_path  # noqa: E402
+from tagrpo.paths import project_root  # noqa: E402
+from tagrpo.rephrase.settings import open_cache, rephrase_settings  # noqa: E402
 from tagrpo.tracking import log_metrics, stage_run  # noqa: E402
-
-CACHE_FILE = "replies.sqlite"
-
-
-def open_cache(params: dict[str, Any]) -> Any:
-    """The reply cache of a model backend (None for the rules backend, which needs none)."""
-    if params.get("backend", "rules") == "rules":
-        return None
-    from tagrpo.rephrase.cache import ReplyCache
-
-    directory = resolve_path(params.get("cache_dir", ".cache/rephrase"), base=home_root())
-    return ReplyCache(directory / CACHE_FILE)
-
-
-def rephrase_settings(params: dict[str, Any]) -> dict[str, Any]:
-    """The ``rephrase`` section with the seed filled in from ``common.seed``."""
-    settings = {key: value for key, value in params.items() if key != "common"}
-    settings["seed"] = int(params.get("common", {}).get("seed", 0))
-    return settings
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -1,60 +1,22 @@
 """The real DAG, end to end, at smoke scale: `dvc repro` in a copy of this working tree.
 
 This is the only test that runs the stages as DVC runs them (separate processes, params from
-params.yaml, outputs checked against dvc.yaml). It uses ``profiles/smoke.yaml`` so it takes
-about a minute on 2 cores; the numbers it produces are meaningless, their bookkeeping is not.
+params.yaml, outputs checked against dvc.yaml). It uses ``profiles/smoke.yaml``: every stage of
+the DAG in about five minutes on 2 cores; its numbers mean nothing, their bookkeeping does.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
-import shutil
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-
-from tagrpo.paths import project_root
+from scratch_project import ROOT, dvc_out_paths, run_checked, scratch_project
 
 pytestmark = pytest.mark.slow
-
-ROOT = project_root()
-
-
-def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 1200) -> str:
-    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    if result.returncode != 0:
-        raise AssertionError(
-            f"{' '.join(cmd)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n"
-            f"{result.stderr[-4000:]}"
-        )
-    return result.stdout + result.stderr
-
-
-def dvc_out_paths(dvc_yaml: dict) -> set[str]:
-    """Every outs/metrics/plots path of dvc.yaml's stages, with matrix stages expanded."""
-    paths: set[str] = set()
-    for stage in dvc_yaml["stages"].values():
-        entries = [
-            next(iter(entry)) if isinstance(entry, dict) else entry
-            for key in ("outs", "metrics", "plots")
-            for entry in stage.get(key, [])
-        ]
-        matrix = stage.get("matrix", {})
-        combos = [
-            dict(zip(matrix, values, strict=True)) for values in itertools.product(*matrix.values())
-        ]
-        for combo in combos or [{}]:
-            for entry in entries:
-                for name, value in combo.items():
-                    entry = entry.replace(f"${{item.{name}}}", str(value))
-                paths.add(entry)
-    return paths
 
 
 def test_dvc_out_paths_expand_matrices() -> None:
@@ -82,49 +44,14 @@ def test_dvc_out_paths_expand_matrices() -> None:
 
 @pytest.fixture(scope="module")
 def smoke_checkout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    """Tracked and new (not ignored) files of this tree, as a fresh git repo, smoke params."""
+    """This tree as a fresh git repo without outputs, with the smoke profile applied."""
     target = tmp_path_factory.mktemp("checkout")
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split("\0")
-    for name in filter(None, listed):
-        source = ROOT / name
-        if source.is_file():
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target / name)
-    # Outputs of the last full run (committed metrics, or stage outputs lying in this tree)
-    # must neither satisfy the smoke run nor be committed to its git repo.
-    (target / "dvc.lock").unlink(missing_ok=True)
-    for out in dvc_out_paths(yaml.safe_load((ROOT / "dvc.yaml").read_text())):
-        path = target / out
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("MLFLOW_", "TAGRPO_", "DVC_", "VIRTUAL_ENV"))
-    }
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["DVC_NO_ANALYTICS"] = "1"
-    git = ["git", "-c", "user.name=smoke", "-c", "user.email=smoke@example.invalid"]
-    _run([*git, "init", "-q"], target, env)
-    _run(
-        [sys.executable, "-m", "tagrpo.cli", "params", "apply", "profiles/smoke.yaml"], target, env
-    )
-    _run([*git, "add", "-A"], target, env)
-    _run([*git, "commit", "-q", "-m", "smoke"], target, env)
-    return target, env
+    return target, scratch_project(target, "profiles/smoke.yaml")
 
 
 def test_dvc_repro_runs_every_stage_and_reconciles(smoke_checkout) -> None:
     checkout, env = smoke_checkout
-    log = _run(["dvc", "repro"], checkout, env)
+    log = run_checked(["dvc", "repro"], checkout, env)
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     for name in stages:
         assert f"'{name}" in log, f"stage {name} did not run"
@@ -155,7 +82,7 @@ def test_dvc_repro_runs_every_stage_and_reconciles(smoke_checkout) -> None:
     assert (checkout / "reports" / "figures" / "passk_curves.png").stat().st_size > 1000
 
     # Every stage run is in the project's MLflow store, tagged with stage and commit.
-    head = _run(["git", "rev-parse", "HEAD"], checkout, env).strip()
+    head = run_checked(["git", "rev-parse", "HEAD"], checkout, env).strip()
     with sqlite3.connect(checkout / "mlflow.db") as db:
         tags = db.execute(
             "SELECT r.run_uuid, t.key, t.value FROM runs r JOIN tags t ON r.run_uuid = t.run_uuid"
@@ -168,7 +95,7 @@ def test_dvc_repro_runs_every_stage_and_reconciles(smoke_checkout) -> None:
     assert {tags.get("git_commit") for tags in by_run.values()} == {head}
 
     # Nothing changed: the second repro reruns nothing.
-    again = _run(["dvc", "repro"], checkout, env)
+    again = run_checked(["dvc", "repro"], checkout, env)
     assert "Data and pipelines are up to date" in again
 
 
@@ -182,7 +109,7 @@ def test_prefect_pipeline_flow_runs_dvc_under_a_parent_run(smoke_checkout) -> No
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
         "DO_NOT_TRACK": "true",
     }
-    output = _run([sys.executable, "-m", "flows.pipeline"], checkout, env)
+    output = run_checked([sys.executable, "-m", "flows.pipeline"], checkout, env)
     # The flow prints its metrics as indented JSON; Prefect's own log lines surround it.
     flat, _ = json.JSONDecoder().raw_decode(output, output.index('{\n "'))
     assert "eval_base.mini_arith/pass@1" in flat

@@ -1,0 +1,91 @@
+"""A copy of this working tree as a fresh git repo without any stage output, for DVC runs.
+
+Copies the tracked and new (not ignored) files, deletes every output dvc.yaml declares (so a
+committed metric or an output lying in the tree cannot satisfy a stage) and dvc.lock, applies
+a params profile and commits, so stage runs are tagged with a real commit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tagrpo.paths import project_root
+
+ROOT = project_root()
+
+
+def run_checked(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 1800) -> str:
+    """Run ``cmd``; its output, or an AssertionError with the tail of both streams."""
+    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(cmd)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n"
+            f"{result.stderr[-4000:]}"
+        )
+    return result.stdout + result.stderr
+
+
+def dvc_out_paths(dvc_yaml: dict) -> set[str]:
+    """Every outs/metrics/plots path of dvc.yaml's stages, with matrix stages expanded."""
+    paths: set[str] = set()
+    for stage in dvc_yaml["stages"].values():
+        entries = [
+            next(iter(entry)) if isinstance(entry, dict) else entry
+            for key in ("outs", "metrics", "plots")
+            for entry in stage.get(key, [])
+        ]
+        matrix = stage.get("matrix", {})
+        combos = [
+            dict(zip(matrix, values, strict=True)) for values in itertools.product(*matrix.values())
+        ]
+        for combo in combos or [{}]:
+            for entry in entries:
+                for name, value in combo.items():
+                    entry = entry.replace(f"${{item.{name}}}", str(value))
+                paths.add(entry)
+    return paths
+
+
+def scratch_project(target: Path, profile: str | None = None) -> dict[str, str]:
+    """Build the scratch repo in ``target``; the environment to run dvc and stages in it."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
+    for name in filter(None, listed):
+        source = ROOT / name
+        if source.is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+    (target / "dvc.lock").unlink(missing_ok=True)
+    for out in dvc_out_paths(yaml.safe_load((ROOT / "dvc.yaml").read_text())):
+        path = target / out
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("MLFLOW_", "TAGRPO_", "DVC_", "VIRTUAL_ENV"))
+    }
+    # Stage commands call `python`: this interpreter's environment, as `make` arranges.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["DVC_NO_ANALYTICS"] = "1"
+    git = ["git", "-c", "user.name=scratch", "-c", "user.email=scratch@example.invalid"]
+    run_checked([*git, "init", "-q"], target, env)
+    if profile is not None:
+        run_checked([sys.executable, "-m", "tagrpo.cli", "params", "apply", profile], target, env)
+    run_checked([*git, "add", "-A"], target, env)
+    run_checked([*git, "commit", "-q", "-m", "scratch"], target, env)
+    return env
