@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from tagrpo.dvc_outputs import pipeline_outputs
 from tagrpo.paths import home_root, resolve_path
 
 PARENT_RUN_ENV = "TAGRPO_PARENT_RUN_ID"
@@ -35,14 +36,21 @@ def tracking_uri(configured: str | None = None) -> str:
 
 
 def git_state(cwd: Path | None = None) -> dict[str, str]:
-    """Commit sha and whether the work tree differs from it ("unknown" outside git)."""
-    where = str(cwd or home_root())
+    """Commit sha and whether the work tree differs from it ("unknown" outside git).
+
+    Dirty means tracked code, params or data differ from the commit. What the pipeline itself
+    writes (``dvc.lock`` and the outputs dvc.yaml declares, e.g. committed metrics) does not
+    count: a stage runs while earlier stages of the same ``dvc repro`` are rewriting them.
+    """
+    where = cwd or home_root()
+    written = sorted({"dvc.lock", *pipeline_outputs(where)})
+    pathspec = [":/", *(f":(exclude){path}" for path in written)]
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", *pathspec],
             cwd=where,
             capture_output=True,
             text=True,

@@ -7,7 +7,6 @@ a params profile and commits, so stage runs are tagged with a real commit.
 
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from tagrpo.dvc_outputs import dvc_out_paths
 from tagrpo.paths import project_root
 
 ROOT = project_root()
@@ -30,27 +30,6 @@ def run_checked(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 1
             f"{result.stderr[-4000:]}"
         )
     return result.stdout + result.stderr
-
-
-def dvc_out_paths(dvc_yaml: dict) -> set[str]:
-    """Every outs/metrics/plots path of dvc.yaml's stages, with matrix stages expanded."""
-    paths: set[str] = set()
-    for stage in dvc_yaml["stages"].values():
-        entries = [
-            next(iter(entry)) if isinstance(entry, dict) else entry
-            for key in ("outs", "metrics", "plots")
-            for entry in stage.get(key, [])
-        ]
-        matrix = stage.get("matrix", {})
-        combos = [
-            dict(zip(matrix, values, strict=True)) for values in itertools.product(*matrix.values())
-        ]
-        for combo in combos or [{}]:
-            for entry in entries:
-                for name, value in combo.items():
-                    entry = entry.replace(f"${{item.{name}}}", str(value))
-                paths.add(entry)
-    return paths
 
 
 def scratch_project(target: Path, profile: str | None = None) -> dict[str, str]:

@@ -14,32 +14,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from scratch_project import ROOT, dvc_out_paths, run_checked, scratch_project
+from scratch_project import ROOT, run_checked, scratch_project
 
 pytestmark = pytest.mark.slow
-
-
-def test_dvc_out_paths_expand_matrices() -> None:
-    paths = dvc_out_paths(
-        {
-            "stages": {
-                "a": {"outs": ["data/x", {"r.md": {"cache": False}}]},
-                "t": {
-                    "matrix": {"m": ["p", "q"], "s": [0]},
-                    "outs": ["models/${item.m}-s${item.s}"],
-                    "metrics": [{"metrics/${item.m}.json": {"cache": False}}],
-                },
-            }
-        }
-    )
-    assert paths == {
-        "data/x",
-        "r.md",
-        "models/p-s0",
-        "models/q-s0",
-        "metrics/p.json",
-        "metrics/q.json",
-    }
 
 
 @pytest.fixture(scope="module")
