@@ -6,13 +6,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from tagrpo.report.markdown import markdown_table
+from tagrpo.evaluation.diagnostics import distance_summary
+from tagrpo.report.markdown import markdown_table, percent
 
 SET_COLOURS = {"original": "#4C72B0", "neighbours": "#DD8452"}
-
-
-def _pct(value: float) -> str:
-    return "n/a" if value != value else f"{100 * value:.1f}"
 
 
 def diagnostics_table(zero_gradient: pd.DataFrame, distances: pd.DataFrame) -> str:
@@ -32,27 +29,21 @@ def diagnostics_table(zero_gradient: pd.DataFrame, distances: pd.DataFrame) -> s
     for (policy, checkpoint), frame in zero_gradient.groupby(["policy", "label"], sort=False):
         by = {row.grouping: row for row in frame.itertuples()}
         spread = distances[(distances["policy"] == policy) & (distances["label"] == checkpoint)]
-        means = spread.groupby("response_set")["mean_distance"].mean()
-        paired = spread.pivot(index="question_id", columns="response_set", values="mean_distance")
-        paired = paired.dropna()
-        more = (
-            float((paired["neighbours"] > paired["original"]).mean())
-            if {"original", "neighbours"} <= set(paired.columns) and len(paired)
-            else float("nan")
-        )
+        summary = distance_summary(spread)
         original, neighbours, joint = by["original"], by.get("neighbours"), by.get("joint")
+        neighbour_success = neighbours.success if neighbours else None
         rows.append(
             [
                 policy,
                 checkpoint,
-                f"{_pct(original.success)} / {_pct(neighbours.success if neighbours else 0)}",
-                _pct(original.zero_gradient_rate),
-                f"{_pct(original.all_correct_rate)} / {_pct(original.all_wrong_rate)}",
-                _pct(neighbours.zero_gradient_rate) if neighbours else "n/a",
-                _pct(joint.zero_gradient_rate) if joint else "n/a",
-                f"{means.get('original', float('nan')):.3f} / "
-                f"{means.get('neighbours', float('nan')):.3f}",
-                _pct(more),
+                f"{percent(original.success)} / {percent(neighbour_success)}",
+                percent(original.zero_gradient_rate),
+                f"{percent(original.all_correct_rate)} / {percent(original.all_wrong_rate)}",
+                percent(neighbours.zero_gradient_rate) if neighbours else "n/a",
+                percent(joint.zero_gradient_rate) if joint else "n/a",
+                f"{summary['original/distance_mean']:.3f} / "
+                f"{summary['neighbours/distance_mean']:.3f}",
+                percent(summary["neighbours_more_diverse_rate"]),
             ]
         )
     return markdown_table(header, rows)

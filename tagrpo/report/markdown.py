@@ -20,6 +20,11 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+def percent(value: float | None) -> str:
+    """A share as a percentage with one decimal; ``n/a`` for a missing or NaN value."""
+    return "n/a" if value is None or value != value else f"{100 * value:.1f}"
+
+
 def table1(passk: pd.DataFrame, k: int, groups: Mapping[str, Sequence[str]]) -> str:
     """pass@k in percent, one row per policy: each group's benchmarks then its average."""
     at_k = passk[passk["k"] == k]

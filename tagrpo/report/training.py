@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from tagrpo.report.markdown import markdown_table
+from tagrpo.report.markdown import markdown_table, percent
 
 
 def load_training_summaries(directory: str | Path) -> dict[str, dict[str, float]]:
@@ -15,10 +15,6 @@ def load_training_summaries(directory: str | Path) -> dict[str, dict[str, float]
     for path in sorted(Path(directory).glob("train_*.json")):
         summaries[path.stem.removeprefix("train_")] = json.loads(path.read_text())
     return summaries
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None or value != value else f"{100 * value:.1f}"
 
 
 def training_section(summaries: Mapping[str, Mapping[str, float]]) -> str:
@@ -41,7 +37,7 @@ def training_section(summaries: Mapping[str, Mapping[str, float]]) -> str:
     rows = []
     for policy, s in summaries.items():
         probe = (
-            f"{_pct(s.get('probe/before/success'))} → {_pct(s.get('probe/after/success'))}"
+            f"{percent(s.get('probe/before/success'))} → {percent(s.get('probe/after/success'))}"
             if "probe/after/success" in s
             else "n/a"
         )
@@ -51,12 +47,13 @@ def training_section(summaries: Mapping[str, Mapping[str, float]]) -> str:
                 int(s.get("steps", 0)),
                 int(s.get("responses_generated", 0)),
                 f"{s.get('seconds', float('nan')):.0f}",
-                f"{_pct(s.get('reward_first_quarter'))} → {_pct(s.get('reward_last_quarter'))}",
+                f"{percent(s.get('reward_first_quarter'))} → "
+                f"{percent(s.get('reward_last_quarter'))}",
                 probe,
-                _pct(s.get("original/zero_gradient_rate_mean")),
-                _pct(s.get("joint/zero_gradient_rate_mean")),
-                _pct(s.get("train/zero_gradient_rate_mean")),
-                _pct(s.get("train/effective_zero_gradient_rate_mean")),
+                percent(s.get("original/zero_gradient_rate_mean")),
+                percent(s.get("joint/zero_gradient_rate_mean")),
+                percent(s.get("train/zero_gradient_rate_mean")),
+                percent(s.get("train/effective_zero_gradient_rate_mean")),
                 int(s["ds/extra_rollouts_total"]) if "ds/extra_rollouts_total" in s else "",
             ]
         )
