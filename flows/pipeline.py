@@ -18,15 +18,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tagrpo.env import apply_offline_defaults
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
 
-apply_offline_defaults()
-
-from prefect import flow, get_run_logger, task  # noqa: E402
-from prefect.artifacts import create_markdown_artifact  # noqa: E402
-
-from tagrpo.paths import project_root  # noqa: E402
-from tagrpo.tracking import PARENT_RUN_ENV, git_state, tracking_uri  # noqa: E402
+from tagrpo.paths import project_root
+from tagrpo.tracking import PARENT_RUN_ENV, git_state, tracking_uri
 
 
 def _dvc_binary() -> str:
@@ -74,7 +70,8 @@ def pipeline(set_params: list[str] | None = None, force: bool = False) -> dict:
         flat: dict[str, float] = {}
         for source in shown.values():
             for path, payload in source.get("data", {}).items():
-                _flatten(Path(path).stem, payload.get("data", {}), flat)
+                name = Path(path).with_suffix("").as_posix().removeprefix("metrics/")
+                _flatten(name, payload.get("data", {}), flat)
         mlflow.log_metrics({k.replace("@", "_at_"): v for k, v in flat.items()})
         lock = project_root() / "dvc.lock"
         if lock.exists():

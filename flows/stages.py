@@ -8,13 +8,9 @@ working even though Prefect runs flow code in worker threads.
 
 from __future__ import annotations
 
-from tagrpo.env import apply_offline_defaults
+from prefect import flow
 
-apply_offline_defaults()
-
-from prefect import flow  # noqa: E402
-
-from stages import (  # noqa: E402
+from stages import (
     base_model,
     check_equivalence,
     data,
@@ -54,8 +50,11 @@ def train_flow(method: str = "ta_grpo", seed: int = 0, data_multiple: float = 1.
 
 
 @flow(name="stage-evaluate", log_prints=True)
-def evaluate_flow(policy: str = "base", model: str = "models/base") -> dict:
-    return evaluate.main(["--policy", policy, "--model", model])
+def evaluate_flow(method: str | None = None, seed: int = 0, policy: str | None = None) -> dict:
+    """A trained policy by method and seed, or one by name (``base``, ``grpo_data2.5x-s0``)."""
+    if method is not None:
+        return evaluate.main(["--method", method, "--seed", str(seed)])
+    return evaluate.main(["--policy", policy or "base"])
 
 
 @flow(name="stage-diagnostics", log_prints=True)
@@ -75,6 +74,7 @@ STAGE_FLOWS = {
     "check_equivalence": check_equivalence_flow,
     "train": train_flow,
     "evaluate": evaluate_flow,
+    "evaluate_base": evaluate_flow,  # evaluate_flow() evaluates the base policy
     "diagnostics": diagnostics_flow,
     "report": report_flow,
 }

@@ -6,3 +6,10 @@ and ``flows/`` (Prefect orchestration) import from here, never the other way rou
 """
 
 __version__ = "0.1.0"
+
+# The one place the offline / no-telemetry environment defaults are applied: every entry point
+# (stages, flows, the CLI, tests) imports this package before mlflow, prefect or transformers,
+# which read these variables when they are imported. Users' own values win (setdefault).
+from tagrpo.env import apply_offline_defaults
+
+apply_offline_defaults()

@@ -3,6 +3,8 @@
     tagrpo grade --input IN.jsonl --output OUT.jsonl [--workers N] [--item-timeout S]
                  [--skip-invalid]
     tagrpo params apply PROFILE.yaml [--params params.yaml]
+    tagrpo params check [FILE]
+    tagrpo params explain [KEY] [--file params.yaml]
 
 Adding a command: write ``_cmd_<name>(args) -> int`` (the exit status) and one ``add_parser``
 block in :func:`build_parser` that ends with ``set_defaults(handler=_cmd_<name>)``. Import heavy
@@ -21,8 +23,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from tagrpo.env import apply_offline_defaults
 
 # --- grade -----------------------------------------------------------------------------------
 
@@ -170,10 +170,40 @@ def _cmd_grade(args: argparse.Namespace) -> int:
 
 
 def _cmd_params_apply(args: argparse.Namespace) -> int:
-    from tagrpo.params import apply_profile
+    from tagrpo.config.params import ConfigError, apply_profile
 
-    merged = apply_profile(args.profile, args.params)
-    print(f"applied {args.profile}: profile is now {merged.get('common', {}).get('profile')!r}")
+    try:
+        merged = apply_profile(args.profile, args.params)
+    except (ConfigError, OSError) as error:
+        print(f"tagrpo params apply: {error}", file=sys.stderr)
+        return 2
+    print(f"applied {args.profile}: profile is now {merged.common.profile!r}")
+    return 0
+
+
+def _cmd_params_check(args: argparse.Namespace) -> int:
+    from tagrpo.config.params import ConfigError, load_config
+
+    try:
+        config = load_config(args.file)
+    except (ConfigError, OSError) as error:
+        print(f"tagrpo params check: {error}", file=sys.stderr)
+        return 2
+    print(
+        f"{args.file or 'params.yaml'}: valid (profile {config.common.profile!r}, "
+        f"{len(config.runs.policies())} trained policies: {', '.join(config.runs.policies())})"
+    )
+    return 0
+
+
+def _cmd_params_explain(args: argparse.Namespace) -> int:
+    from tagrpo.config.explain import explain
+
+    try:
+        print(explain(args.key, args.file))
+    except (KeyError, ValueError, OSError) as error:
+        print(f"tagrpo params explain: {error}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -229,11 +259,21 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("profile", help="profile override file, e.g. profiles/local.yaml")
     apply.add_argument("--params", default=None, help="params file (default: ./params.yaml)")
     apply.set_defaults(handler=_cmd_params_apply)
+    check = params_commands.add_parser(
+        "check", help="validate a params file (types, bounds, unknown keys, combinations)"
+    )
+    check.add_argument("file", nargs="?", default=None, help="default: ./params.yaml")
+    check.set_defaults(handler=_cmd_params_check)
+    explain = params_commands.add_parser(
+        "explain", help="type, default, bounds and help of a key or section"
+    )
+    explain.add_argument("key", nargs="?", default="", help="e.g. train.learning_rate, or train")
+    explain.add_argument("--file", default=None, help="params file for the current value")
+    explain.set_defaults(handler=_cmd_params_explain)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    apply_offline_defaults()
     args = build_parser().parse_args(argv)
     return int(args.handler(args))
 

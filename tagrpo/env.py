@@ -1,8 +1,8 @@
 """Offline-safe environment defaults, applied by the project rather than by the user.
 
-Every entry point (stages, flows, CLI, tests) calls :func:`apply_offline_defaults` before it
-imports mlflow, prefect, transformers or huggingface_hub, because several of these read their
-settings once at import time.
+``import tagrpo`` calls :func:`apply_offline_defaults` (the package ``__init__``), and every entry
+point imports tagrpo before mlflow, prefect, transformers or huggingface_hub, because several of
+these read their settings once at import time.
 """
 
 from __future__ import annotations

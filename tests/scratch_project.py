@@ -13,9 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
-from tagrpo.dvc_outputs import dvc_out_paths
+from tagrpo.dvc_stages import pipeline_outputs
 from tagrpo.paths import project_root
 
 ROOT = project_root()
@@ -47,7 +45,7 @@ def scratch_project(target: Path, profile: str | None = None) -> dict[str, str]:
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
     (target / "dvc.lock").unlink(missing_ok=True)
-    for out in dvc_out_paths(yaml.safe_load((ROOT / "dvc.yaml").read_text())):
+    for out in pipeline_outputs(ROOT):
         path = target / out
         if path.is_dir():
             shutil.rmtree(path)

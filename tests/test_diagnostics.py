@@ -9,15 +9,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stages.diagnostics import checkpoint_label, checkpoints_to_probe
+from tagrpo.config.params import config_with
+from tagrpo.data.training_set import TrainQuestion
 from tagrpo.evaluation.diagnostics import (
     distance_rows,
     distance_summary,
     phrased_training_questions,
     zero_gradient_rows,
 )
+from tagrpo.evaluation.diagnostics_run import checkpoint_label, checkpoints_to_probe
 from tagrpo.report.diagnostics import diagnostics_figure, diagnostics_section
-from tagrpo.training.data import TrainQuestion
 
 UNIT = {"a": [1.0, 0.0], "b": [0.0, 1.0]}
 
@@ -111,8 +112,11 @@ def test_single_response_sets_give_nan_not_zero() -> None:
 def test_checkpoints_to_probe(tmp_path: Path) -> None:
     for name in ("checkpoint-025", "checkpoint-100"):
         (tmp_path / "models" / "ta_grpo-s0" / "checkpoints" / name).mkdir(parents=True)
-    params = {"policies": ["ta_grpo-s0"], "checkpoints": ["checkpoint-025", "checkpoint-100"]}
-    probes = checkpoints_to_probe(params, tmp_path)
+    params = {
+        "diagnostics.policies": ["ta_grpo-s0"],
+        "diagnostics.checkpoints": ["checkpoint-025", "checkpoint-100"],
+    }
+    probes = checkpoints_to_probe(config_with(params), tmp_path)
     assert [(policy, name) for policy, name, _ in probes] == [
         ("base", "base"),
         ("ta_grpo-s0", "checkpoint-025"),
@@ -122,7 +126,9 @@ def test_checkpoints_to_probe(tmp_path: Path) -> None:
     assert checkpoint_label("checkpoint-050") == "50%"
     assert checkpoint_label("base") == "base"
     with pytest.raises(FileNotFoundError, match="checkpoint-075"):
-        checkpoints_to_probe({**params, "checkpoints": ["checkpoint-075"]}, tmp_path)
+        checkpoints_to_probe(
+            config_with({**params, "diagnostics.checkpoints": ["checkpoint-075"]}), tmp_path
+        )
 
 
 def test_report_section_and_figure(tmp_path: Path) -> None:

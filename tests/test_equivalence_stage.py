@@ -18,9 +18,11 @@ import yaml
 from openai_fake_server import FakeOpenAIServer, Fault, last_user_message, question_of
 
 from stages import check_equivalence, rephrase
+from tagrpo.config.data import SyntheticSettings
+from tagrpo.config.params import Params, deep_merge
 from tagrpo.data.schema import write_questions
 from tagrpo.equivalence.dataset import read_rephrased
-from tagrpo.miniworld.dataset import MiniWorldConfig, build_miniworld
+from tagrpo.miniworld.dataset import build_miniworld
 from tagrpo.miniworld.tokenizer import train_tokenizer
 from tagrpo.miniworld.warmstart import TinyModelConfig, build_model, save_policy
 from tagrpo.tracking import PARENT_RUN_ENV
@@ -55,13 +57,15 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for key in ("MLFLOW_TRACKING_URI", PARENT_RUN_ENV, "TAGRPO_DATA_DIR"):
         monkeypatch.delenv(key, raising=False)
     (tmp_path / "dvc.yaml").write_text("stages: {}\n")
-    built = build_miniworld(MiniWorldConfig(seed=3, train_size=QUESTIONS))
+    built = build_miniworld(SyntheticSettings(seed=3, train_size=QUESTIONS))
     (tmp_path / "data" / "processed").mkdir(parents=True)
     write_questions(built["train"].questions, str(tmp_path / "data/processed/train.parquet"))
     torch.manual_seed(0)
     tokenizer = train_tokenizer([q.problem for q in built["train"].questions] * 20, 300)
     save_policy(
-        build_model(tokenizer, TinyModelConfig(32, 64)), tokenizer, tmp_path / "models/base"
+        build_model(tokenizer, TinyModelConfig(hidden_size=32, intermediate_size=64)),
+        tokenizer,
+        tmp_path / "models/base",
     )
     monkeypatch.chdir(tmp_path)
     return tmp_path
@@ -74,7 +78,9 @@ def _reply_without_digits(body: dict) -> str:
 
 
 def _write_params(project: Path, params: dict) -> None:
-    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    """The embedded default with the test's sections over it (params.yaml is always complete)."""
+    full = deep_merge(Params().model_dump(mode="json"), params)
+    (project / "params.yaml").write_text(yaml.safe_dump(full, sort_keys=False))
 
 
 def _mlflow_metrics(project: Path, stage: str) -> dict[str, float]:
@@ -144,7 +150,8 @@ def test_openai_backend_stage_reruns_send_nothing_and_never_leak_the_key(
             "consistency": {"enabled": False},
             "policy": {"max_rounds": 1, "fallback": "drop"},
         }
-        _write_params(project, _params(project, {"backend": "openai", "openai": endpoint}, check))
+        rephrase_section = {"backend": "openai", "openai": endpoint, "max_failed_share": 0.1}
+        _write_params(project, _params(project, rephrase_section, check))
         # One question's first slot fails twice (every attempt), with the key in the message.
         first_question = pq.read_table(project / "data/processed/train.parquet")["problem"][0]
         message = "upstream said {authorization}"

@@ -2,8 +2,10 @@ import random
 
 import pytest
 
+from tagrpo.config.base_model import WarmStartCorpus
+from tagrpo.config.data import SyntheticSettings
 from tagrpo.grading.extract import last_boxed
-from tagrpo.miniworld.dataset import MiniWorldConfig, build_miniworld, problem_from_meta
+from tagrpo.miniworld.dataset import build_miniworld, problem_from_meta
 from tagrpo.miniworld.tasks import (
     HELD_OUT_FAMILY,
     MISCONCEPTION_TRIGGERS,
@@ -16,7 +18,7 @@ from tagrpo.miniworld.tasks import (
     render,
     sample_problems,
 )
-from tagrpo.miniworld.warmstart import WarmStartConfig, build_corpus, misread_probability
+from tagrpo.miniworld.warmstart import build_corpus, misread_probability
 
 
 @pytest.mark.parametrize(
@@ -83,7 +85,7 @@ def test_sampling_is_seeded_distinct_and_respects_exclusions():
 
 
 def test_splits_are_disjoint_by_arithmetic_and_rebuildable():
-    built = build_miniworld(MiniWorldConfig())
+    built = build_miniworld()
     keys = {name: {q.meta["key"] for q in result.questions} for name, result in built.items()}
     names = list(keys)
     for i, a in enumerate(names):
@@ -100,7 +102,7 @@ def test_splits_are_disjoint_by_arithmetic_and_rebuildable():
 
 
 def test_corpus_misreads_only_when_the_trigger_holds():
-    config = WarmStartConfig(examples=3000, choice_fraction=0.0)
+    config = WarmStartCorpus(examples=3000, choice_fraction=0.0)
     corpus = build_corpus(ProblemSpace(), config, exclude_keys=set())
     assert len(corpus) == 3000
     # expr has no misconception: every expr example is correct.
@@ -117,7 +119,7 @@ def test_corpus_misreads_only_when_the_trigger_holds():
 
 
 def test_misread_rate_in_corpus_matches_configuration():
-    config = WarmStartConfig(
+    config = WarmStartCorpus(
         examples=4000,
         choice_fraction=0.0,
         family_weights={"story": 1.0},
@@ -133,5 +135,5 @@ def test_misread_rate_in_corpus_matches_configuration():
 
 def test_random_is_not_global():
     state = random.getstate()
-    build_miniworld(MiniWorldConfig(train_size=10))
+    build_miniworld(SyntheticSettings(train_size=10))
     assert random.getstate() == state

@@ -42,7 +42,7 @@ def test_dvc_repro_runs_every_stage_and_reconciles(smoke_checkout) -> None:
     assert base["probe/questions"] == 6.0
     assert 0.0 <= base["probe/success_original"] <= 1.0
 
-    evaluation = json.loads((checkout / "metrics" / "eval_base.json").read_text())
+    evaluation = json.loads((checkout / "metrics" / "eval" / "base.json").read_text())
     assert evaluation["responses"] == (6 + 4 + 4 + 4) * 4
     assert {"mini_arith/pass@4", "competition/pass@1", "ood/pass@2"} <= set(evaluation)
     assert "mini_arith/pass@8" not in evaluation  # k > n is never reported
@@ -89,7 +89,7 @@ def test_prefect_pipeline_flow_runs_dvc_under_a_parent_run(smoke_checkout) -> No
     output = run_checked([sys.executable, "-m", "flows.pipeline"], checkout, env)
     # The flow prints its metrics as indented JSON; Prefect's own log lines surround it.
     flat, _ = json.JSONDecoder().raw_decode(output, output.index('{\n "'))
-    assert "eval_base.mini_arith/pass@1" in flat
+    assert "eval/base.mini_arith/pass@1" in flat
     assert "data.total.rows_in" in flat
     with sqlite3.connect(checkout / "mlflow.db") as db:
         parents = db.execute(

@@ -19,7 +19,10 @@ from tagrpo.rephrase.templates import APPENDIX_A, load_template
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.manual_seed(0)
     tokenizer = train_tokenizer(["What is 3 + 4? Rephrasing it: Add 3 and 4."] * 20, 300)
-    model = build_model(tokenizer, TinyModelConfig(32, 64, max_positions=4096, vocab_size=300))
+    model = build_model(
+        tokenizer,
+        TinyModelConfig(hidden_size=32, intermediate_size=64, max_positions=4096, vocab_size=300),
+    )
     directory = tmp_path_factory.mktemp("rephraser")
     save_policy(model, tokenizer, directory)
     return directory

@@ -27,6 +27,7 @@ from tagrpo.rephrase.cache import ReplyCache
 from tagrpo.rephrase.generate import OpenAIRephraser
 from tagrpo.rephrase.openai_backend import (
     EndpointConfig,
+    EndpointRefusedError,
     backoff_delay,
     parse_retry_after,
     redact,
@@ -217,17 +218,38 @@ def test_api_key_comes_from_the_environment_and_never_leaks(
 
     monkeypatch.setenv(KEY_ENV, SECRET)
     server.add_fault(Fault("status", match="Q-0:", status=401, message="bad key {authorization}"))
-    out = OpenAIRephraser(endpoint, APPENDIX_A, n=1).rephrase(_questions(2))
+    with pytest.raises(EndpointRefusedError, match="HTTP 401") as refused:
+        OpenAIRephraser(
+            _endpoint(server, api_key_env=KEY_ENV, concurrency=1), APPENDIX_A, n=1
+        ).rephrase(_questions(2))
     assert server.requests[0].authorization == f"Bearer {SECRET}"
-    assert out[0].error == "generation_failed" and SECRET not in (out[0].detail or "")
-    assert "***" in out[0].detail
-    with pytest.raises(ValueError, match="api_key_env"):
-        EndpointConfig.from_params({"model": "m", "api_key": SECRET})
-    with pytest.raises(ValueError, match="unknown endpoint settings"):
-        EndpointConfig.from_params({"model": "m", "temprature": 1.0})
+    assert SECRET not in str(refused.value) and "***" in str(refused.value)
+    assert server.received == 1  # concurrency 1: the 401 stopped the run before Q-1
+    with pytest.raises(ValueError, match="api_key"):
+        EndpointConfig(model="m", api_key=SECRET)
+    with pytest.raises(ValueError, match="temprature"):
+        EndpointConfig(model="m", temprature=1.0)
+    with pytest.raises(ValueError, match="looks like an API key"):
+        EndpointConfig(model="m", api_key_env=SECRET)
     assert redact(f"key {SECRET} and sk-other-123456 and Bearer abc", [SECRET]) == (
         "key *** and *** and ***"
     )
+
+
+@pytest.mark.parametrize("status", [401, 403, 404])
+def test_a_refused_endpoint_stops_the_run_at_once(
+    server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch, status: int
+) -> None:
+    """The drill of a wrong key: every request answers 401. No retry, no further request."""
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    server.add_fault(Fault("status", status=status, times=10_000, message="refused"))
+    endpoint = _endpoint(server, api_key_env=KEY_ENV, concurrency=4, max_attempts=6)
+    rephraser = OpenAIRephraser(endpoint, APPENDIX_A, n=3)
+    with pytest.raises(EndpointRefusedError, match=f"HTTP {status}"):
+        rephraser.rephrase(_questions(16))  # 48 requests
+    # At most the requests already in flight when the first refusal came back: none retried.
+    assert server.received <= 4
+    assert rephraser.runner.stats.retries == 0
 
 
 def test_concurrency_limit_holds() -> None:

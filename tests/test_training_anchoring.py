@@ -118,8 +118,8 @@ def test_a_training_step_feeds_the_anchor_prompt_to_policy_and_reference(policy,
     reference = type(model)(model.config)
     reference.load_state_dict(policy[0].state_dict())
     questions = tiny_questions()[:2]
-    config = TrainConfig(
-        method=method,
+    config = TrainConfig.create(
+        method,
         steps=1,
         batch_questions=2,
         mini_batches=2,
@@ -131,10 +131,11 @@ def test_a_training_step_feeds_the_anchor_prompt_to_policy_and_reference(policy,
     seen_policy, undo_policy = _record_inputs(model)
     seen_reference, undo_reference = _record_inputs(reference)
     try:
-        _, generated, info = trainer.step(1)
+        result = trainer.step(1)
     finally:
         undo_policy()
         undo_reference()
+    generated = result.generated
     backend = trainer.backend
     expected = []
     for rollout in generated:
@@ -153,7 +154,7 @@ def test_a_training_step_feeds_the_anchor_prompt_to_policy_and_reference(policy,
         q0_prompts = [backend.prompt_ids(q.messages(0)) for q in questions]
         assert all(any(row[: len(p)] == p for p in q0_prompts) for row in seen_policy)
     # The dump records what was used for generation and what for scoring.
-    scored = info["scored_under"]
+    scored = result.scored_under
     for rollout in generated:
         own = backend.prompt_text(rollout.question.messages(2))
         q0_text = backend.prompt_text(rollout.question.messages(0))

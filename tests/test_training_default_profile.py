@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from scratch_project import run_checked, scratch_project
 
-from tagrpo.params import stage_params
+from tagrpo.config.params import load_config
 from tagrpo.paths import project_root
 
 pytestmark = pytest.mark.slow
@@ -28,8 +28,8 @@ STEPS = 4
 def default_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A project root holding the default profile's base policy and rephrased training set."""
     root = project_root()
-    params = stage_params("train")
-    needed = [root / params["model"] / "config.json", root / params["input"]]
+    train = load_config().train
+    needed = [root / train.model / "config.json", root / train.input]
     if all(path.exists() for path in needed):
         return root
     scratch = tmp_path_factory.mktemp("default")
@@ -38,30 +38,28 @@ def default_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return scratch
 
 
-def _rates(method: str, params: dict, grade, root: Path) -> list[dict[str, float]]:
+def _rates(method: str, config, grade, root: Path) -> list[dict[str, float]]:
+    from tagrpo.data.training_set import load_training_questions
     from tagrpo.models import load_causal_lm
-    from tagrpo.training.data import load_training_questions
     from tagrpo.training.trainer import TrainConfig, Trainer
 
+    train = config.train
     questions = load_training_questions(
-        root / params["input"],
-        int(params["n_neighbours"]),
-        params["neighbours"],
-        limit=params["questions"],
+        root / train.input, train.n_neighbours, train.neighbours, limit=train.questions
     )
-    model, tokenizer = load_causal_lm(root / params["model"])
-    config = TrainConfig.from_params(params, method=method, seed=0, steps=STEPS)
-    trainer = Trainer(config, model, tokenizer, questions, grade)
-    return [trainer.step(step)[0] for step in range(1, STEPS + 1)]
+    model, tokenizer = load_causal_lm(root / train.model)
+    run = TrainConfig(method, STEPS, 0, train, config.local, config.common.torch_threads)
+    trainer = Trainer(run, model, tokenizer, questions, grade)
+    return [trainer.step(step).metrics for step in range(1, STEPS + 1)]
 
 
 def test_ta_grpo_joint_groups_collapse_less_than_grpo_original_groups(default_root) -> None:
     from tagrpo.evaluation.grader import make_grade_fn
 
-    params = stage_params("train", default_root / "params.yaml")
+    config = load_config(default_root / "params.yaml")
     with make_grade_fn(workers=2) as grade:
-        grpo = _rates("grpo", params, grade, default_root)
-        ta = _rates("ta_grpo", params, grade, default_root)
+        grpo = _rates("grpo", config, grade, default_root)
+        ta = _rates("ta_grpo", config, grade, default_root)
     grpo_original = [m["original/zero_gradient_rate"] for m in grpo]
     ta_joint = [m["joint/zero_gradient_rate"] for m in ta]
     print(f"\nper-step zero-gradient rate: grpo original {grpo_original}, ta_grpo joint {ta_joint}")

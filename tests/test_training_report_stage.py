@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from stages.train import policy_name, run_summary
+from tagrpo.layout import policy_name
 from tagrpo.report.training import load_training_summaries, training_section
+from tagrpo.training.run import run_summary
 
 
 def test_policy_names() -> None:
@@ -46,7 +47,8 @@ def test_run_summary_means_and_quarters() -> None:
 
 def test_training_section_table(tmp_path) -> None:
     assert "No training runs" in training_section({})
-    (tmp_path / "train_ta_grpo-s0.json").write_text(
+    (tmp_path / "metrics" / "train").mkdir(parents=True)
+    (tmp_path / "metrics" / "train" / "ta_grpo-s0.json").write_text(
         json.dumps(
             {
                 "steps": 20,
@@ -63,9 +65,10 @@ def test_training_section_table(tmp_path) -> None:
             }
         )
     )
-    (tmp_path / "eval_base.json").write_text("{}")  # not a training summary
-    summaries = load_training_summaries(tmp_path)
+    summaries = load_training_summaries(tmp_path, ["ta_grpo-s0"])
     assert list(summaries) == ["ta_grpo-s0"]
+    with pytest.raises(FileNotFoundError, match="grpo-s0"):
+        load_training_summaries(tmp_path, ["grpo-s0"])
     table = training_section(summaries)
     row = next(line for line in table.splitlines() if line.startswith("| ta_grpo-s0"))
     assert row == (

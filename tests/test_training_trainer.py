@@ -13,14 +13,15 @@ import pytest
 import torch
 from tiny_policy import ScriptedGrade, boxed_grade, tiny_policy, tiny_questions
 
-from tagrpo.algorithms import METHODS, AVSPOConfig
+from tagrpo.algorithms import METHODS
 from tagrpo.data.schema import QUESTION_SCHEMA, Question
+from tagrpo.data.training_set import load_training_questions, miniworld_neighbours
 from tagrpo.miniworld.dataset import problem_meta
 from tagrpo.miniworld.tasks import MiniProblem, render
 from tagrpo.models import load_causal_lm
-from tagrpo.training.data import load_training_questions, miniworld_neighbours
+from tagrpo.schedule import warmup_cosine
 from tagrpo.training.outputs import DUMP_COLUMNS, checkpoint_steps, write_history_csv
-from tagrpo.training.trainer import TrainConfig, Trainer, lr_factor
+from tagrpo.training.trainer import TrainConfig, Trainer
 
 
 @pytest.fixture(scope="module")
@@ -37,21 +38,21 @@ def _fresh(policy):
 
 def _config(method: str, **overrides) -> TrainConfig:
     values = dict(
-        method=method,
         steps=2,
         batch_questions=2,
         mini_batches=2,
         group_size=2,
         max_new_tokens=5,
         micro_batch_sequences=64,
+        learning_rate=1e-3,
         seed=7,
     )
     values.update(overrides)
-    return TrainConfig(**values)
+    return TrainConfig.create(method, **values)
 
 
 def test_schedule_and_checkpoint_steps() -> None:
-    factors = [lr_factor(step, 20, 0.1, 0.0) for step in range(20)]
+    factors = [warmup_cosine(step, 20, 2, 0.0) for step in range(20)]
     assert factors[:2] == [0.5, 1.0]  # int(0.1 * 20) = 2 warm-up steps
     assert factors[2] == 1.0 and factors[11] == pytest.approx(0.5 * (1 + math.cos(math.pi / 2)))
     assert factors[-1] == pytest.approx(0.5 * (1 + math.cos(math.pi * 17 / 18)))
@@ -64,7 +65,7 @@ def test_every_method_trains_and_writes_checkpoints_and_dumps(policy, method, tm
     model, tokenizer = _fresh(policy)
     start = [p.detach().clone() for p in model.parameters()]
     grade = ScriptedGrade({"7": [True, False], "6": [False, False, True, True]})
-    config = _config(method, avspo=AVSPOConfig(trigger="always"))
+    config = _config(method, estimators={"avspo": {"trigger": "always"}})
     trainer = Trainer(
         config,
         model,
@@ -114,8 +115,9 @@ def test_dynamic_sampling_drops_collapsed_groups_and_counts_extra_rollouts(polic
     trainer = Trainer(
         _config("grpo_ds", steps=1, batch_questions=2), model, tokenizer, tiny_questions(), grade
     )
-    metrics, generated, info = trainer.step(1)
-    kept_ids = [r.question.id for r in info["kept"]]
+    result = trainer.step(1)
+    metrics, generated = result.metrics, result.generated
+    kept_ids = [r.question.id for r in result.kept]
     assert len(kept_ids) == 2 and "q0" not in kept_ids
     dropped = [r for r in generated if r.question.id == "q0"]
     assert metrics["ds/dropped_all_correct"] == len(dropped) >= 1
@@ -130,15 +132,16 @@ def test_avspo_gives_collapsed_groups_a_gradient(policy) -> None:
     model, tokenizer = _fresh(policy)
     grade = ScriptedGrade({"7": [False], "6": [True]})  # both groups collapse
     grpo = Trainer(_config("grpo", steps=1), *_fresh(policy), tiny_questions()[:2], grade)
-    metrics, _, info = grpo.step(1)
-    assert metrics["train/effective_zero_gradient_rate"] == 1.0
-    assert all(np.all(v == 0) for v in info["advantages"].values())
-    config = _config("avspo", steps=1, avspo=AVSPOConfig(trigger="always"))
+    result = grpo.step(1)
+    assert result.metrics["train/effective_zero_gradient_rate"] == 1.0
+    assert all(np.all(r.advantages == 0) for r in result.kept)
+    config = _config("avspo", steps=1, estimators={"avspo": {"trigger": "always"}})
     avspo = Trainer(config, model, tokenizer, tiny_questions()[:2], grade)
-    metrics, _, info = avspo.step(1)
+    result = avspo.step(1)
+    metrics = result.metrics
     assert metrics["avspo/acr"] == 1.0 and metrics["avspo/triggered"] == 1.0
     assert metrics["train/effective_zero_gradient_rate"] == 0.0
-    signs = {r.question.answer: np.sign(info["advantages"][id(r)]) for r in info["kept"]}
+    signs = {r.question.answer: np.sign(r.advantages) for r in result.kept}
     assert np.all(signs["7"] < 0) and np.all(signs["6"] > 0)
 
 

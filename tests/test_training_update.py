@@ -81,8 +81,8 @@ def test_loss_on_a_tiny_model_equals_a_hand_computation(setup) -> None:
 def test_one_update_moves_the_response_log_prob_with_the_advantage(setup, sign) -> None:
     base, _, tokenizer, prompts, responses = setup
     model = _copy(base)
-    config = TrainConfig(
-        method="grpo", steps=1, batch_questions=1, mini_batches=1, learning_rate=1e-3
+    config = TrainConfig.create(
+        "grpo", steps=1, batch_questions=1, mini_batches=1, learning_rate=1e-3
     )
     trainer = Trainer(config, model, tokenizer, tiny_questions()[:1], boxed_grade)
     batch = build_scoring_batch(prompts[:1], responses[:1], tokenizer.pad_token_id)

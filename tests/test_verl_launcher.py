@@ -1,14 +1,16 @@
 """The verl train path end to end in a scratch project, verl's process replaced by a fake.
 
-The fake does what verl's process does to the outside world: reads the training parquet, logs
-metrics to the MLflow run named by ``MLFLOW_RUN_ID`` and to the file logger, and leaves the
-exported policy. Checked: data preparation, the environment handed to verl, the MLflow run
-(name, tags, verl's metrics in the same run) and the stage outputs of the local backend.
+The train stage runs as DVC runs it (``stages.train.main``); only the process it starts is a
+fake, which does what verl's process does to the outside world: reads the training parquet,
+logs metrics to the MLflow run named by ``MLFLOW_RUN_ID`` and to the file logger, and leaves
+the exported policy where it was told to. Checked: data preparation, the environment handed
+to verl, the MLflow run (name, tags, verl's metrics in the same run) and the stage outputs.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 
 import mlflow
 import pandas as pd
@@ -19,16 +21,18 @@ import torch
 import yaml
 from mlflow.tracking import MlflowClient
 
-from stages.train import run_summary
+import stages.train as train_stage
+from tagrpo.config.params import merged_with_profile
 from tagrpo.data.schema import QUESTION_SCHEMA, Question
 from tagrpo.miniworld.tokenizer import train_tokenizer
 from tagrpo.miniworld.warmstart import TinyModelConfig, build_model
-from tagrpo.params import deep_merge, load_params
 from tagrpo.paths import project_root
-from tagrpo.verl_ext.launcher import read_metrics_log, run_training
+from tagrpo.verl_ext import launcher
+from tagrpo.verl_ext.launcher import read_metrics_log
 from tagrpo.verl_ext.overrides import hydra_value
 
 SOURCE = project_root()
+real_run = subprocess.run
 
 
 @pytest.fixture
@@ -38,12 +42,9 @@ def scratch(tmp_path, monkeypatch):
     monkeypatch.delenv("TAGRPO_PARENT_RUN_ID", raising=False)
     tokenizer = train_tokenizer(["What is 3 + 4?", "Add three and four."] * 20, vocab_size=280)
     tokenizer.save_pretrained(tmp_path / "tiny")
-    params = deep_merge(
-        load_params(SOURCE / "params.yaml"),
-        yaml.safe_load((SOURCE / "profiles" / "paper.yaml").read_text()),
-    )
-    params["train"]["verl"]["model"] = str(tmp_path / "tiny")
-    params["train"]["verl"]["max_prompt_length"] = 200
+    params = merged_with_profile(SOURCE / "profiles" / "paper.yaml", SOURCE / "params.yaml")
+    params["verl"]["model"] = str(tmp_path / "tiny")
+    params["verl"]["max_prompt_length"] = 200
     params["common"]["tracking"] = {"enabled": True, "uri": "mlflow.db", "experiment": "t"}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     (tmp_path / "dvc.yaml").write_text("stages: {}\n")
@@ -63,18 +64,22 @@ def scratch(tmp_path, monkeypatch):
         tmp_path / "data" / "rephrased" / "train.parquet",
     )
     (tmp_path / "data" / "processed" / "benchmarks").mkdir(parents=True)
-    validation = params["train"]["verl"]["val_benchmark"]
+    validation = params["verl"]["val_benchmark"]
     pq.write_table(table, tmp_path / "data" / "processed" / "benchmarks" / f"{validation}.parquet")
     monkeypatch.chdir(tmp_path)
-    return tmp_path, {**params["train"], "common": params["common"]}, tokenizer
+    return tmp_path, params, tokenizer
 
 
-def test_verl_run_leaves_the_local_backends_outputs_in_one_mlflow_run(scratch) -> None:
-    root, params, tokenizer = scratch
+def test_verl_run_leaves_the_local_backends_outputs_in_one_mlflow_run(scratch, monkeypatch) -> None:
+    root, _, tokenizer = scratch
     seen = {}
 
-    def fake_verl(argv, env, cwd, check):
+    def fake_verl(argv, env=None, cwd=None, check=False, **kwargs):
+        if "verl.trainer.main_ppo" not in argv:  # git and others: the real thing
+            return real_run(argv, env=env, cwd=cwd, check=check, **kwargs)
         seen.update(argv=argv, env=env, cwd=cwd)
+        export = next(a for a in argv if a.startswith("++trainer.tagrpo.export_dir="))
+        export_dir = export.split("=", 1)[1].strip("'")
         rows = pq.read_table(root / "data" / "verl" / "ta_grpo-s0" / "train.parquet")
         assert rows.num_rows == 3
         client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
@@ -96,11 +101,10 @@ def test_verl_run_leaves_the_local_backends_outputs_in_one_mlflow_run(scratch) -
             handle.write("\n".join(log) + "\n")
         torch.manual_seed(0)
         model = build_model(tokenizer, TinyModelConfig(hidden_size=16, intermediate_size=32))
-        model.save_pretrained(root / "models" / "ta_grpo-s0")
+        model.save_pretrained(export_dir)
 
-    summary = run_training(
-        "ta_grpo", 0, "ta_grpo-s0", params, summarize=run_summary, runner=fake_verl
-    )
+    monkeypatch.setattr(launcher.subprocess, "run", fake_verl)
+    summary = train_stage.main(["--method", "ta_grpo", "--seed", "0"])
 
     env = seen["env"]
     assert seen["cwd"] == str(root)
@@ -116,7 +120,8 @@ def test_verl_run_leaves_the_local_backends_outputs_in_one_mlflow_run(scratch) -
     assert summary["reward_first_quarter"] == 0.25 and summary["reward_last_quarter"] == 0.5
     assert summary["original/zero_gradient_rate_mean"] == 0.75
     assert summary["kl_last"] == 0.002
-    assert json.loads((root / "metrics" / "train_ta_grpo-s0.json").read_text()) == summary
+    assert json.loads((root / "metrics" / "train" / "ta_grpo-s0.json").read_text()) == summary
+    assert (root / "models" / "ta_grpo-s0" / "config.json").exists()  # moved into place
     plot = pd.read_csv(root / "plots" / "train" / "ta_grpo-s0.csv")
     assert plot["step"].tolist() == [1, 2] and plot["actor/pg_loss"].tolist() == [-0.1, -0.2]
     train_rows = pq.read_table(root / "data" / "verl" / "ta_grpo-s0" / "train.parquet").to_pylist()
@@ -147,15 +152,19 @@ def test_verl_run_leaves_the_local_backends_outputs_in_one_mlflow_run(scratch) -
     assert run.data.metrics["verl_data/rephrasings_too_long"] == 1.0
 
 
-def test_a_run_that_exports_no_policy_fails(scratch) -> None:
-    _, params, _ = scratch
+def test_a_run_that_exports_no_policy_fails(scratch, monkeypatch) -> None:
+    root, _, _ = scratch
 
-    def silent_verl(argv, env, cwd, check):
+    def silent_verl(argv, env=None, cwd=None, check=False, **kwargs):
+        if "verl.trainer.main_ppo" not in argv:
+            return real_run(argv, env=env, cwd=cwd, check=check, **kwargs)
         with open(env["VERL_FILE_LOGGER_PATH"], "w") as handle:
             handle.write(json.dumps({"step": 1, "data": {"x": 1.0}}) + "\n")
 
+    monkeypatch.setattr(launcher.subprocess, "run", silent_verl)
     with pytest.raises(RuntimeError, match="exported no policy"):
-        run_training("grpo", 0, "grpo-s0", params, runner=silent_verl)
+        train_stage.main(["--method", "grpo", "--seed", "0"])
+    assert not (root / "metrics" / "train" / "grpo-s0.json").exists()  # nothing half-done
 
 
 def test_metrics_log_keeps_numbers_and_merges_lines_of_a_step(tmp_path) -> None:

@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 import yaml
 from hydra.core.global_hydra import GlobalHydra
-from verl_helpers import MODEL, ROOT, paper_params, run_for
+from verl_helpers import MODEL, ROOT, paper_config, paper_params, run_for
 
 from tagrpo.algorithms import METHODS
+from tagrpo.config.params import ConfigError, config_with, validate_params
+from tagrpo.training.run import legacy_train_params
 from tagrpo.verl_ext.launcher import build_command
 from tagrpo.verl_ext.overrides import build_overrides, hydra_value
 from tagrpo.verl_ext.settings import refuse_rollout_correction, validate_run
@@ -190,14 +192,16 @@ def test_batch_must_split_over_the_gpus(tmp_path) -> None:
     params["verl"] = {**params["verl"], "n_gpus_per_node": 4, "gpus": 4}
     with pytest.raises(ValueError, match=r"unknown train\.verl keys"):
         build_overrides(run_for("grpo", tmp_path), params)
+    with pytest.raises(ConfigError, match=r"verl\.gpus: unknown key"):
+        validate_params({**paper_config().model_dump(mode="json"), "verl": params["verl"]})
 
 
 def test_dry_run_prints_the_command_and_touches_nothing(monkeypatch, capsys) -> None:
     import stages.train as train_stage
 
-    params = paper_params()
-    params["verl"] = {**params["verl"], "model": MODEL}
-    monkeypatch.setattr(train_stage, "stage_params", lambda section: params)
+    config = config_with({"verl.model": MODEL}, paper_config())
+    params = legacy_train_params(config)
+    monkeypatch.setattr(train_stage, "load_config", lambda: config)
     assert train_stage.main(["--method", "ta_grpo", "--seed", "1", "--dry-run"]) == {}
     printed = capsys.readouterr().out
     words = shlex.split(printed.replace("\\\n", " "))
@@ -215,9 +219,8 @@ def test_dry_run_prints_the_command_and_touches_nothing(monkeypatch, capsys) -> 
 def test_dry_run_is_refused_for_the_local_backend(monkeypatch) -> None:
     import stages.train as train_stage
 
-    params = paper_params()
-    params["backend"] = "local"
-    monkeypatch.setattr(train_stage, "stage_params", lambda section: params)
+    config = config_with({"train.backend": "local"}, paper_config())
+    monkeypatch.setattr(train_stage, "load_config", lambda: config)
     with pytest.raises(SystemExit):
         train_stage.main(["--method", "grpo", "--dry-run"])
 

@@ -27,6 +27,7 @@ from tagrpo.backends.vllm_backend import (
     make_vllm_backend,
     problem_seed,
 )
+from tagrpo.config.params import config_with
 from tagrpo.miniworld.tokenizer import train_tokenizer
 from tagrpo.miniworld.warmstart import TinyModelConfig, build_model
 from tagrpo.prompts import chat_messages
@@ -91,12 +92,22 @@ def policy_dir(tmp_path_factory):
 
 
 def params(**overrides):
+    """The run's config: the ``vllm`` section with these overrides, seed 5, no thinking."""
     settings = {"mode": "offline", "tensor_parallel_size": 2, "gpu_memory_utilization": 0.7}
-    return {
-        "backend": "vllm",
-        "vllm": {**settings, **overrides},
-        "common": {"seed": 5, "chat_template_kwargs": {"enable_thinking": False}},
-    }
+    return config_with(
+        {
+            "evaluate.backend": "vllm",
+            "common.seed": 5,
+            "common.chat_template_kwargs": {"enable_thinking": False},
+            **{f"vllm.{key}": value for key, value in {**settings, **overrides}.items()},
+        }
+    )
+
+
+def engine(config, policy_dir):
+    return make_vllm_backend(
+        config.vllm, policy_dir, config.common.seed, config.common.chat_template_kwargs
+    )
 
 
 def rollout_prompt_ids(tokenizer, messages, **template_kwargs) -> list[int]:
@@ -108,7 +119,7 @@ def rollout_prompt_ids(tokenizer, messages, **template_kwargs) -> list[int]:
 
 
 def test_offline_engine_samples_n_per_problem_from_trainings_prompts(fake_vllm, policy_dir):
-    backend = make_backend(params(), policy_dir)  # the evaluate stage's branch
+    backend = make_backend("vllm", params(), policy_dir)  # the evaluate stage's branch
     assert isinstance(backend, VLLMBackend)
     assert backend.llm.init["model"] == str(policy_dir.resolve())
     assert backend.llm.init["seed"] == 5 and backend.llm.init["tensor_parallel_size"] == 2
@@ -143,12 +154,12 @@ def test_seeds_do_not_depend_on_other_problems() -> None:
 
 
 def test_unknown_settings_and_modes_are_errors(fake_vllm, policy_dir) -> None:
-    with pytest.raises(ValueError, match=r"unknown evaluate\.vllm keys"):
-        make_vllm_backend(params(gpus=2), policy_dir)
-    with pytest.raises(ValueError, match="mode must be offline or server"):
-        make_vllm_backend(params(mode="batch"), policy_dir)
+    with pytest.raises(KeyError, match=r"vllm\.gpus"):
+        params(gpus=2)
+    with pytest.raises(ValueError, match="'offline' or 'server'"):
+        params(mode="batch")
     with pytest.raises(ValueError, match="base_url is required"):
-        make_vllm_backend(params(mode="server"), policy_dir)
+        engine(params(mode="server"), policy_dir)
 
 
 class _Completions(BaseHTTPRequestHandler):
@@ -202,7 +213,7 @@ def test_server_mode_sends_token_prompts_with_a_seed_per_problem(policy_dir, mon
             api_key_env="VLLM_TEST_KEY",
             concurrency=2,
         )
-        backend = make_vllm_backend(settings, policy_dir)
+        backend = engine(settings, policy_dir)
         assert isinstance(backend, VLLMServerBackend)
         conversations = [chat_messages(q) for q in QUESTIONS]
         sampling = SamplingParams(n=3, temperature=1.0, top_p=1.0, max_new_tokens=16, seed=2)

@@ -6,11 +6,11 @@ from collections.abc import Sequence
 
 import torch
 
+from tagrpo.data.training_set import TrainQuestion
 from tagrpo.miniworld.tasks import MiniProblem, reference_response, render
 from tagrpo.miniworld.tokenizer import train_tokenizer
 from tagrpo.miniworld.warmstart import TinyModelConfig, build_model
 from tagrpo.prompts import chat_messages
-from tagrpo.training.data import TrainQuestion
 
 PROBLEMS = [
     MiniProblem("add", (3, 4)),

@@ -5,23 +5,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from tagrpo.params import deep_merge, load_params
+from tagrpo.config.params import Params, merged_with_profile, validate_params
 from tagrpo.paths import project_root
+from tagrpo.training.run import legacy_train_params
 from tagrpo.verl_ext.overrides import RunPaths, VerlRun
 
 ROOT = project_root()
 MODEL = "Qwen/Qwen3-1.7B"
 
 
-def paper_params() -> dict[str, Any]:
-    """The train stage's params under the paper profile (train section + common)."""
-    merged = deep_merge(
-        load_params(ROOT / "params.yaml"),
-        yaml.safe_load((ROOT / "profiles" / "paper.yaml").read_text()),
+def paper_config() -> Params:
+    """The params under the paper profile."""
+    return validate_params(
+        merged_with_profile(ROOT / "profiles" / "paper.yaml", ROOT / "params.yaml")
     )
-    return {**merged["train"], "common": merged["common"]}
+
+
+def paper_params() -> dict[str, Any]:
+    """The train section under the paper profile, as the verl launcher reads it."""
+    return legacy_train_params(paper_config())
 
 
 def run_for(method: str, tmp: Path, **env: str) -> VerlRun:

@@ -1,6 +1,7 @@
 """The algorithm core shared by every training backend: pure numpy/torch, no verl import.
 
-methods           MethodSpec per method (what is sampled, grouping, anchor, DS, AVSPO)
+methods           MethodSpec per method (what is sampled, grouping, anchor, DS, estimator)
+estimators        the registry of advantage estimators (grpo, avspo), shared with verl
 grouping          response layout and normalisation group ids
 advantages        group-relative normalisation (Eq. 1 per group, Eq. 3 joint); epsilon rule
 dynamic_sampling  DAPO-style drop-and-refill of all-equal groups
@@ -19,11 +20,22 @@ from tagrpo.algorithms.avspo import (
     num_virtual_samples,
     virtual_rewards,
 )
-from tagrpo.algorithms.diagnostics import collapse_rates, step_diagnostics
+from tagrpo.algorithms.diagnostics import (
+    collapse_rates,
+    step_diagnostics,
+    training_group_diagnostics,
+)
 from tagrpo.algorithms.dynamic_sampling import (
     DynamicSamplingResult,
     dynamic_sampling,
     is_informative,
+)
+from tagrpo.algorithms.estimators import (
+    ESTIMATORS,
+    EstimatorOutput,
+    EstimatorSpec,
+    get_estimator,
+    register_estimator,
 )
 from tagrpo.algorithms.grouping import Layout, dense_ids, group_ids, rollout_layout
 from tagrpo.algorithms.loss import LossOutput, low_var_kl, policy_loss, token_log_probs
@@ -32,11 +44,14 @@ from tagrpo.algorithms.step import StepAdvantages, advantages_and_diagnostics
 
 __all__ = [
     "EPSILON",
+    "ESTIMATORS",
     "METHODS",
     "AVSPOConfig",
     "AVSPOResult",
     "AdaptiveThreshold",
     "DynamicSamplingResult",
+    "EstimatorOutput",
+    "EstimatorSpec",
     "Layout",
     "LossOutput",
     "MethodSpec",
@@ -46,6 +61,7 @@ __all__ = [
     "collapse_rates",
     "dense_ids",
     "dynamic_sampling",
+    "get_estimator",
     "get_method",
     "group_ids",
     "group_moments",
@@ -54,8 +70,10 @@ __all__ = [
     "low_var_kl",
     "num_virtual_samples",
     "policy_loss",
+    "register_estimator",
     "rollout_layout",
     "step_diagnostics",
     "token_log_probs",
+    "training_group_diagnostics",
     "virtual_rewards",
 ]

@@ -26,37 +26,47 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
+from pydantic import model_validator
 
 from tagrpo.algorithms.advantages import EPSILON, group_moments, normalize_with_stats
+from tagrpo.algorithms.estimators import EstimatorOutput, register_estimator
+from tagrpo.config.model import ConfigModel, Field
 
 AVSPO_TRIGGERS = ("adaptive", "always", "batch")
 
 
-@dataclass(frozen=True)
-class AVSPOConfig:
-    """AVSPO settings; defaults from the paper's appendix A table where it has them."""
+class AVSPOConfig(ConfigModel):
+    """AVSPO settings (``train.estimators.avspo``).
 
-    trigger: str = "adaptive"
-    alpha: float = 0.5  # sensitivity of K to ACR (Eq. 8)
-    anchor_reward: float = 0.1  # delta of the stratified virtual rewards (Eq. 9)
-    tau_init: float = 0.5  # initial ACR threshold (Eq. 10)
-    tau_lr: float = 0.01  # threshold learning rate
-    tau_min: float = 0.1
-    tau_max: float = 0.9
-    collapse_tol: float = 1e-6  # std at or below which a group counts as collapsed (Eq. 6)
-    epsilon: float = EPSILON  # the public code uses 1e-4
+    ``always``: virtual rewards in every collapsed group. The paper's ``adaptive`` trigger
+    (batch ACR > tau, tau from 0.5) never fires in the mini world (its ACR is about 0.15).
+    ``batch``: the public code's rule (only when every reward of the batch is equal).
+    """
 
-    def __post_init__(self) -> None:
-        if self.trigger not in AVSPO_TRIGGERS:
-            raise ValueError(f"trigger must be one of {AVSPO_TRIGGERS}, got {self.trigger!r}")
-        if not 0.0 <= self.anchor_reward < 1.0:
-            raise ValueError("anchor_reward must be in [0, 1)")
-        if self.alpha <= 0:
-            raise ValueError("alpha must be > 0")
-        if not 0.0 <= self.tau_min <= self.tau_init <= self.tau_max <= 1.0:
-            raise ValueError("need 0 <= tau_min <= tau_init <= tau_max <= 1")
+    trigger: Literal["adaptive", "always", "batch"] = Field(
+        "always", description="adaptive (the paper) | always | batch (the public code)"
+    )
+    alpha: float = Field(0.5, gt=0, description="sensitivity of K to ACR (Eq. 8)")
+    anchor_reward: float = Field(
+        0.1, ge=0, lt=1, description="delta of the stratified virtual rewards (Eq. 9)"
+    )
+    tau_init: float = Field(0.5, ge=0, le=1, description="initial ACR threshold (Eq. 10)")
+    tau_lr: float = Field(0.01, ge=0, description="threshold learning rate")
+    tau_min: float = Field(0.1, ge=0, le=1, description="lowest threshold")
+    tau_max: float = Field(0.9, ge=0, le=1, description="highest threshold")
+    collapse_tol: float = Field(
+        1e-6, ge=0, description="std at or below which a group counts as collapsed (Eq. 6)"
+    )
+    epsilon: float = Field(EPSILON, gt=0, description="std epsilon (the public code: 1e-4)")
+
+    @model_validator(mode="after")
+    def _tau_order(self) -> AVSPOConfig:
+        if not self.tau_min <= self.tau_init <= self.tau_max:
+            raise ValueError("need tau_min <= tau_init <= tau_max")
+        return self
 
 
 def num_virtual_samples(acr: float, group_size: int, alpha: float = 0.5) -> int:
@@ -122,7 +132,7 @@ def avspo_advantages(
     ``tau`` is the current adaptive threshold (``config.tau_init`` if omitted); it is only read
     by the ``adaptive`` trigger. Non-collapsed groups get the plain GRPO advantages.
     """
-    config = config or AVSPOConfig()
+    config = config if config is not None else AVSPOConfig()
     rewards = np.asarray(rewards, dtype=np.float64)
     group_ids = np.asarray(group_ids, dtype=np.int64)
     count, mean, std = group_moments(rewards, group_ids, num_groups)
@@ -196,3 +206,35 @@ def _augmented_moments(
     mean, std = mean.copy(), std.copy()
     mean[index], std[index] = new_mean, new_std
     return mean, std
+
+
+@register_estimator(
+    "avspo",
+    config_model=AVSPOConfig,
+    make_state=AdaptiveThreshold,
+    description="AVSPO: virtual rewards in collapsed groups' statistics (second paper)",
+)
+def avspo_estimator(
+    rewards: np.ndarray,
+    group_ids: np.ndarray,
+    num_groups: int,
+    epsilon: float,
+    settings: AVSPOConfig,
+    state: AdaptiveThreshold | None,
+) -> EstimatorOutput:
+    """:func:`avspo_advantages` with the threshold read from and updated in ``state``.
+
+    ``epsilon`` is the method-wide one; AVSPO uses its own (``settings.epsilon``), as the paper.
+    """
+    tau = state.tau if state is not None else settings.tau_init
+    result = avspo_advantages(rewards, group_ids, num_groups, settings, tau)
+    diagnostics = {
+        "acr": result.acr,
+        "triggered": float(result.triggered),
+        "augmented_groups": float((result.virtual_counts > 0).sum()),
+        "virtual_samples": float(result.virtual_counts.sum()),
+        "tau": float(tau),
+    }
+    if state is not None:
+        state.update(result.acr, float(np.mean(rewards)) if len(rewards) else 0.0)
+    return EstimatorOutput(result.advantages, diagnostics)

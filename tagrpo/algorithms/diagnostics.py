@@ -86,17 +86,32 @@ def step_diagnostics(
     for key, value in collapse_rates(rewards, questions, num_questions).items():
         metrics[f"joint/{key}"] = value
     if train_group_ids is not None:
-        train_group_ids = np.asarray(train_group_ids, dtype=np.int64)
-        size = int(train_group_ids.max(initial=-1)) + 1
-        for key, value in collapse_rates(rewards, train_group_ids, size).items():
-            metrics[f"train/{key}"] = value
-        if advantages is not None:
-            nonzero = np.bincount(
-                train_group_ids,
-                weights=np.abs(np.asarray(advantages, dtype=np.float64)) > zero_tol,
-                minlength=size,
-            )
-            present = np.bincount(train_group_ids, minlength=size) > 0
-            dead = present & (nonzero == 0)
-            metrics["train/effective_zero_gradient_rate"] = float(dead.sum() / present.sum())
+        metrics.update(
+            training_group_diagnostics(rewards, train_group_ids, advantages, None, zero_tol)
+        )
+    return metrics
+
+
+def training_group_diagnostics(
+    rewards: np.ndarray,
+    group_ids: np.ndarray,
+    advantages: np.ndarray | None = None,
+    num_groups: int | None = None,
+    zero_tol: float = 1e-9,
+) -> dict[str, float]:
+    """``train/...``: collapse rates of the groups the method normalises over, and the share
+    whose advantages are all zero after its estimator (``train/effective_zero_gradient_rate``)."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    group_ids = np.asarray(group_ids, dtype=np.int64)
+    size = int(num_groups) if num_groups is not None else int(group_ids.max(initial=-1)) + 1
+    metrics = {f"train/{k}": v for k, v in collapse_rates(rewards, group_ids, size).items()}
+    if advantages is not None and group_ids.size:
+        nonzero = np.bincount(
+            group_ids,
+            weights=np.abs(np.asarray(advantages, dtype=np.float64)) > zero_tol,
+            minlength=size,
+        )
+        present = np.bincount(group_ids, minlength=size) > 0
+        dead = present & (nonzero == 0)
+        metrics["train/effective_zero_gradient_rate"] = float(dead.sum() / present.sum())
     return metrics

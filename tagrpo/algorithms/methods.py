@@ -4,21 +4,24 @@ A :class:`MethodSpec` is the whole difference between the methods of the paper a
 baselines; trainers (the local backend here, verl at paper scale) read it and never branch on
 a method's name.
 
-===============  ============  ==================  ============  ========  ===  =====
-method           prompts       responses / prompt  grouping      anchor    DS   AVSPO
-===============  ============  ==================  ============  ========  ===  =====
-grpo             q0            G                   per original  own       no   no
-grpo_ds          q0            G                   per original  own       yes  no
-grpo_x4          q0            (N+1)G              per original  own       no   no
-grpo_x4_ds       q0            (N+1)G              per original  own       yes  no
-ta_grpo_star     q0..qN        G                   per variant   own       no   no
-ta_grpo          q0..qN        G                   joint         original  no   no
-avspo            q0            G                   per original  own       no   yes
-===============  ============  ==================  ============  ========  ===  =====
+==================  ========  ==================  ============  ========  ===  =========
+method              prompts   responses / prompt  grouping      anchor    DS   estimator
+==================  ========  ==================  ============  ========  ===  =========
+grpo                q0        G                   per original  own       no   grpo
+grpo_ds             q0        G                   per original  own       yes  grpo
+grpo_x4             q0        (N+1)G              per original  own       no   grpo
+grpo_x4_ds          q0        (N+1)G              per original  own       yes  grpo
+ta_grpo_star        q0..qN    G                   per variant   own       no   grpo
+ta_grpo             q0..qN    G                   joint         original  no   grpo
+avspo               q0        G                   per original  own       no   avspo
+==================  ========  ==================  ============  ========  ===  =========
 
 ``grpo_x4`` is the paper's "(N+1)xGRPO" (section 5.4), named for N=3; ``ta_grpo_star`` is
 TA-GRPO* (Appendix C); the anchor "original" means every response is scored with q0's prompt
-(Eq. 4), "own" with the prompt it was sampled from.
+(Eq. 4), "own" with the prompt it was sampled from. The estimator is a name in
+:mod:`tagrpo.algorithms.estimators`.
+
+Adding a method is one entry in :data:`METHODS` (and its tests); both backends read the spec.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ class MethodSpec:
         all (N+1)G responses of a question together (``joint``, Eq. 3).
     anchor: prompt under which old, reference and current log-probabilities are computed.
     dynamic_sampling: drop groups whose rewards are all equal and refill the batch (DAPO).
-    avspo: virtual rewards in the normalisation statistics of collapsed groups (AVSPO).
+    estimator: the advantage estimator, by registered name (``grpo``, ``avspo``, ...).
     """
 
     name: str
@@ -52,7 +55,7 @@ class MethodSpec:
     grouping: Grouping
     anchor: Anchor
     dynamic_sampling: bool = False
-    avspo: bool = False
+    estimator: str = "grpo"
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -66,8 +69,16 @@ class MethodSpec:
             raise ValueError(f"{self.name}: {self.grouping} grouping needs neighbours")
         if self.matched_budget and self.use_neighbours:
             raise ValueError(f"{self.name}: the matched budget applies to q0-only methods")
-        if self.dynamic_sampling and self.avspo:
-            raise ValueError(f"{self.name}: dynamic sampling and AVSPO are separate baselines")
+        from tagrpo.algorithms.estimators import get_estimator
+
+        get_estimator(self.estimator)
+        if self.dynamic_sampling and self.estimator != "grpo":
+            raise ValueError(f"{self.name}: dynamic sampling is defined for the grpo estimator")
+
+    @property
+    def avspo(self) -> bool:
+        """Whether the method's estimator is AVSPO (kept for callers that branch on it)."""
+        return self.estimator == "avspo"
 
     def variants(self, n_neighbours: int) -> tuple[int, ...]:
         """Prompt variants sampled per question: 0 is q0, n >= 1 the n-th rephrasing."""
@@ -139,7 +150,7 @@ METHODS: dict[str, MethodSpec] = {
             False,
             "per_original",
             "own",
-            avspo=True,
+            estimator="avspo",
             description="AVSPO: virtual rewards in collapsed groups' statistics",
         ),
     )

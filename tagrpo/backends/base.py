@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 Messages = list[dict[str, str]]
 
@@ -28,16 +28,6 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any]) -> SamplingParams:
-        return cls(
-            n=int(params.get("n", 1)),
-            temperature=float(params.get("temperature", 1.0)),
-            top_p=float(params.get("top_p", 1.0)),
-            max_new_tokens=int(params.get("max_new_tokens", 256)),
-            seed=int(params.get("seed", 0)),
-        )
 
 
 @dataclass(frozen=True)

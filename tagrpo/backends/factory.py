@@ -1,35 +1,30 @@
-"""The generation backend a stage's params ask for: ``hf`` (transformers) or ``vllm``."""
+"""The generation backend a stage asks for: ``hf`` (transformers) or ``vllm``."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 from tagrpo.backends.base import GenerationBackend
+from tagrpo.config.params import Params
 
-BACKENDS = ("hf", "vllm")
 
-
-def make_backend(params: Mapping[str, Any], model_dir: str | Path) -> GenerationBackend:
-    """A backend serving the policy in ``model_dir``.
-
-    ``params``: a stage's section with ``backend``, ``max_batch_sequences`` (hf), ``vllm``
-    (see :mod:`tagrpo.backends.vllm_backend`) and ``common`` (torch threads, seed, chat-template
-    options).
-    """
-    backend = params.get("backend", "hf")
-    if backend == "hf":
+def make_backend(
+    engine: Literal["hf", "vllm"], config: Params, model_dir: str | Path
+) -> GenerationBackend:
+    """A backend serving the policy in ``model_dir`` with the ``hf`` or ``vllm`` section's
+    settings (torch threads, seed and chat-template options from ``common``)."""
+    if engine == "hf":
         import torch
 
         from tagrpo.backends.hf import HFBackend
         from tagrpo.models import load_causal_lm
 
-        torch.set_num_threads(int(params.get("common", {}).get("torch_threads", 2)))
+        torch.set_num_threads(config.common.torch_threads)
         model, tokenizer = load_causal_lm(model_dir)
-        return HFBackend(model, tokenizer, int(params.get("max_batch_sequences", 256)))
-    if backend == "vllm":
-        from tagrpo.backends.vllm_backend import make_vllm_backend
+        return HFBackend(model, tokenizer, config.hf.max_batch_sequences)
+    from tagrpo.backends.vllm_backend import make_vllm_backend
 
-        return make_vllm_backend(params, model_dir)
-    raise ValueError(f"backend {backend!r} is not available (known: {', '.join(BACKENDS)})")
+    return make_vllm_backend(
+        config.vllm, model_dir, config.common.seed, config.common.chat_template_kwargs
+    )

@@ -15,6 +15,10 @@ import torch
 from tagrpo.backends.base import Completion, Messages, SamplingParams
 
 
+class PromptTooLongError(ValueError):
+    """A prompt plus the response budget exceeds the model's context."""
+
+
 class HFBackend:
     """A :class:`~tagrpo.backends.base.GenerationBackend` over a loaded HF causal LM."""
 
@@ -39,6 +43,7 @@ class HFBackend:
         self, conversations: Sequence[Messages], sampling: SamplingParams
     ) -> list[list[Completion]]:
         encoded = [self.prompt_ids(messages) for messages in conversations]
+        self._check_lengths(encoded, sampling.max_new_tokens)
         order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i]), i))
         # Several prompts per batch when n is small; n is split across batches when it is large.
         prompts_per_batch = max(1, self.max_batch_sequences // sampling.n)
@@ -53,6 +58,24 @@ class HFBackend:
                 for position, index in enumerate(batch_indices):
                     results[index].extend(completions[position * count : (position + 1) * count])
         return results
+
+    def _check_lengths(self, encoded: list[list[int]], max_new_tokens: int) -> None:
+        """Refuse prompts that cannot fit the model's context (instead of failing in the
+        attention kernel or running out of memory)."""
+        context = getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
+        if not context:
+            return
+        too_long = [
+            (i, len(ids)) for i, ids in enumerate(encoded) if len(ids) + max_new_tokens > context
+        ]
+        if too_long:
+            index, length = max(too_long, key=lambda item: item[1])
+            raise PromptTooLongError(
+                f"{len(too_long)} of {len(encoded)} prompts do not fit the model's context of "
+                f"{context} tokens with {max_new_tokens} new tokens (the longest, #{index}, has "
+                f"{length} prompt tokens); shorten the inputs (data.max_problem_chars) or the "
+                "responses"
+            )
 
     def _sample(
         self, prompts: list[list[int]], count: int, sampling: SamplingParams

@@ -25,20 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.backends.base import Completion, Messages, SamplingParams
-
-VLLM_DEFAULTS: dict[str, Any] = {
-    "mode": "offline",  # offline: vllm.LLM in this process | server: a `vllm serve` endpoint
-    "tensor_parallel_size": 1,
-    "gpu_memory_utilization": 0.9,
-    "max_model_len": None,  # None: the model's own context length
-    "dtype": "auto",
-    "enforce_eager": False,
-    "base_url": None,  # server mode, e.g. http://127.0.0.1:8000/v1
-    "served_model": None,  # server mode: the name the server serves (default: the model)
-    "api_key_env": "OPENAI_API_KEY",
-    "concurrency": 32,
-    "timeout_s": 3600,
-}
+from tagrpo.config.engines import VLLMEngineSettings
 
 
 def problem_seed(seed: int, position: int) -> int:
@@ -170,15 +157,6 @@ class VLLMServerBackend(ChatPrompts):
         return results
 
 
-def vllm_settings(params: Mapping[str, Any]) -> dict[str, Any]:
-    """``evaluate.vllm`` merged over :data:`VLLM_DEFAULTS` (unknown keys are an error)."""
-    given = dict(params.get("vllm") or {})
-    unknown = sorted(set(given) - set(VLLM_DEFAULTS))
-    if unknown:
-        raise ValueError(f"unknown evaluate.vllm keys {unknown}; known: {sorted(VLLM_DEFAULTS)}")
-    return {**VLLM_DEFAULTS, **given}
-
-
 def model_location(model_dir: str | Path) -> str:
     """A policy folder with weights, or the hub id its ``pointer.json`` names."""
     from tagrpo.models import resolve
@@ -191,43 +169,36 @@ def model_location(model_dir: str | Path) -> str:
     raise ValueError(f"vLLM cannot load a {source.kind} model: convert it to a HF folder first")
 
 
-def make_vllm_backend(params: Mapping[str, Any], model_dir: str | Path):
-    """The evaluate stage's ``vllm`` backend for the policy in ``model_dir``."""
+def make_vllm_backend(
+    settings: VLLMEngineSettings,
+    model_dir: str | Path,
+    seed: int = 0,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+):
+    """The ``vllm`` generation backend (params section ``vllm``) for the policy in ``model_dir``."""
     from transformers import AutoTokenizer
 
-    settings = vllm_settings(params)
-    common = params.get("common") or {}
-    template_kwargs = common.get("chat_template_kwargs") or {}
+    template_kwargs = dict(chat_template_kwargs or {})
     model = model_location(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model)
-    if settings["mode"] == "server":
-        if not settings["base_url"]:
-            raise ValueError("evaluate.vllm.base_url is required in server mode")
+    if settings.mode == "server":
+        if not settings.base_url:
+            raise ValueError("vllm.base_url is required in server mode")
         from openai import OpenAI
 
-        client = OpenAI(
-            base_url=settings["base_url"],
-            api_key=os.environ.get(settings["api_key_env"], "EMPTY"),
-            timeout=float(settings["timeout_s"]),
-        )
+        api_key = os.environ.get(settings.api_key_env, "EMPTY") if settings.api_key_env else "EMPTY"
+        client = OpenAI(base_url=settings.base_url, api_key=api_key, timeout=settings.timeout_s)
         return VLLMServerBackend(
-            client,
-            settings["served_model"] or model,
-            tokenizer,
-            template_kwargs,
-            int(settings["concurrency"]),
+            client, settings.served_model or model, tokenizer, template_kwargs, settings.concurrency
         )
-    if settings["mode"] != "offline":
-        raise ValueError(f"evaluate.vllm.mode must be offline or server, got {settings['mode']!r}")
     vllm = importlib.import_module("vllm")
-    max_model_len = settings["max_model_len"]
     llm = vllm.LLM(
         model=model,
-        seed=int(common.get("seed", 0)),
-        tensor_parallel_size=int(settings["tensor_parallel_size"]),
-        gpu_memory_utilization=float(settings["gpu_memory_utilization"]),
-        max_model_len=None if max_model_len is None else int(max_model_len),
-        dtype=settings["dtype"],
-        enforce_eager=bool(settings["enforce_eager"]),
+        seed=seed,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        gpu_memory_utilization=settings.gpu_memory_utilization,
+        max_model_len=settings.max_model_len,
+        dtype=settings.dtype,
+        enforce_eager=settings.enforce_eager,
     )
     return VLLMBackend(llm, tokenizer, template_kwargs)

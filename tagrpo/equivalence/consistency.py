@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from tagrpo.config.equivalence import ConsistencyConfig, ConsistencySettings
 from tagrpo.prompts import chat_messages
 
 UNVERIFIABLE_POLICIES = ("accept", "reject")
@@ -52,28 +53,6 @@ UNVERIFIABLE_REASONS = ("solver_unsolved", "low_power", "solver_failed")
 
 # (responses, gold answers, answer kinds) -> [(correct, pred, reason)]
 GradeFn = Callable[[Sequence[str], Sequence[str], Sequence[str]], list[tuple[bool, str, str]]]
-
-
-@dataclass(frozen=True)
-class ConsistencyConfig:
-    k: int = 8
-    min_correct: int = 1
-    alpha: float = 0.05
-    on_unverifiable: str = "accept"
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 48
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.k < 1 or self.min_correct < 1:
-            raise ValueError("k and min_correct must be >= 1")
-        if self.min_correct > self.k:
-            raise ValueError(f"min_correct ({self.min_correct}) cannot exceed k ({self.k})")
-        if not 0 < self.alpha < 1:
-            raise ValueError("alpha must be in (0, 1)")
-        if self.on_unverifiable not in UNVERIFIABLE_POLICIES:
-            raise ValueError(f"on_unverifiable must be one of {UNVERIFIABLE_POLICIES}")
 
 
 @dataclass(frozen=True)
@@ -167,6 +146,7 @@ class LocalSolver:
         self,
         model: str | Path,
         config: ConsistencyConfig,
+        seed: int = 0,
         max_batch_sequences: int = 512,
         torch_threads: int | None = None,
     ) -> None:
@@ -179,6 +159,7 @@ class LocalSolver:
             torch.set_num_threads(torch_threads)
         self.name = f"local:{model}"
         self.config = config
+        self.seed = seed
         loaded, tokenizer = load_causal_lm(model)
         self._backend = HFBackend(loaded, tokenizer, max_batch_sequences)
 
@@ -192,7 +173,7 @@ class LocalSolver:
             temperature=self.config.temperature,
             top_p=self.config.top_p,
             max_new_tokens=self.config.max_new_tokens,
-            seed=self.config.seed,
+            seed=self.seed,
         )
         conversations = [
             chat_messages(item.text, list(item.choices) if item.choices else None) for item in items
@@ -205,13 +186,16 @@ class LocalSolver:
 class EndpointSolver:
     """An OpenAI-compatible endpoint, ``n=k`` choices per request, replies cached."""
 
-    def __init__(self, endpoint: Any, config: ConsistencyConfig, cache: Any = None) -> None:
+    def __init__(
+        self, endpoint: Any, config: ConsistencyConfig, seed: int = 0, cache: Any = None
+    ) -> None:
         from tagrpo.rephrase.openai_backend import ChatRunner
 
         self.name = f"openai:{endpoint.model}"
         self.endpoint = endpoint
         self.config = config
-        self.runner = ChatRunner(endpoint, cache=cache, seed=config.seed)
+        self.seed = seed
+        self.runner = ChatRunner(endpoint, cache=cache, seed=seed)
 
     def sample(self, items: Sequence[SolveItem], k: int) -> list[list[str] | None]:
         from tagrpo.rephrase.cache import cache_key
@@ -225,14 +209,12 @@ class EndpointSolver:
                     "backend": "openai-solver",
                     "model": self.endpoint.model,
                     "sampling": self.endpoint.sampling(),
-                    "seed": self.config.seed,
+                    "seed": self.seed,
                     "k": k,
                     "messages": messages,
                 }
             )
-            requests.append(
-                ChatRequest(key, messages, n=k, seed=self.config.seed, namespace="solver")
-            )
+            requests.append(ChatRequest(key, messages, n=k, seed=self.seed, namespace="solver"))
         return [result.texts for result in self.runner.run(requests)]
 
 
@@ -260,25 +242,20 @@ def solve_and_grade(
 
 
 def make_solver(
-    params: Mapping[str, Any],
-    config: ConsistencyConfig,
+    settings: ConsistencySettings,
+    seed: int,
     root: Path,
     cache: Any = None,
     torch_threads: int | None = None,
 ) -> Solver:
-    """The solver named by ``params["solver"]`` (``local`` or ``openai``)."""
-    kind = params.get("solver", "local")
-    if kind == "local":
-        settings = params.get("local", {})
-        model = Path(settings.get("model", "models/base"))
+    """The solver named by ``settings.solver`` (``local`` or ``openai``)."""
+    if settings.solver == "local":
+        model = Path(settings.local.model)
         return LocalSolver(
             model if model.is_absolute() else root / model,
-            config,
-            max_batch_sequences=int(settings.get("max_batch_sequences", 512)),
+            settings.rule(),
+            seed=seed,
+            max_batch_sequences=settings.local.max_batch_sequences,
             torch_threads=torch_threads,
         )
-    if kind == "openai":
-        from tagrpo.rephrase.openai_backend import EndpointConfig
-
-        return EndpointSolver(EndpointConfig.from_params(params.get("openai", {})), config, cache)
-    raise ValueError(f"consistency.solver must be local or openai, got {kind!r}")
+    return EndpointSolver(settings.openai, settings.rule(), seed=seed, cache=cache)

@@ -30,9 +30,15 @@ from typing import Any
 
 import pyarrow as pa
 
+from tagrpo.config.equivalence import (
+    CheckEquivalenceSettings,
+    ConsistencySettings,
+    PolicyConfig,
+    SimilaritySettings,
+    StructuralConfig,
+)
 from tagrpo.data.schema import Question, Rejection
 from tagrpo.equivalence.consistency import (
-    ConsistencyConfig,
     GradeFn,
     SolveItem,
     Solver,
@@ -40,7 +46,7 @@ from tagrpo.equivalence.consistency import (
     consistency_verdict,
     solve_and_grade,
 )
-from tagrpo.equivalence.structural import StructuralConfig, check_structural
+from tagrpo.equivalence.structural import check_structural
 from tagrpo.rephrase.generate import Candidate, Rephraser
 
 FALLBACKS = ("pad_original", "drop")
@@ -106,11 +112,27 @@ def verdicts_table(verdicts: Sequence[Verdict]) -> pa.Table:
 
 @dataclass(frozen=True)
 class CheckSettings:
+    """The three check layers' settings (``check_equivalence`` sections of params.yaml)."""
+
     structural: StructuralConfig = field(default_factory=StructuralConfig)
-    similarity_enabled: bool = True
-    similarity_threshold: float = 0.2
-    consistency_enabled: bool = True
-    consistency: ConsistencyConfig = field(default_factory=ConsistencyConfig)
+    similarity: SimilaritySettings = field(default_factory=SimilaritySettings)
+    consistency: ConsistencySettings = field(default_factory=ConsistencySettings)
+
+    @classmethod
+    def from_section(cls, section: CheckEquivalenceSettings) -> CheckSettings:
+        return cls(section.structural, section.similarity, section.consistency)
+
+    @property
+    def similarity_enabled(self) -> bool:
+        return self.similarity.enabled
+
+    @property
+    def similarity_threshold(self) -> float:
+        return self.similarity.threshold
+
+    @property
+    def consistency_enabled(self) -> bool:
+        return self.consistency.enabled
 
 
 def _plain(text: str) -> str:
@@ -260,19 +282,6 @@ def _solve_item(question: Question, text: str | None) -> SolveItem:
     )
 
 
-@dataclass(frozen=True)
-class PolicyConfig:
-    n: int = 3
-    max_rounds: int = 2  # regeneration rounds after round 0
-    fallback: str = "pad_original"
-
-    def __post_init__(self) -> None:
-        if self.n < 1 or self.max_rounds < 0:
-            raise ValueError("n must be >= 1 and max_rounds >= 0")
-        if self.fallback not in FALLBACKS:
-            raise ValueError(f"fallback must be one of {FALLBACKS}, got {self.fallback!r}")
-
-
 @dataclass
 class PolicyResult:
     rows: list[tuple[Question, list[str], int]]  # (question, N rephrasings, padded slots)
@@ -286,6 +295,7 @@ def run_policy(
     candidates: Sequence[Candidate],
     checker: EquivalenceChecker,
     config: PolicyConfig,
+    n: int,
     rephraser: Rephraser | None = None,
 ) -> PolicyResult:
     """Check round 0, regenerate rejected slots up to ``max_rounds``, then apply the fallback.
@@ -296,16 +306,16 @@ def run_policy(
     by_id = {q.id: q for q in questions}
     if len(by_id) != len(questions):
         raise ValueError("question ids are not unique")
-    expected = {(q.id, slot) for q in questions for slot in range(config.n)}
+    expected = {(q.id, slot) for q in questions for slot in range(n)}
     given = [(c.question_id, c.variant) for c in candidates]
     if len(set(given)) != len(given) or set(given) != expected:
         unknown = sorted({qid for qid, _ in given} - set(by_id))[:5]
         raise ValueError(
-            f"candidates do not match the questions x {config.n} slots "
+            f"candidates do not match the questions x {n} slots "
             f"({len(given)} candidates for {len(questions)} questions; unknown ids {unknown}); "
             "rerun the rephrase stage"
         )
-    slots: dict[str, list[str | None]] = {q.id: [None] * config.n for q in questions}
+    slots: dict[str, list[str | None]] = {q.id: [None] * n for q in questions}
     verdicts: list[Verdict] = []
     pending = sorted(candidates, key=lambda c: (c.question_id, c.variant))
     outcome: Counter[str] = Counter()
@@ -334,6 +344,8 @@ def run_policy(
     for position, question in enumerate(questions):
         texts = slots[question.id]
         holes = sum(1 for t in texts if t is None)
+        if holes:  # padded or dropped: no checked rephrasing
+            outcome["unfilled_slots"] += holes
         if question.id in complete_in:
             key = (
                 "complete_first_round" if complete_in[question.id] == 0 else "complete_regenerated"
@@ -348,7 +360,7 @@ def run_policy(
                     row_index=position,
                     reason="insufficient_rephrasings",
                     upstream_id=question.id,
-                    detail=f"{config.n - holes} of {config.n} rephrasings passed the checks",
+                    detail=f"{n - holes} of {n} rephrasings passed the checks",
                 )
             )
             continue

@@ -159,6 +159,16 @@ def report_section(
 ) -> str:
     """Markdown for ``reports/sections/equivalence.md`` (included by the report stage)."""
     lines = ["## Rephrasings and their equivalence checks", ""]
+    if "unfilled_slot_share" in summary:
+        unfilled = summary["policy"].get("unfilled_slots", 0)
+        padded = settings["fallback"] == "pad_original"
+        handled = "padded with the original question" if padded else "their questions dropped"
+        lines += [
+            f"**Slots without a checked rephrasing: {unfilled} "
+            f"({_percent(summary['unfilled_slot_share'])}), {handled}.** "
+            "A padded slot makes TA-GRPO sample q0 again in that slot.",
+            "",
+        ]
     lines.append(
         f"Backend `{settings['backend']}`, N = {settings['n']} rephrasings per question, up to "
         f"{settings['max_rounds']} regeneration rounds, fallback `{settings['fallback']}`. "

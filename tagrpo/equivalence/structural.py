@@ -30,8 +30,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any
 
+from tagrpo.config.equivalence import StructuralConfig
 from tagrpo.rephrase.rules import mask_formulas
 
 NUMBER_LEVELS = ("off", "set", "multiset", "strict")
@@ -57,32 +57,6 @@ _NUMBER_WORDS = {
 }  # fmt: skip
 _NUMBER_WORD = re.compile(r"\b(" + "|".join(_NUMBER_WORDS) + r")\b", re.IGNORECASE)
 _FRAC_SHORTHAND = re.compile(r"\\[dt]?frac\s*(\d)\s*(\d)")
-
-
-@dataclass(frozen=True)
-class StructuralConfig:
-    numbers: str = "multiset"
-    reject_new_numbers: bool = False
-    min_length_ratio: float = 0.33
-    max_length_ratio: float = 3.0
-    length_slack_chars: int = 120
-    answer_revealed: bool = True
-
-    def __post_init__(self) -> None:
-        if self.numbers not in NUMBER_LEVELS:
-            raise ValueError(f"numbers must be one of {NUMBER_LEVELS}, got {self.numbers!r}")
-        if not 0 <= self.min_length_ratio <= 1 <= self.max_length_ratio:
-            raise ValueError("need 0 <= min_length_ratio <= 1 <= max_length_ratio")
-        if self.length_slack_chars < 0:
-            raise ValueError("length_slack_chars must be >= 0")
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> StructuralConfig:
-        params = dict(params or {})
-        unknown = set(params) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown structural check settings: {sorted(unknown)}")
-        return cls(**params)
 
 
 @dataclass(frozen=True)
@@ -169,7 +143,7 @@ def check_structural(
     config: StructuralConfig | None = None,
 ) -> StructuralOutcome:
     """The first failing structural test for one rephrasing (see the module docstring)."""
-    config = config or StructuralConfig()
+    config = config if config is not None else StructuralConfig()
     text = (rephrasing or "").strip()
     if not text:
         return StructuralOutcome(False, "empty")

@@ -21,10 +21,10 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from tagrpo.data.training_set import TrainQuestion
 from tagrpo.evaluation.phrasing import PhrasedQuestion
 from tagrpo.metrics.diversity import EmbedFn, group_distances
 from tagrpo.metrics.groups import group_stats
-from tagrpo.training.data import TrainQuestion
 
 # The two response sets of the paper's figures, and the joint group TA-GRPO normalises over.
 RESPONSE_SETS = ("original", "neighbours")

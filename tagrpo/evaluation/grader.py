@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 
+from tagrpo.config.common import GradingSettings
 from tagrpo.evaluation.runner import GradeFn
 from tagrpo.grading.pool import GradeItem, GradingPool
 
@@ -24,3 +25,8 @@ def make_grade_fn(workers: int = 2, item_timeout_s: float = 5.0) -> Iterator[Gra
             return [(r.correct, r.pred, r.reason) for r in pool.grade(items)]
 
         yield grade
+
+
+def grade_fn_for(grading: GradingSettings) -> contextlib.AbstractContextManager[GradeFn]:
+    """:func:`make_grade_fn` with the ``common.grading`` settings."""
+    return make_grade_fn(workers=grading.workers, item_timeout_s=grading.item_timeout_s)

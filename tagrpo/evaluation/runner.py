@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -16,6 +18,9 @@ from tagrpo.backends.base import GenerationBackend, SamplingParams
 from tagrpo.data.schema import Question
 from tagrpo.metrics.passk import pass_at_k_table
 from tagrpo.prompts import chat_messages
+
+if TYPE_CHECKING:
+    from tagrpo.config.params import Params
 
 # (responses, gold answers, answer kinds) -> [(correct, pred, reason)], in order
 GradeFn = Callable[[Sequence[str], Sequence[str], Sequence[str]], list[tuple[bool, str, str]]]
@@ -155,3 +160,49 @@ def evaluate(
     summary["responses"] = float(len(graded))
     summary["truncated_rate"] = float(1.0 - graded["finished"].mean()) if len(graded) else 0.0
     return EvaluationResult(responses=graded, passk=table, summary=summary)
+
+
+def load_benchmarks(directory: Path, limit: int | None = None) -> dict[str, list[Question]]:
+    """Every ``<name>.parquet`` of the data stage's benchmark folder (the first ``limit``)."""
+    from tagrpo.data.schema import read_questions
+
+    paths = sorted(Path(directory).glob("*.parquet"))
+    if not paths:
+        raise FileNotFoundError(f"no benchmark parquet files in {directory}: run the data stage")
+    benchmarks = {}
+    for path in paths:
+        questions = read_questions(str(path))
+        benchmarks[path.stem] = questions[:limit] if limit else questions
+    return benchmarks
+
+
+def evaluate_policy(config: Params, model_dir: Path, benchmarks_dir: Path) -> EvaluationResult:
+    """The evaluate stage's work for one policy: ``evaluate`` settings, its engine, pass@k."""
+    from tagrpo.backends.factory import make_backend
+    from tagrpo.evaluation.grader import grade_fn_for
+
+    settings = config.evaluate
+    sampling = SamplingParams(
+        n=settings.n,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        max_new_tokens=settings.max_new_tokens,
+        seed=config.common.seed,
+    )
+    benchmarks = load_benchmarks(benchmarks_dir, settings.max_questions_per_benchmark)
+    missing = sorted(
+        {name for members in settings.groups.values() for name in members} - set(benchmarks)
+    )
+    if missing:
+        raise ValueError(f"evaluate.groups name benchmarks the data stage did not write: {missing}")
+    backend = make_backend(settings.backend, config, model_dir)
+    with grade_fn_for(config.common.grading) as grade:
+        return evaluate(
+            backend,
+            benchmarks,
+            sampling,
+            grade,
+            ks=settings.ks,
+            groups=settings.groups,
+            n_resamples=settings.bootstrap_resamples,
+        )

@@ -8,13 +8,12 @@ structured problem, so any phrasing of it can be rendered again downstream.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
+from tagrpo.config.common import MiniWorldSettings
+from tagrpo.config.data import SyntheticSettings
 from tagrpo.data.schema import LoadResult, Question
 from tagrpo.miniworld.tasks import (
-    DEFAULT_OPERATIONS,
-    HELD_OUT_FAMILY,
     PHRASING_FAMILIES,
     MiniProblem,
     ProblemSpace,
@@ -25,54 +24,6 @@ from tagrpo.miniworld.tasks import (
 )
 
 SOURCE = "miniworld"
-
-
-@dataclass(frozen=True)
-class BenchmarkSpec:
-    """One synthetic benchmark: how many problems, which operations, how they are posed."""
-
-    size: int
-    operations: dict[str, float]
-    families: tuple[str, ...] = PHRASING_FAMILIES
-    multiple_choice: bool = False
-
-
-DEFAULT_BENCHMARKS: dict[str, BenchmarkSpec] = {
-    # "competition" analogues: the training distribution, and its three-operand slice
-    "mini_arith": BenchmarkSpec(96, dict(DEFAULT_OPERATIONS)),
-    "mini_multistep": BenchmarkSpec(48, {"add3": 0.5, "addsub": 0.5}),
-    # "out-of-distribution" analogues: a phrasing never trained on, and multiple choice
-    "mini_unseen": BenchmarkSpec(48, dict(DEFAULT_OPERATIONS), families=(HELD_OUT_FAMILY,)),
-    "mini_choice": BenchmarkSpec(48, dict(DEFAULT_OPERATIONS), multiple_choice=True),
-}
-
-
-@dataclass(frozen=True)
-class MiniWorldConfig:
-    seed: int = 0
-    train_size: int = 200
-    max_operand: int = 9
-    train_operations: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_OPERATIONS))
-    benchmarks: dict[str, BenchmarkSpec] = field(default_factory=lambda: dict(DEFAULT_BENCHMARKS))
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> MiniWorldConfig:
-        benchmarks = {
-            name: BenchmarkSpec(
-                size=int(spec["size"]),
-                operations=dict(spec["operations"]),
-                families=tuple(spec.get("families", PHRASING_FAMILIES)),
-                multiple_choice=bool(spec.get("multiple_choice", False)),
-            )
-            for name, spec in params.get("benchmarks", {}).items()
-        }
-        return cls(
-            seed=int(params.get("seed", 0)),
-            train_size=int(params.get("train_size", 200)),
-            max_operand=int(params.get("max_operand", 9)),
-            train_operations=dict(params.get("train_operations", cls().train_operations)),
-            benchmarks=benchmarks or dict(DEFAULT_BENCHMARKS),
-        )
 
 
 def problem_meta(problem: MiniProblem, family: str) -> dict[str, Any]:
@@ -127,25 +78,30 @@ def _questions(
     return questions
 
 
-def build_miniworld(config: MiniWorldConfig) -> dict[str, LoadResult]:
-    """The training split (key ``"train"``) and each benchmark (its own name)."""
+def build_miniworld(
+    synthetic: SyntheticSettings | None = None, world: MiniWorldSettings | None = None
+) -> dict[str, LoadResult]:
+    """The training split (key ``"train"``) and each benchmark (its own name).
+
+    ``synthetic`` is ``data.synthetic`` (sizes, seed, benchmarks), ``world`` is
+    ``common.miniworld`` (operand range, training operations); defaults: the embedded default.
+    """
+    synthetic = synthetic if synthetic is not None else SyntheticSettings()
+    world = world if world is not None else MiniWorldSettings()
+    seed = synthetic.seed
     used: set[str] = set()
     results: dict[str, LoadResult] = {}
     # Benchmarks are drawn first, so changing the training size never changes a benchmark.
-    for offset, (name, spec) in enumerate(sorted(config.benchmarks.items())):
-        space = ProblemSpace(operations=spec.operations, max_operand=config.max_operand)
-        problems = sample_problems(space, spec.size, seed=config.seed * 1000 + offset, exclude=used)
+    for offset, (name, spec) in enumerate(sorted(synthetic.benchmarks.items())):
+        space = ProblemSpace(operations=dict(spec.operations), max_operand=world.max_operand)
+        problems = sample_problems(space, spec.size, seed=seed * 1000 + offset, exclude=used)
         used |= {problem.key() for problem in problems}
-        families = assign_families(problems, spec.families, seed=config.seed * 1000 + 500 + offset)
-        questions = _questions(
-            "test", name, problems, families, spec.multiple_choice, seed=config.seed
-        )
+        families = assign_families(problems, tuple(spec.families), seed=seed * 1000 + 500 + offset)
+        questions = _questions("test", name, problems, families, spec.multiple_choice, seed=seed)
         results[name] = LoadResult(SOURCE, "test", len(questions), questions, [])
-    space = ProblemSpace(operations=config.train_operations, max_operand=config.max_operand)
-    problems = sample_problems(
-        space, config.train_size, seed=config.seed * 1000 + 999, exclude=used
-    )
-    families = assign_families(problems, PHRASING_FAMILIES, seed=config.seed * 1000 + 998)
-    train = _questions("train", "miniworld-train", problems, families, False, seed=config.seed)
+    space = ProblemSpace(operations=dict(world.train_operations), max_operand=world.max_operand)
+    problems = sample_problems(space, synthetic.train_size, seed=seed * 1000 + 999, exclude=used)
+    families = assign_families(problems, PHRASING_FAMILIES, seed=seed * 1000 + 998)
+    train = _questions("train", "miniworld-train", problems, families, False, seed=seed)
     results["train"] = LoadResult(SOURCE, "train", len(train), train, [])
     return results

@@ -9,17 +9,21 @@ model has mastered the arithmetic. The saved folder is an ordinary Hugging Face 
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from tagrpo.config.base_model import (
+    Misconception,
+    TinyModelConfig,
+    WarmStartCorpus,
+    WarmStartTraining,
+)
 from tagrpo.miniworld.tasks import (
     MISCONCEPTION_TRIGGERS,
     PHRASING_FAMILIES,
@@ -31,45 +35,9 @@ from tagrpo.miniworld.tasks import (
     render,
 )
 from tagrpo.miniworld.tokenizer import train_tokenizer
+from tagrpo.progress import track
 from tagrpo.prompts import chat_messages
-
-
-@dataclass(frozen=True)
-class TinyModelConfig:
-    hidden_size: int = 128
-    intermediate_size: int = 256
-    num_layers: int = 2
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    max_positions: int = 256
-    vocab_size: int = 512
-
-
-@dataclass(frozen=True)
-class WarmStartConfig:
-    examples: int = 20000
-    family_weights: dict[str, float] = field(
-        default_factory=lambda: {"expr": 0.4, "words": 0.25, "imperative": 0.2, "story": 0.15}
-    )
-    # Phrasing-tied misconceptions: when a family's trigger holds for a problem, its worked
-    # answer misreads the last operation with the given probability. The base policy inherits
-    # these habits, so its success depends on phrasing and some (problem, phrasing) pairs are
-    # almost always wrong: the all-wrong groups that TA-GRPO's rephrasings are meant to rescue.
-    misconceptions: dict[str, dict[str, Any]] = field(
-        default_factory=lambda: {
-            "words": {"when": "even_first", "rate": 0.8},
-            "imperative": {"when": "small_first", "rate": 0.8},
-            "story": {"when": "item_subset", "rate": 0.9},
-        }
-    )
-    choice_fraction: float = 0.1  # share of examples posed as multiple choice
-    steps: int = 500
-    batch_size: int = 64
-    learning_rate: float = 5e-3
-    warmup_steps: int = 20
-    weight_decay: float = 0.01
-    seed: int = 0
-    torch_threads: int = 2
+from tagrpo.schedule import warmup_cosine
 
 
 @dataclass(frozen=True)
@@ -82,15 +50,16 @@ class SftExample:
 
 def build_corpus(
     space: ProblemSpace,
-    config: WarmStartConfig,
+    config: WarmStartCorpus,
     exclude_keys: set[str],
+    seed: int = 0,
 ) -> list[SftExample]:
     """Warm-start examples, never using arithmetic whose key is in ``exclude_keys``."""
     families = [f for f in PHRASING_FAMILIES if config.family_weights.get(f, 0) > 0]
     weights = [config.family_weights[f] for f in families]
     # Problems are drawn i.i.d. (repeats allowed: the add/sub space is small on purpose), but
     # never with arithmetic reserved for RL training or evaluation.
-    rng = random.Random(config.seed + 202)
+    rng = random.Random(seed + 202)
     corpus = []
     for index in range(config.examples):
         problem = space.sample(rng)
@@ -104,14 +73,13 @@ def build_corpus(
 
 
 def misread_probability(
-    problem: MiniProblem, family: str, misconceptions: Mapping[str, Mapping[str, Any]]
+    problem: MiniProblem, family: str, misconceptions: Mapping[str, Misconception]
 ) -> float:
     """How likely the warm-start corpus is to misread ``problem`` posed in ``family``."""
     rule = misconceptions.get(family)
-    if not rule:
+    if rule is None:
         return 0.0
-    trigger = MISCONCEPTION_TRIGGERS[rule["when"]]
-    return float(rule["rate"]) if trigger(problem) else 0.0
+    return float(rule.rate) if MISCONCEPTION_TRIGGERS[rule.when](problem) else 0.0
 
 
 def make_example(
@@ -188,12 +156,14 @@ def _collate(batch: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dict[
 def warm_start(
     corpus: Sequence[SftExample],
     model_config: TinyModelConfig,
-    config: WarmStartConfig,
+    config: WarmStartTraining,
+    seed: int = 0,
+    torch_threads: int = 2,
     log: Callable[[int, dict[str, float]], None] | None = None,
 ) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast, list[dict[str, float]]]:
     """Train tokenizer and model on the corpus; returns them and the per-step history."""
-    torch.manual_seed(config.seed)
-    torch.set_num_threads(config.torch_threads)
+    torch.manual_seed(seed)
+    torch.set_num_threads(torch_threads)
     tokenizer = train_tokenizer(
         (chat_text(example) for example in corpus), vocab_size=model_config.vocab_size
     )
@@ -204,18 +174,14 @@ def warm_start(
         model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
     )
 
-    def lr_factor(step: int) -> float:  # linear warmup, cosine decay to 10%
-        if step < config.warmup_steps:
-            return (step + 1) / config.warmup_steps
-        progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
-    rng = random.Random(config.seed + 303)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(  # warm-up, then cosine down to 10%
+        optimizer, lambda step: warmup_cosine(step, config.steps, config.warmup_steps, 0.1)
+    )
+    rng = random.Random(seed + 303)
     history: list[dict[str, float]] = []
     model.train()
     started = time.perf_counter()
-    for step in range(config.steps):
+    for step in track(range(config.steps), "base_model: SFT", unit="step"):
         batch = _collate(rng.sample(encoded, config.batch_size), tokenizer.pad_token_id)
         loss = model(**batch).loss
         optimizer.zero_grad(set_to_none=True)

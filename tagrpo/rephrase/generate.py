@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from tagrpo.config.rephrase import RephraseSettings
 from tagrpo.data.schema import Question
 from tagrpo.rephrase.cache import ReplyCache, cache_key
 from tagrpo.rephrase.parse import parse_reply
@@ -374,25 +375,27 @@ class OpenAIRephraser:
 
 
 def make_rephraser(
-    params: Mapping[str, Any], cache: ReplyCache | None = None, root: Path | None = None
+    settings: RephraseSettings,
+    seed: int,
+    cache: ReplyCache | None = None,
+    root: Path | None = None,
 ) -> Rephraser:
-    """The backend named by ``params["backend"]`` (the ``rephrase`` section of params.yaml)."""
-    backend = params.get("backend", "rules")
-    n = int(params.get("n", 3))
-    seed = int(params.get("seed", 0))
-    if backend == "rules":
-        return RulesRephraser(n=n, seed=seed)
-    template = load_template(params.get("template", "appendix_a"), params.get("template_file"))
-    mode = params.get("requests", "per_variant")
-    if backend == "openai":
-        from tagrpo.rephrase.openai_backend import EndpointConfig
-
-        endpoint = EndpointConfig.from_params(params.get("openai", {}))
-        return OpenAIRephraser(endpoint, template, n=n, mode=mode, seed=seed, cache=cache)
-    if backend == "hf":
-        from tagrpo.rephrase.local_backend import HFRephraser
-
-        return HFRephraser.from_params(
-            params.get("hf", {}), template, n=n, mode=mode, seed=seed, cache=cache, root=root
+    """The backend named by ``settings.backend`` (the ``rephrase`` section of params.yaml)."""
+    if settings.backend == "rules":
+        return RulesRephraser(n=settings.n, seed=seed)
+    template = load_template(settings.template, settings.template_file)
+    if settings.backend == "openai":
+        return OpenAIRephraser(
+            settings.openai, template, n=settings.n, mode=settings.requests, seed=seed, cache=cache
         )
-    raise ValueError(f"rephrase.backend must be one of {BACKENDS}, got {backend!r}")
+    from tagrpo.rephrase.local_backend import HFRephraser
+
+    return HFRephraser.from_settings(
+        settings.hf,
+        template,
+        n=settings.n,
+        mode=settings.requests,
+        seed=seed,
+        cache=cache,
+        root=root,
+    )

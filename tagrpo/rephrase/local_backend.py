@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tagrpo.config.rephrase import LocalRephraseModel
 from tagrpo.data.schema import Question
 from tagrpo.rephrase.cache import ReplyCache
 from tagrpo.rephrase.generate import Candidate, candidates_from_reply, plan_requests
@@ -70,9 +71,9 @@ class HFRephraser:
         self.counts: Counter[str] = Counter()
 
     @classmethod
-    def from_params(
+    def from_settings(
         cls,
-        params: Mapping[str, Any],
+        settings: LocalRephraseModel,
         template: RephraseTemplate,
         n: int,
         mode: str,
@@ -80,9 +81,7 @@ class HFRephraser:
         cache: ReplyCache | None,
         root: Path | None = None,
     ) -> HFRephraser:
-        if not params.get("model"):
-            raise ValueError("rephrase.hf.model must name a model folder")
-        model = Path(params["model"])
+        model = Path(settings.model)
         if root is not None and not model.is_absolute():
             model = root / model
         return cls(
@@ -92,10 +91,10 @@ class HFRephraser:
             mode=mode,
             seed=seed,
             cache=cache,
-            temperature=float(params.get("temperature", 1.0)),
-            top_p=float(params.get("top_p", 1.0)),
-            max_new_tokens=int(params.get("max_new_tokens", 256)),
-            max_batch_sequences=int(params.get("max_batch_sequences", 32)),
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            max_new_tokens=settings.max_new_tokens,
+            max_batch_sequences=settings.max_batch_sequences,
         )
 
     def _generator(self) -> Any:

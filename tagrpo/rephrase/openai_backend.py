@@ -13,7 +13,10 @@ one :class:`ChatResult` per request, in order; it never raises for a failed requ
   factor in [0.5, 1] (jitter, so that clients throttled together do not return together),
   and never sooner than the server's ``Retry-After``/``retry-after-ms`` (capped at
   ``retry_after_max_s``);
-* other 4xx (a bad request, a wrong key) fail at once; every failure is returned with its kind
+* 401, 403 and 404 (a wrong or unauthorised key, a wrong URL or model) would fail every
+  request alike: the first one stops the whole call with :class:`EndpointRefusedError` (no
+  retry, in-flight requests cancelled, no further request sent);
+* other 4xx (a bad request) fail that request at once; every failure is returned with its kind
   and a message with the API key redacted;
 * each successful reply is written to the :class:`~tagrpo.rephrase.cache.ReplyCache` as soon
   as it arrives, and requests whose key is stored are answered from it without a request.
@@ -36,84 +39,32 @@ import asyncio
 import email.utils
 import json
 import math
-import os
 import random
 import re
 import ssl
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
+from tagrpo.config.rephrase import EndpointConfig
 from tagrpo.rephrase.cache import ReplyCache
+
+__all__ = ["ChatRequest", "ChatResult", "ChatRunner", "EndpointConfig", "EndpointRefusedError"]
 
 RETRYABLE = frozenset(
     {"rate_limited", "server_error", "timeout", "connection", "malformed_response", "empty_reply"}
 )
 _CONNECTIONS_PER_CLIENT = 8
 _KEY_PATTERN = re.compile(r"(sk-[A-Za-z0-9_\-]{4,}|Bearer\s+\S+)")
+# Replies that will be the same for every request: a wrong key (401), a key without access
+# (403), a wrong base URL or model name (404). One of them stops the whole run at once.
+FATAL = frozenset({"http_401", "http_403", "http_404"})
 
 
-@dataclass(frozen=True)
-class EndpointConfig:
-    """Where and how to send chat requests (the ``openai`` params of a stage)."""
-
-    model: str
-    base_url: str | None = None  # None: the client's default (api.openai.com)
-    api_key_env: str | None = "OPENAI_API_KEY"
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_tokens: int = 512
-    concurrency: int = 16
-    timeout_s: float = 60.0
-    max_attempts: int = 6
-    backoff_base_s: float = 1.0
-    backoff_max_s: float = 60.0
-    retry_after_max_s: float = 120.0
-    send_seed: bool = True  # OpenAI and vLLM accept ``seed``; some servers reject it
-
-    def __post_init__(self) -> None:
-        if self.concurrency < 1:
-            raise ValueError("concurrency must be >= 1")
-        if self.max_attempts < 1:
-            raise ValueError("max_attempts must be >= 1")
-        if self.timeout_s <= 0:
-            raise ValueError("timeout_s must be > 0")
-        if self.backoff_base_s < 0 or self.backoff_max_s < 0 or self.retry_after_max_s < 0:
-            raise ValueError("backoff and retry-after limits must be >= 0")
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> EndpointConfig:
-        params = dict(params)
-        if "api_key" in params:
-            raise ValueError(
-                "put the API key in an environment variable and name it in api_key_env; "
-                "keys are never read from params"
-            )
-        known = {f.name for f in fields(cls)}
-        unknown = set(params) - known
-        if unknown:
-            raise ValueError(f"unknown endpoint settings: {sorted(unknown)}")
-        if not params.get("model"):
-            raise ValueError("the endpoint needs a model name")
-        return cls(**params)
-
-    def api_key(self) -> str:
-        """The key from the environment; a clear error if the variable is not set."""
-        if self.api_key_env is None:
-            return "EMPTY"  # placeholder the client requires; servers without auth ignore it
-        value = os.environ.get(self.api_key_env)
-        if not value:
-            raise RuntimeError(
-                f"the environment variable {self.api_key_env} (api_key_env) is not set; "
-                "export the API key there (set api_key_env: null for servers without auth)"
-            )
-        return value
-
-    def sampling(self) -> dict[str, Any]:
-        """The sampling settings that enter cache keys."""
-        return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
+class EndpointRefusedError(RuntimeError):
+    """The endpoint refused the run itself (key, permission, URL or model): stop, do not retry."""
 
 
 @dataclass(frozen=True)
@@ -288,18 +239,27 @@ class ChatRunner:
             ]
             semaphore = asyncio.Semaphore(self.config.concurrency)
             done = 0
+            from tagrpo.progress import bar
+
+            shown = bar(len(pending), f"{self.config.model}: requests", unit="req")
 
             async def one(position: int, request: ChatRequest) -> None:
                 nonlocal done
                 client = clients[position % shards]
                 results[request.key] = await self._with_retries(client, semaphore, request)
                 done += 1
+                shown.update(1)
                 if self._progress:
                     self._progress(done, len(pending))
 
             try:
-                await asyncio.gather(*(one(i, request) for i, request in enumerate(pending)))
+                async with asyncio.TaskGroup() as group:  # a fatal reply cancels the rest
+                    for i, request in enumerate(pending):
+                        group.create_task(one(i, request))
+            except* EndpointRefusedError as refused:
+                raise refused.exceptions[0] from None
             finally:
+                shown.close()
                 for client in clients:
                     await client.close()
         self.stats.seconds += time.perf_counter() - started
@@ -317,6 +277,18 @@ class ChatRunner:
             except _Failure as error:
                 failure = error
                 self.stats.attempt_errors[error.kind] += 1
+                if error.kind in FATAL:
+                    self.stats.failed += 1
+                    self.stats.final_errors[error.kind] += 1
+                    where = self.config.base_url or "api.openai.com"
+                    detail = redact(str(error), self._secrets)[:300]
+                    raise EndpointRefusedError(
+                        f"the endpoint {where} answered {error.kind.replace('_', ' ').upper()} "
+                        f"for model {self.config.model!r} ({detail}): every request would fail "
+                        f"alike, so the run stops here with no retry and no further request. "
+                        f"Check the key in ${self.config.api_key_env}, the base_url and the "
+                        "model name."
+                    ) from None
                 if error.kind not in RETRYABLE or attempt == self.config.max_attempts:
                     break
                 self.stats.retries += 1

@@ -1,4 +1,4 @@
-"""Report section for the training runs: one row per trained policy (``metrics/train_*.json``)."""
+"""Report section for the training runs: one row per policy (``metrics/train/<policy>.json``)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,16 @@ from pathlib import Path
 from tagrpo.report.markdown import markdown_table, percent
 
 
-def load_training_summaries(directory: str | Path) -> dict[str, dict[str, float]]:
-    """``{policy: summary}`` from ``metrics/train_<policy>.json`` files, sorted by policy."""
+def load_training_summaries(root: Path, policies: list[str]) -> dict[str, dict[str, float]]:
+    """``{policy: summary}`` of the given policies (``metrics/train/<policy>.json``)."""
+    from tagrpo.layout import train_outputs
+
     summaries = {}
-    for path in sorted(Path(directory).glob("train_*.json")):
-        summaries[path.stem.removeprefix("train_")] = json.loads(path.read_text())
+    for policy in policies:
+        path = root / train_outputs(policy).metrics
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing: run the train stage of {policy}")
+        summaries[policy] = json.loads(path.read_text())
     return summaries
 
 

@@ -8,10 +8,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
+from tagrpo.layout import checkpoint_name
 from tagrpo.training.rollout import QuestionRollout
+
+__all__ = ["DUMP_COLUMNS", "checkpoint_name", "checkpoint_steps", "rollout_frame"]
 
 # One row per response in a rollout dump (the diagnostics read these columns).
 DUMP_COLUMNS = (
@@ -45,11 +47,6 @@ def checkpoint_steps(total_steps: int, fractions: Sequence[float]) -> dict[int, 
     return steps
 
 
-def checkpoint_name(fraction: float) -> str:
-    """``checkpoint-025`` for 25% of training."""
-    return f"checkpoint-{round(100 * fraction):03d}"
-
-
 def save_policy_folder(model, tokenizer, directory: str | Path) -> None:
     """An ordinary Hugging Face folder that :func:`tagrpo.models.load_causal_lm` reloads."""
     directory = Path(directory)
@@ -63,18 +60,15 @@ def rollout_frame(
     checkpoint: str,
     rollouts: Iterable[QuestionRollout],
     scored_under: Mapping[tuple[str, int], str],
-    advantages: Mapping[int, np.ndarray],
-    kept: set[int],
 ) -> pd.DataFrame:
     """One row per response of ``rollouts`` (kept and dropped ones).
 
     ``scored_under[(question_id, variant)]`` is the prompt text the response was scored with;
-    ``advantages[id(rollout)]`` the advantages of a kept rollout (NaN for dropped ones).
+    dropped rollouts have no advantages (NaN).
     """
     rows: list[dict[str, Any]] = []
     for rollout in rollouts:
-        key = id(rollout)
-        values = advantages.get(key)
+        values = rollout.advantages
         variants = rollout.variant_of_response
         for index, completion in enumerate(rollout.completions):
             variant = int(variants[index])
@@ -93,7 +87,7 @@ def rollout_frame(
                     "advantage": float(values[index]) if values is not None else float("nan"),
                     "num_tokens": completion.num_tokens,
                     "finished": completion.finished,
-                    "kept": key in kept,
+                    "kept": rollout.kept,
                 }
             )
     return pd.DataFrame(rows, columns=list(DUMP_COLUMNS))

@@ -14,8 +14,8 @@ import numpy as np
 
 from tagrpo.algorithms.methods import MethodSpec
 from tagrpo.backends.base import Completion, GenerationBackend, SamplingParams
+from tagrpo.data.training_set import TrainQuestion
 from tagrpo.evaluation.runner import GradeFn
-from tagrpo.training.data import TrainQuestion
 
 
 @dataclass
@@ -29,6 +29,8 @@ class QuestionRollout:
     completions: list[Completion]
     rewards: np.ndarray
     preds: list[str] = field(default_factory=list)
+    kept: bool = False  # entered the update (dynamic sampling drops all-equal groups)
+    advantages: np.ndarray | None = None  # one per response, set when kept
 
     @property
     def variant_of_response(self) -> np.ndarray:

@@ -16,7 +16,7 @@ import torch
 
 from tagrpo.algorithms.loss import token_log_probs
 from tagrpo.algorithms.methods import MethodSpec
-from tagrpo.training.data import TrainQuestion
+from tagrpo.data.training_set import TrainQuestion
 
 
 def anchor_variant(spec: MethodSpec, variant: int) -> int:
@@ -92,23 +92,31 @@ def build_scoring_batch(
     return ScoringBatch(input_ids, attention, targets, torch.tensor(lengths))
 
 
-def forward_log_probs(model, batch: ScoringBatch) -> torch.Tensor:
-    """Log-probability of each next token, ``[B, W - 1]`` (masked positions are garbage)."""
+def forward_log_probs(model, batch: ScoringBatch, temperature: float = 1.0) -> torch.Tensor:
+    """Log-probability of each next token, ``[B, W - 1]`` (masked positions are garbage).
+
+    Logits are divided by the sampling ``temperature`` first: the distribution the responses
+    were sampled from, and what verl's actor scores (``logits.div_(temperature)``).
+    """
     device = next(model.parameters()).device
     logits = model(
         input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device)
     ).logits
+    if temperature != 1.0:
+        logits = logits / temperature
     return token_log_probs(logits[:, :-1], batch.input_ids[:, 1:].to(device))
 
 
 @torch.no_grad()
-def score_log_probs(model, batch: ScoringBatch, micro_batch: int) -> torch.Tensor:
+def score_log_probs(
+    model, batch: ScoringBatch, micro_batch: int, temperature: float = 1.0
+) -> torch.Tensor:
     """:func:`forward_log_probs` without gradients, in micro-batches, padded to ``[B, W-1]``."""
     width = batch.input_ids.shape[1] - 1
     out = torch.zeros((len(batch), width), dtype=torch.float32)
     for start in range(0, len(batch), micro_batch):
         rows = slice(start, start + micro_batch)
         sub = batch.rows(rows)
-        values = forward_log_probs(model, sub).float().cpu()
+        values = forward_log_probs(model, sub, temperature).float().cpu()
         out[rows, : values.shape[1]] = values
     return out

@@ -11,10 +11,9 @@ then ``mini_batches`` optimiser updates of the clipped loss plus the KL loss (th
 from __future__ import annotations
 
 import copy
-import math
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,26 +21,22 @@ import numpy as np
 import torch
 
 from tagrpo.algorithms import (
-    EPSILON,
-    AdaptiveThreshold,
-    AVSPOConfig,
     MethodSpec,
     advantages_and_diagnostics,
     dynamic_sampling,
+    get_estimator,
     get_method,
     policy_loss,
     step_diagnostics,
 )
 from tagrpo.backends.base import SamplingParams
 from tagrpo.backends.hf import HFBackend
+from tagrpo.config.train import LocalBackendSettings, TrainSettings
+from tagrpo.data.training_set import TrainQuestion, require_neighbours
 from tagrpo.evaluation.runner import GradeFn
-from tagrpo.training.data import TrainQuestion, require_neighbours
-from tagrpo.training.outputs import (
-    checkpoint_name,
-    checkpoint_steps,
-    rollout_frame,
-    save_policy_folder,
-)
+from tagrpo.layout import checkpoint_name
+from tagrpo.schedule import warmup_cosine
+from tagrpo.training.outputs import checkpoint_steps, rollout_frame, save_policy_folder
 from tagrpo.training.rollout import QuestionRollout, sample_rollouts
 from tagrpo.training.scoring import (
     anchor_variant,
@@ -54,57 +49,51 @@ from tagrpo.training.scoring import (
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Hyper-parameters of one run (``train`` in params.yaml; paper values in comments)."""
+    """One run: method, seed and step count, with the ``train`` and ``local`` params sections.
+
+    The hyper-parameters are read from ``settings`` (one declaration, :mod:`tagrpo.config`);
+    ``TrainConfig.create`` builds one from keyword overrides of either section (for tests and
+    notebooks).
+    """
 
     method: str
+    steps: int
     seed: int = 0
-    group_size: int = 8  # G
-    n_neighbours: int = 3  # N
-    batch_questions: int = 8  # questions per step (paper: 256)
-    mini_batches: int = 2  # optimiser updates per step (paper: 256 / 128)
-    steps: int = 20
-    learning_rate: float = 1e-3  # paper: 1e-6 for 1.7B-4B models
-    warmup_ratio: float = 0.1  # authors' scripts: lr_warmup_steps_ratio=0.1, cosine
-    min_lr_ratio: float = 0.0
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    kl_coef: float = 0.001  # low-variance KL loss (Appendix B)
-    epsilon: float = EPSILON
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 48  # paper: 3072
-    max_batch_sequences: int = 512  # generation batch (sequences)
-    micro_batch_sequences: int = 256  # forward/backward micro-batch (sequences)
-    ds_max_rounds: int = 8
-    avspo: AVSPOConfig = field(default_factory=AVSPOConfig)
-    checkpoints: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
+    settings: TrainSettings = field(default_factory=TrainSettings)
+    engine: LocalBackendSettings = field(default_factory=LocalBackendSettings)
     torch_threads: int = 2
-    device: str = "cpu"  # cpu | cuda | auto (cuda when available)
 
     def __post_init__(self) -> None:
-        get_method(self.method)
-        if self.steps < 1 or self.batch_questions < 1 or self.group_size < 1:
-            raise ValueError("steps, batch_questions and group_size must be >= 1")
-        if not 1 <= self.mini_batches <= self.batch_questions:
-            raise ValueError("mini_batches must be in [1, batch_questions]")
+        spec = get_method(self.method)
+        if self.steps < 1:
+            raise ValueError("steps must be >= 1")
+        if spec.use_neighbours and self.settings.n_neighbours < 1:
+            raise ValueError(f"{self.method} samples rephrasings: n_neighbours must be >= 1")
 
     @property
     def spec(self) -> MethodSpec:
         return get_method(self.method)
 
     @classmethod
-    def from_params(cls, params: Mapping[str, Any], **overrides: Any) -> TrainConfig:
-        """Build from the ``train`` params section (unknown keys are ignored)."""
-        names = {f.name for f in fields(cls)}
-        values: dict[str, Any] = {k: v for k, v in params.items() if k in names}
-        values.update(overrides)
-        if isinstance(values.get("avspo"), Mapping):
-            values["avspo"] = AVSPOConfig(**values["avspo"])
-        if "checkpoints" in values:
-            values["checkpoints"] = tuple(float(x) for x in values["checkpoints"])
-        return cls(**values)
+    def create(
+        cls, method: str, steps: int = 20, seed: int = 0, torch_threads: int = 2, **overrides: Any
+    ) -> TrainConfig:
+        """Defaults of both sections with ``overrides`` (keys of ``train`` or ``local``)."""
+        train_keys, local_keys = (
+            set(TrainSettings.model_fields),
+            set(LocalBackendSettings.model_fields),
+        )
+        unknown = sorted(set(overrides) - train_keys - local_keys)
+        if unknown:
+            raise ValueError(f"unknown train/local settings {unknown}")
+        return cls(
+            method=method,
+            steps=steps,
+            seed=seed,
+            settings=TrainSettings(**{k: v for k, v in overrides.items() if k in train_keys}),
+            engine=LocalBackendSettings(**{k: v for k, v in overrides.items() if k in local_keys}),
+            torch_threads=torch_threads,
+        )
 
 
 def resolve_device(name: str) -> torch.device:
@@ -114,15 +103,6 @@ def resolve_device(name: str) -> torch.device:
     if name not in ("cpu", "cuda"):
         raise ValueError(f"device must be cpu, cuda or auto, got {name!r}")
     return torch.device(name)
-
-
-def lr_factor(step: int, total_steps: int, warmup_ratio: float, min_lr_ratio: float) -> float:
-    """Linear warm-up over ``int(ratio * total)`` steps, then cosine decay to ``min_lr_ratio``."""
-    warmup = int(warmup_ratio * total_steps)
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = (step - warmup) / max(1, total_steps - warmup)
-    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 class QuestionStream:
@@ -158,6 +138,26 @@ class TrainResult:
     seconds: float
 
 
+@dataclass
+class StepResult:
+    """What one training step did.
+
+    ``generated``: every rollout sampled this step (dynamic sampling's dropped ones included),
+    each marked ``kept`` with its ``advantages`` set when it entered the update;
+    ``scored_under``: the prompt text each (question id, variant) was scored with;
+    ``updated``: whether an optimiser step was taken (not when DS found nothing to learn from).
+    """
+
+    metrics: dict[str, float]
+    generated: list[QuestionRollout]
+    scored_under: dict[tuple[str, int], str] = field(default_factory=dict)
+    updated: bool = False
+
+    @property
+    def kept(self) -> list[QuestionRollout]:
+        return [rollout for rollout in self.generated if rollout.kept]
+
+
 class Trainer:
     """Trains ``model`` in place with the method of ``config`` (see the module docstring)."""
 
@@ -175,32 +175,36 @@ class Trainer:
         save_checkpoints: bool = True,
     ) -> None:
         self.config = config
+        self.settings = settings = config.settings
         self.spec = config.spec
         if self.spec.use_neighbours:
-            require_neighbours(questions, config.n_neighbours)
+            require_neighbours(questions, settings.n_neighbours)
         torch.manual_seed(config.seed)
         torch.set_num_threads(config.torch_threads)
-        self.device = resolve_device(config.device)
+        self.device = resolve_device(config.engine.device)
         self.model = model.to(self.device)
         self.tokenizer = tokenizer
         self.ref_model = ref_model if ref_model is not None else copy.deepcopy(model)
         self.ref_model.to(self.device).eval()
         for parameter in self.ref_model.parameters():
             parameter.requires_grad_(False)
-        self.backend = HFBackend(model, tokenizer, config.max_batch_sequences)
+        self.backend = HFBackend(model, tokenizer, config.engine.max_batch_sequences)
         self.grade = grade
         self.stream = QuestionStream(questions, config.seed)
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad],
-            lr=config.learning_rate,
+            lr=settings.learning_rate,
             betas=(0.9, 0.999),
-            weight_decay=config.weight_decay,
+            weight_decay=settings.weight_decay,
         )
+        warmup = int(settings.warmup_ratio * config.steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer,
-            lambda step: lr_factor(step, config.steps, config.warmup_ratio, config.min_lr_ratio),
+            lambda step: warmup_cosine(step, config.steps, warmup, settings.min_lr_ratio),
         )
-        self.threshold = AdaptiveThreshold(config.avspo)
+        self.estimator = get_estimator(self.spec.estimator)
+        self.estimator_settings = settings.estimator_config(self.estimator.name)
+        self.estimator_state = self.estimator.new_state(self.estimator_settings)
         self.out_dir = Path(out_dir) if out_dir else None
         self.dump_dir = Path(dump_dir) if dump_dir else None
         self.on_step = on_step
@@ -211,9 +215,9 @@ class Trainer:
     def _sampling(self, step: int, round_index: int) -> SamplingParams:
         return SamplingParams(
             n=1,
-            temperature=self.config.temperature,
-            top_p=self.config.top_p,
-            max_new_tokens=self.config.max_new_tokens,
+            temperature=self.settings.temperature,
+            top_p=self.settings.top_p,
+            max_new_tokens=self.settings.max_new_tokens,
             seed=self.config.seed * 1_000_003 + step * 1_009 + round_index,
         )
 
@@ -228,8 +232,8 @@ class Trainer:
                 self.backend,
                 self.stream.take(k),
                 self.spec,
-                self.config.group_size,
-                self.config.n_neighbours,
+                self.settings.group_size,
+                self.settings.n_neighbours,
                 sampling,
                 self.grade,
             )
@@ -237,9 +241,9 @@ class Trainer:
         return draw
 
     # ---------------------------------------------------------------- one step
-    def step(self, step: int) -> tuple[dict[str, float], list[QuestionRollout], dict]:
-        """Run training step ``step`` (1-based); returns metrics, rollouts and bookkeeping."""
-        config, spec = self.config, self.spec
+    def step(self, step: int) -> StepResult:
+        """Run training step ``step`` (1-based)."""
+        settings, spec = self.settings, self.spec
         started = time.perf_counter()
         draw = self._draw(step)
         metrics: dict[str, float] = {}
@@ -247,8 +251,8 @@ class Trainer:
             result = dynamic_sampling(
                 draw,
                 lambda r: r.group_rewards(spec.grouping),
-                config.batch_questions,
-                config.ds_max_rounds,
+                settings.batch_questions,
+                settings.ds_max_rounds,
             )
             kept, generated = result.kept, result.kept + result.dropped
             metrics.update(
@@ -262,8 +266,10 @@ class Trainer:
                 }
             )
         else:
-            kept = draw(config.batch_questions)
+            kept = draw(settings.batch_questions)
             generated = kept
+        for rollout in kept:
+            rollout.kept = True
         rollout_seconds = time.perf_counter() - started
         self.responses_generated += sum(r.rewards.size for r in generated)
 
@@ -272,28 +278,27 @@ class Trainer:
         all_variant = np.concatenate([r.variant_of_response for r in generated])
         all_rewards = np.concatenate([r.rewards for r in generated])
         metrics.update(step_diagnostics(all_rewards, all_question, all_variant))
-        info: dict[str, Any] = {"kept": kept, "generated": generated, "advantages": {}}
-        if not kept:  # DS found no informative group within max_rounds: nothing to learn
+        if not kept:  # DS found no informative group within its rounds: no update at all
             metrics.update(self._bookkeeping(step, rollout_seconds, started))
-            return metrics, generated, info
+            metrics["updated"] = 0.0
+            return StepResult(metrics, generated)
 
         question = np.concatenate([np.full(r.rewards.size, i) for i, r in enumerate(kept)])
         variant = np.concatenate([r.variant_of_response for r in kept])
         rewards = np.concatenate([r.rewards for r in kept])
         core = advantages_and_diagnostics(
-            spec, rewards, question, variant, config.avspo, self.threshold.tau, config.epsilon
+            spec,
+            rewards,
+            question,
+            variant,
+            self.estimator_settings,
+            self.estimator_state,
+            settings.epsilon,
         )
-        for key, value in core.diagnostics.items():
-            if key.startswith(("train/", "avspo/")):
-                metrics[key] = value
-        if spec.avspo:
-            metrics["avspo/tau"] = self.threshold.tau
-            self.threshold.update(core.diagnostics["avspo/acr"], float(rewards.mean()))
+        metrics.update(core.diagnostics)  # train/... and the estimator's own, whatever they are
         offset = 0
         for rollout in kept:
-            info["advantages"][id(rollout)] = core.advantages[
-                offset : offset + rollout.rewards.size
-            ]
+            rollout.advantages = core.advantages[offset : offset + rollout.rewards.size]
             offset += rollout.rewards.size
 
         # Score every response under its anchor prompt: old policy and frozen reference.
@@ -303,9 +308,9 @@ class Trainer:
         responses = [c.token_ids for r in kept for c in r.completions]
         batch = build_scoring_batch(prompts, responses, self.tokenizer.pad_token_id)
         self.model.eval()
-        micro = config.micro_batch_sequences
-        old = score_log_probs(self.model, batch, micro)
-        ref = score_log_probs(self.ref_model, batch, micro)
+        micro = self.config.engine.micro_batch_sequences
+        old = score_log_probs(self.model, batch, micro, settings.temperature)
+        ref = score_log_probs(self.ref_model, batch, micro, settings.temperature)
         score_seconds = time.perf_counter() - score_started
 
         update_started = time.perf_counter()
@@ -316,6 +321,7 @@ class Trainer:
         finished = [c.finished for r in kept for c in r.completions]
         metrics.update(
             {
+                "updated": 1.0,
                 "advantage_abs_mean": float(np.abs(core.advantages).mean()),
                 "response_length_mean": float(np.mean([len(t) for t in responses])),
                 "finished_rate": float(np.mean(finished)),
@@ -324,14 +330,14 @@ class Trainer:
             }
         )
         metrics.update(self._bookkeeping(step, rollout_seconds, started))
-        info["scored_under"] = {
+        scored_under = {
             (r.question.id, v): self.backend.prompt_text(
                 r.question.messages(anchor_variant(spec, v))
             )
             for r in kept
             for v in r.variants
         }
-        return metrics, generated, info
+        return StepResult(metrics, generated, scored_under, updated=True)
 
     def _bookkeeping(self, step: int, rollout_seconds: float, started: float) -> dict[str, float]:
         return {
@@ -352,34 +358,37 @@ class Trainer:
         question: np.ndarray,
     ) -> dict[str, float]:
         """``mini_batches`` optimiser steps; each mini-batch holds whole questions."""
-        config = self.config
+        settings = self.settings
+        micro = self.config.engine.micro_batch_sequences
         self.model.train()
         device = next(self.model.parameters()).device
         advantages_t = torch.tensor(advantages, dtype=torch.float32)
         per_question = np.bincount(question)
         totals = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "ratio": 0.0}
         grad_norms = []
-        chunks = np.array_split(np.arange(per_question.size), config.mini_batches)
+        chunks = [
+            c for c in np.array_split(np.arange(per_question.size), settings.mini_batches) if c.size
+        ]
         for chunk in chunks:
             rows = np.flatnonzero(np.isin(question, chunk))
             # Eq. 2/4: mean over a question's responses, then over the mini-batch's questions.
             weights = 1.0 / (len(chunk) * per_question[question[rows]])
             self.optimizer.zero_grad(set_to_none=True)
             tokens = float(batch.target_mask[rows].sum())
-            for start in range(0, rows.size, config.micro_batch_sequences):
-                index = torch.as_tensor(rows[start : start + config.micro_batch_sequences])
+            for start in range(0, rows.size, micro):
+                index = torch.as_tensor(rows[start : start + micro])
                 sub = batch.rows(index)
                 width = sub.target_mask.shape[1]
                 out = policy_loss(
-                    forward_log_probs(self.model, sub),
+                    forward_log_probs(self.model, sub, settings.temperature),
                     old[index, :width].to(device),
                     advantages_t[index],
                     sub.target_mask.to(device),
                     torch.as_tensor(weights[start : start + index.numel()], dtype=torch.float32),
                     ref[index, :width].to(device),
-                    config.clip_low,
-                    config.clip_high,
-                    config.kl_coef,
+                    settings.clip_low,
+                    settings.clip_high,
+                    settings.kl_coef,
                 )
                 out.loss.backward()
                 share = float(sub.target_mask.sum()) / tokens
@@ -389,7 +398,7 @@ class Trainer:
                 totals["clip_fraction"] += out.clip_fraction.item() * share / len(chunks)
                 totals["ratio"] += out.ratio_mean.item() * share / len(chunks)
             grad_norms.append(
-                float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip))
+                float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), settings.grad_clip))
             )
             self.optimizer.step()
         self.model.eval()
@@ -406,29 +415,22 @@ class Trainer:
     def train(self) -> TrainResult:
         """All steps, checkpoints and rollout dumps at the configured fractions of training."""
         started = time.perf_counter()
-        marks = checkpoint_steps(self.config.steps, self.config.checkpoints)
+        marks = checkpoint_steps(self.config.steps, self.settings.checkpoints)
         history: list[dict[str, float]] = []
         checkpoints: dict[str, Path] = {}
         dumps: dict[str, Path] = {}
         for step in range(1, self.config.steps + 1):
-            metrics, generated, info = self.step(step)
-            history.append(metrics)
+            result = self.step(step)
+            history.append(result.metrics)
             if self.on_step is not None:
-                self.on_step(step, metrics)
+                self.on_step(step, result.metrics)
             if step in marks:
                 name = checkpoint_name(marks[step])
                 if self.out_dir is not None and self.save_checkpoints:
                     checkpoints[name] = self.out_dir / "checkpoints" / name
                     save_policy_folder(self.model, self.tokenizer, checkpoints[name])
                 if self.dump_dir is not None:
-                    frame = rollout_frame(
-                        step,
-                        name,
-                        generated,
-                        info.get("scored_under", {}),
-                        info["advantages"],
-                        {id(r) for r in info["kept"]},
-                    )
+                    frame = rollout_frame(step, name, result.generated, result.scored_under)
                     self.dump_dir.mkdir(parents=True, exist_ok=True)
                     dumps[name] = self.dump_dir / f"{name}.parquet"
                     frame.to_parquet(dumps[name], index=False)

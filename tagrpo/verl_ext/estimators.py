@@ -13,7 +13,6 @@ AVSPO's per-step figures (ACR before augmentation, whether it fired, virtual sam
 from __future__ import annotations
 
 from collections.abc import MutableMapping
-from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -28,7 +27,7 @@ from tagrpo.verl_ext.settings import CONFIG_SECTION, section
 def avspo_config_from(config: Any) -> AVSPOConfig:
     """``algorithm.tagrpo.avspo`` as an :class:`AVSPOConfig` (unknown keys ignored)."""
     values = dict(section(section(config, CONFIG_SECTION), "avspo"))
-    names = {f.name for f in fields(AVSPOConfig)}
+    names = set(AVSPOConfig.model_fields)
     return AVSPOConfig(**{k: v for k, v in values.items() if k in names})
 
 

@@ -15,6 +15,7 @@ folder, ``checkpoints/checkpoint-025..100`` inside, exported by the trainer),
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -103,10 +104,11 @@ def build_command(
     root: Path | None = None,
     model: str | None = None,
     mlflow_run_id: str | None = None,
+    paths: RunPaths | None = None,
 ) -> VerlCommand:
     """``python -m verl.trainer.main_ppo`` with the run's overrides and environment."""
     root = Path(root or project_root())
-    paths = run_paths(root, policy, params)
+    paths = paths or run_paths(root, policy, params)
     enabled, uri, experiment = tracking_settings(params)
     env = {
         "VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE,
@@ -162,19 +164,32 @@ def run_training(
     dry_run: bool = False,
     summarize: Summarize | None = None,
     runner: Callable[..., Any] | None = None,
+    outputs: Mapping[str, Path] | None = None,
 ) -> dict[str, float]:
     """Train ``policy`` with verl (see the module docstring); returns the run summary.
 
     ``summarize(history, probe, seconds)`` is the train stage's summary function, so both
     backends report the same keys; ``runner`` starts the process (tests pass a fake).
+    ``outputs`` (``model``, ``rollouts``, ``history``): where the stage wants the policy, the
+    dumps and the per-step table (its staging area); then the caller writes the metrics and
+    owns the MLflow run.
     """
     root = project_root()
     paths = run_paths(root, policy, params)
+    if outputs is None:
+        outputs = {
+            "model": paths.export_dir,
+            "rollouts": paths.rollout_dir,
+            "history": root / "plots" / "train" / f"{policy}.csv",
+        }
+    paths = dataclasses.replace(
+        paths, export_dir=Path(outputs["model"]), rollout_dir=Path(outputs["rollouts"])
+    )
     if dry_run:
-        command = build_command(method, params, seed, policy, root)
+        command = build_command(method, params, seed, policy, root, paths=paths)
         print(command.shell())
         return {}
-    from tagrpo.tracking import log_metrics, stage_run
+    from tagrpo.tracking import log_metrics
     from tagrpo.training.outputs import write_history_csv
     from tagrpo.verl_ext.data import (
         chat_template_counter,
@@ -216,31 +231,24 @@ def run_training(
         f"{stats.rephrasings_too_long}/{stats.rephrasings_in} rephrasings over the limit "
         "replaced by the original"
     )
-    run_params = {**params, "backend": "verl", "method": method, "seed": seed, "model": model}
-    tags = {
-        "method": method,
-        "seed": str(seed),
-        "policy": policy,
-        "data_multiple": f"{data_multiple:g}",
-        "backend": "verl",
-    }
-    with stage_run("train", run_params, run_name=f"train-{policy}", tags=tags) as mlflow_run:
-        run_id = mlflow_run.info.run_id if mlflow_run is not None else None
-        command = build_command(method, params, seed, policy, root, model, run_id)
-        log_metrics(stats.as_metrics())
-        print(command.shell())
-        started = time.perf_counter()
-        run = runner or subprocess.run
-        run(command.argv, env={**os.environ, **command.env}, cwd=str(root), check=True)
-        seconds = time.perf_counter() - started
-        history = read_metrics_log(paths.metrics_log)
-        if not (paths.export_dir / "config.json").exists():
-            raise RuntimeError(f"verl finished but exported no policy to {paths.export_dir}")
-        summary = summarize(history, {}, seconds) if summarize else {"steps": len(history)}
-        summary.update({"train_seconds": seconds, **stats.as_metrics()})
-        write_history_csv(history, root / "plots" / "train" / f"{policy}.csv")
-        metrics_path = root / "metrics" / f"train_{policy}.json"
-        metrics_path.parent.mkdir(parents=True, exist_ok=True)
-        metrics_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-        log_metrics({f"summary/{key}": value for key, value in summary.items()})
+    import mlflow
+
+    # The train stage opened the MLflow run (tagged like the local backend's); verl's own
+    # logger writes into it through MLFLOW_RUN_ID.
+    mlflow_run = mlflow.active_run()
+    run_id = mlflow_run.info.run_id if mlflow_run is not None else None
+    command = build_command(method, params, seed, policy, root, model, run_id, paths)
+    log_metrics(stats.as_metrics())
+    print(command.shell())
+    started = time.perf_counter()
+    run = runner or subprocess.run
+    run(command.argv, env={**os.environ, **command.env}, cwd=str(root), check=True)
+    seconds = time.perf_counter() - started
+    history = read_metrics_log(paths.metrics_log)
+    if not (paths.export_dir / "config.json").exists():
+        raise RuntimeError(f"verl finished but exported no policy to {paths.export_dir}")
+    paths.rollout_dir.mkdir(parents=True, exist_ok=True)  # dumps only at checkpoint steps
+    summary = summarize(history, {}, seconds) if summarize else {"steps": len(history)}
+    summary.update({"train_seconds": seconds, **stats.as_metrics()})
+    write_history_csv(history, Path(outputs["history"]))
     return summary

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -248,7 +248,9 @@ def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
         ),
     }
     if spec.avspo:
-        added.update({f"algorithm.tagrpo.avspo.{k}": v for k, v in asdict(settings.avspo).items()})
+        added.update(
+            {f"algorithm.tagrpo.avspo.{k}": v for k, v in settings.avspo.model_dump().items()}
+        )
     for key, value in (common.get("chat_template_kwargs") or {}).items():
         added[f"data.apply_chat_template_kwargs.{key}"] = value
     env = {"VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE, **run.env}

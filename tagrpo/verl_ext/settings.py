@@ -12,7 +12,7 @@ pay for importing it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tagrpo.algorithms import AVSPOConfig, MethodSpec, get_method
@@ -36,6 +36,8 @@ def section(config: Any, key: str) -> Mapping[str, Any]:
         return value
     if hasattr(value, "__dataclass_fields__"):
         return asdict(value)
+    if hasattr(value, "model_dump"):
+        return value.model_dump()
     raise TypeError(f"config section {key!r} is a {type(value).__name__}, not a mapping")
 
 
@@ -96,7 +98,7 @@ class MethodSettings:
                 "algorithm.tagrpo.method is not set: build the command with "
                 "tagrpo.verl_ext.overrides (python -m stages.train --method M --dry-run)"
             )
-        names = {f.name for f in fields(AVSPOConfig)}
+        names = set(AVSPOConfig.model_fields)
         avspo = {k: v for k, v in dict(settings.get("avspo", None) or {}).items() if k in names}
         return cls(
             method=str(settings["method"]),
@@ -113,7 +115,7 @@ class MethodSettings:
             "n_neighbours": self.n_neighbours,
         }
         if self.spec.avspo:
-            config["avspo"] = asdict(self.avspo)
+            config["avspo"] = self.avspo.model_dump()
         return config
 
 

@@ -42,6 +42,8 @@ REJECTION_REASONS: dict[str, str] = {
     "empty_option": "a multiple-choice option is empty",
     "duplicate_options": "the correct option is not distinct from the others",
     "duplicate_id": "the id was already kept from an earlier row of the same file",
+    "invalid_encoding": "the line is not valid UTF-8, or holds a lone surrogate",
+    "too_long": "the problem text exceeds data.max_problem_chars",
 }
 
 # (split, path under the data directory) per source.
@@ -504,10 +506,21 @@ NORMALISERS: dict[str, Normaliser] = {
 def read_jsonl_records(path: Path) -> Iterator[tuple[int, Mapping[str, Any] | tuple[str, str]]]:
     """``(row_index, record)`` per line; an unreadable line gives ``(row_index, (reason, detail))``.
 
-    Blank lines count as rows (rejected ``empty_line``) so that nothing disappears silently.
+    Lines are decoded one by one, so a byte that is not UTF-8 rejects its line
+    (``invalid_encoding``, with file and line number) instead of the whole file. Blank lines
+    count as rows (rejected ``empty_line``) so that nothing disappears silently.
     """
-    with open(path, encoding="utf-8") as handle:
-        for row_index, line in enumerate(handle):
+    with open(path, "rb") as handle:
+        for row_index, raw in enumerate(handle):
+            where = f"{path}:{row_index + 1}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                yield (
+                    row_index,
+                    ("invalid_encoding", f"{where}: {error.reason} at byte {error.start}"),
+                )
+                continue
             if not line.strip():
                 yield row_index, ("empty_line", "")
                 continue
@@ -519,18 +532,38 @@ def read_jsonl_records(path: Path) -> Iterator[tuple[int, Mapping[str, Any] | tu
             if not isinstance(value, dict):
                 yield row_index, ("not_an_object", type(value).__name__)
                 continue
+            if _has_lone_surrogate(value):
+                yield row_index, ("invalid_encoding", f"{where}: a string holds a lone surrogate")
+                continue
             yield row_index, value
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    """True if a string anywhere in ``value`` cannot be encoded as UTF-8 (``"\\ud800"``)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, Mapping):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_lone_surrogate(v) for v in value)
+    return False
 
 
 def normalise_records(
     source: str,
     records: Iterable[tuple[int, Mapping[str, Any] | tuple[str, str]]],
+    max_problem_chars: int | None = None,
     **options: Any,
 ) -> LoadResult:
     """Apply a source's normaliser to every record; reject repeated ids; count everything.
 
     Shared by the local and the Hugging Face loaders. The first row with a given id is kept,
-    later ones are rejected as ``duplicate_id``.
+    later ones are rejected as ``duplicate_id``; a problem longer than ``max_problem_chars``
+    is rejected as ``too_long`` (a 1 MB problem must not reach a tokenizer).
     """
     split = SOURCE_FILES[source][0]
     normalise = NORMALISERS[source]
@@ -547,6 +580,17 @@ def normalise_records(
         outcome = normalise(record, row_index, **options)
         if isinstance(outcome, Rejection):
             rejections.append(outcome)
+        elif max_problem_chars is not None and len(outcome.problem) > max_problem_chars:
+            rejections.append(
+                Rejection(
+                    source=source,
+                    split=split,
+                    row_index=row_index,
+                    reason="too_long",
+                    upstream_id=upstream_id(source, record),
+                    detail=f"{len(outcome.problem)} characters > {max_problem_chars}",
+                )
+            )
         elif outcome.id in first_row:
             rejections.append(
                 Rejection(
@@ -575,55 +619,72 @@ def source_path(name: str, data_dir: Path) -> Path:
     return path
 
 
-def _load(name: str, data_dir: Path, **options: Any) -> LoadResult:
-    return normalise_records(name, read_jsonl_records(source_path(name, data_dir)), **options)
+def _load(
+    name: str, data_dir: Path, max_problem_chars: int | None = None, **options: Any
+) -> LoadResult:
+    records = read_jsonl_records(source_path(name, data_dir))
+    return normalise_records(name, records, max_problem_chars=max_problem_chars, **options)
+
+
+def _keyword_options(loader: Any) -> set[str]:
+    import inspect
+
+    parameters = inspect.signature(loader).parameters.values()
+    return {p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
 # --------------------------------------------------------------------------- one loader per file
 
 
-def load_math(data_dir: Path, *, keep_empty_boxed: bool = False) -> LoadResult:
+def load_math(
+    data_dir: Path, *, keep_empty_boxed: bool = False, max_problem_chars: int | None = None
+) -> LoadResult:
     """MATH train (``math/train.jsonl``, 7,500 rows)."""
-    return _load("math", data_dir, keep_empty_boxed=keep_empty_boxed)
+    return _load("math", data_dir, max_problem_chars, keep_empty_boxed=keep_empty_boxed)
 
 
-def load_math500(data_dir: Path) -> LoadResult:
+def load_math500(data_dir: Path, *, max_problem_chars: int | None = None) -> LoadResult:
     """MATH-500 (``math500/test.jsonl``, 500 rows), the in-domain check set."""
-    return _load("math500", data_dir)
+    return _load("math500", data_dir, max_problem_chars)
 
 
-def load_amc23(data_dir: Path) -> LoadResult:
+def load_amc23(data_dir: Path, *, max_problem_chars: int | None = None) -> LoadResult:
     """AMC 2023 (``amc23/test.jsonl``, 40 rows)."""
-    return _load("amc23", data_dir)
+    return _load("amc23", data_dir, max_problem_chars)
 
 
-def load_aime24(data_dir: Path) -> LoadResult:
+def load_aime24(data_dir: Path, *, max_problem_chars: int | None = None) -> LoadResult:
     """AIME 2024 (``aime24/test.jsonl``, 30 rows)."""
-    return _load("aime24", data_dir)
+    return _load("aime24", data_dir, max_problem_chars)
 
 
-def load_aime25(data_dir: Path) -> LoadResult:
+def load_aime25(data_dir: Path, *, max_problem_chars: int | None = None) -> LoadResult:
     """AIME 2025 (``aime25/test.jsonl``, 30 rows)."""
-    return _load("aime25", data_dir)
+    return _load("aime25", data_dir, max_problem_chars)
 
 
-def load_olympiadbench(data_dir: Path) -> LoadResult:
+def load_olympiadbench(data_dir: Path, *, max_problem_chars: int | None = None) -> LoadResult:
     """OlympiadBench OE_TO_maths_en_COMP (``olympiadbench/test.jsonl``, 675 rows)."""
-    return _load("olympiadbench", data_dir)
+    return _load("olympiadbench", data_dir, max_problem_chars)
 
 
-def load_minerva_math(data_dir: Path) -> LoadResult:
+def load_minerva_math(data_dir: Path, *, max_problem_chars: int | None = None) -> LoadResult:
     """Minerva-Math (``minerva_math/test.jsonl``, 272 rows)."""
-    return _load("minerva_math", data_dir)
+    return _load("minerva_math", data_dir, max_problem_chars)
 
 
 def load_gpqa_diamond(
-    data_dir: Path, *, seed: int = 0, reject_duplicate_distractors: bool = False
+    data_dir: Path,
+    *,
+    seed: int = 0,
+    reject_duplicate_distractors: bool = False,
+    max_problem_chars: int | None = None,
 ) -> LoadResult:
     """GPQA-Diamond (``gpqa_diamond/test.jsonl``, 198 rows), options shuffled with ``seed``."""
     return _load(
         "gpqa_diamond",
         data_dir,
+        max_problem_chars,
         seed=seed,
         reject_duplicate_distractors=reject_duplicate_distractors,
     )
@@ -641,9 +702,17 @@ LOCAL_SOURCES: dict[str, Callable[..., LoadResult]] = {
 }
 
 
-def load_local(name: str, data_dir: str | Path | None = None, **options: Any) -> LoadResult:
+def load_local(
+    name: str,
+    data_dir: str | Path | None = None,
+    max_problem_chars: int | None = None,
+    **options: Any,
+) -> LoadResult:
     """Load one source by name from ``data_dir`` (default: :func:`tagrpo.paths.shared_data_dir`)."""
     if name not in LOCAL_SOURCES:
         raise KeyError(f"unknown source {name!r}; known: {sorted(LOCAL_SOURCES)}")
     directory = Path(data_dir) if data_dir is not None else shared_data_dir()
-    return LOCAL_SOURCES[name](directory, **options)
+    unknown = sorted(set(options) - _keyword_options(LOCAL_SOURCES[name]))
+    if unknown:
+        raise TypeError(f"{name}: unknown loader options {unknown}")
+    return LOCAL_SOURCES[name](directory, max_problem_chars=max_problem_chars, **options)

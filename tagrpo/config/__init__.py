@@ -1,0 +1,16 @@
+"""Typed configuration: one pydantic model per params.yaml section.
+
+model        the base class (unknown keys rejected, immutable) and the ``*_env`` / secret checks
+common       ``common`` and ``runs`` (which methods and seeds the DAG trains)
+data         ``data``
+base_model   ``base_model``
+rephrase     ``rephrase`` and the OpenAI-compatible endpoint settings
+equivalence  ``check_equivalence``
+train        ``train`` (shared by both training backends), ``local``
+engines      ``verl``, ``hf``, ``vllm``
+evaluation   ``evaluate``, ``diagnostics``, ``report``
+params       the whole file: :func:`load_config`, profiles, overrides, error messages
+
+Import the section you need (``from tagrpo.config.train import TrainSettings``); this package
+imports nothing itself, so components can use their section without loading the others.
+"""

@@ -1,0 +1,113 @@
+"""``common``: settings every stage reads, and ``runs``: which policies the DAG trains."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import field_validator, model_validator
+
+from tagrpo.config.model import ConfigModel, Field
+
+MINIWORLD_OPERATIONS = ("add", "sub", "add3", "addsub")
+
+
+def check_operation_weights(weights: dict[str, float]) -> dict[str, float]:
+    """Mini-world operation weights: known operations, non-negative, not all zero."""
+    unknown = sorted(set(weights) - set(MINIWORLD_OPERATIONS))
+    if unknown:
+        raise ValueError(f"unknown operations {unknown}; allowed: {list(MINIWORLD_OPERATIONS)}")
+    if any(weight < 0 for weight in weights.values()) or not any(weights.values()):
+        raise ValueError("operation weights must be >= 0 and not all 0")
+    return weights
+
+
+class TrackingSettings(ConfigModel):
+    enabled: bool = Field(True, description="log every stage run to MLflow")
+    uri: str = Field(
+        "mlflow.db",
+        description="SQLite file in the checkout, or a server URL; MLFLOW_TRACKING_URI wins",
+    )
+    experiment: str = Field("tagrpo", min_length=1, description="MLflow experiment name")
+
+
+class GradingSettings(ConfigModel):
+    workers: int = Field(2, ge=1, le=256, description="grading processes")
+    item_timeout_s: float = Field(
+        5.0, gt=0, le=600, description="time limit per graded answer, seconds"
+    )
+
+
+class MiniWorldSettings(ConfigModel):
+    max_operand: int = Field(9, ge=1, le=99, description="operands are drawn from 0..max_operand")
+    train_operations: dict[str, float] = Field(
+        default_factory=lambda: {"add": 0.15, "sub": 0.1, "add3": 0.4, "addsub": 0.35},
+        description="operation weights of the training split (and the warm-start corpus)",
+    )
+
+    @field_validator("train_operations")
+    @classmethod
+    def _weights(cls, weights: dict[str, float]) -> dict[str, float]:
+        return check_operation_weights(weights)
+
+
+class CommonSettings(ConfigModel):
+    profile: str = Field("embedded", min_length=1, description="profile name, tags every run")
+    seed: int = Field(0, ge=0, description="the run's seed (stages derive theirs from it)")
+    torch_threads: int = Field(2, ge=1, le=256, description="torch CPU threads per stage")
+    data_dir: str = Field(
+        "../shared/data",
+        min_length=1,
+        description="third-party benchmark files (relative to the checkout; TAGRPO_DATA_DIR wins)",
+    )
+    tracking: TrackingSettings = Field(default_factory=TrackingSettings)
+    grading: GradingSettings = Field(default_factory=GradingSettings)
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="chat-template options for verl and vLLM (e.g. {enable_thinking: false})",
+    )
+    miniworld: MiniWorldSettings = Field(default_factory=MiniWorldSettings)
+
+
+class RunsSettings(ConfigModel):
+    """What the DAG trains and evaluates: dvc.yaml's train/evaluate matrices read these lists."""
+
+    methods: list[str] = Field(
+        default_factory=lambda: [
+            "grpo",
+            "grpo_ds",
+            "grpo_x4",
+            "grpo_x4_ds",
+            "ta_grpo_star",
+            "ta_grpo",
+            "avspo",
+        ],
+        min_length=1,
+        description="training methods (names in tagrpo.algorithms.METHODS)",
+    )
+    seeds: list[int] = Field(
+        default_factory=lambda: [0], min_length=1, description="seeds, one policy per method"
+    )
+
+    @field_validator("methods")
+    @classmethod
+    def _known_methods(cls, methods: list[str]) -> list[str]:
+        from tagrpo.algorithms import METHODS
+
+        unknown = [m for m in methods if m not in METHODS]
+        if unknown:
+            raise ValueError(f"unknown methods {unknown}; allowed: {sorted(METHODS)}")
+        if len(set(methods)) != len(methods):
+            raise ValueError("a method is listed twice")
+        return methods
+
+    @model_validator(mode="after")
+    def _distinct_seeds(self) -> RunsSettings:
+        if len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
+            raise ValueError("seeds must be distinct and >= 0")
+        return self
+
+    def policies(self) -> list[str]:
+        """Every trained policy, ``<method>-s<seed>``."""
+        from tagrpo.layout import policy_name
+
+        return [policy_name(method, seed) for method in self.methods for seed in self.seeds]

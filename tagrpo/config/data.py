@@ -1,0 +1,135 @@
+"""``data``: where the training split and the benchmarks come from."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Literal
+
+from pydantic import field_validator, model_validator
+
+from tagrpo.config.common import check_operation_weights
+from tagrpo.config.model import ConfigModel, Field
+
+PHRASING_FAMILIES = ("expr", "words", "imperative", "story", "unseen")
+
+
+class SyntheticBenchmark(ConfigModel):
+    size: int = Field(ge=1, le=100_000, description="problems in the benchmark")
+    operations: dict[str, float] = Field(description="operation weights")
+    families: list[str] = Field(
+        default_factory=lambda: ["expr", "words", "imperative", "story"],
+        min_length=1,
+        description="phrasing families problems are posed in",
+    )
+    multiple_choice: bool = Field(False, description="pose problems as multiple choice")
+
+    @field_validator("operations")
+    @classmethod
+    def _weights(cls, weights: dict[str, float]) -> dict[str, float]:
+        return check_operation_weights(weights)
+
+    @field_validator("families")
+    @classmethod
+    def _families(cls, families: list[str]) -> list[str]:
+        unknown = sorted(set(families) - set(PHRASING_FAMILIES))
+        if unknown:
+            raise ValueError(f"unknown families {unknown}; allowed: {list(PHRASING_FAMILIES)}")
+        return families
+
+
+def _default_synthetic_benchmarks() -> dict[str, SyntheticBenchmark]:
+    weights = {"add": 0.15, "sub": 0.1, "add3": 0.4, "addsub": 0.35}
+    return {
+        "mini_arith": SyntheticBenchmark(size=96, operations=dict(weights)),
+        "mini_multistep": SyntheticBenchmark(size=48, operations={"add3": 0.5, "addsub": 0.5}),
+        "mini_unseen": SyntheticBenchmark(size=48, operations=dict(weights), families=["unseen"]),
+        "mini_choice": SyntheticBenchmark(size=48, operations=dict(weights), multiple_choice=True),
+    }
+
+
+class SyntheticSettings(ConfigModel):
+    seed: int = Field(0, ge=0, description="seed of the generated mini world")
+    train_size: int = Field(200, ge=1, le=1_000_000, description="training questions generated")
+    benchmarks: dict[str, SyntheticBenchmark] = Field(
+        default_factory=_default_synthetic_benchmarks,
+        min_length=1,
+        description="generated benchmarks by name",
+    )
+
+
+def _check_source_names(names: list[str], kind: str) -> list[str]:
+    from tagrpo.data.sources.local import LOCAL_SOURCES
+
+    unknown = [name for name in names if name not in LOCAL_SOURCES]
+    if unknown:
+        raise ValueError(f"unknown {kind} {unknown}; allowed: {sorted(LOCAL_SOURCES)}")
+    return names
+
+
+def _loader_options(name: str) -> set[str]:
+    from tagrpo.data.sources.local import LOCAL_SOURCES
+
+    parameters = inspect.signature(LOCAL_SOURCES[name]).parameters.values()
+    keyword = {p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    return keyword - {"max_problem_chars"}  # data.max_problem_chars sets it for every source
+
+
+class FileSourceSettings(ConfigModel):
+    """The ``local`` (files in ``common.data_dir``) or ``hub`` (Hugging Face) sources."""
+
+    train: list[str] = Field(
+        default_factory=lambda: ["math"], min_length=1, description="training sources"
+    )
+    benchmarks: list[str] = Field(
+        default_factory=lambda: [
+            "amc23",
+            "olympiadbench",
+            "aime24",
+            "aime25",
+            "minerva_math",
+            "gpqa_diamond",
+            "math500",
+        ],
+        description="benchmark sources",
+    )
+    options: dict[str, dict[str, Any]] = Field(
+        default_factory=lambda: {"math": {"keep_empty_boxed": True}, "gpqa_diamond": {"seed": 0}},
+        description="loader options per source (e.g. the GPQA option-shuffle seed)",
+    )
+
+    @field_validator("train", "benchmarks")
+    @classmethod
+    def _names(cls, names: list[str]) -> list[str]:
+        return _check_source_names(names, "sources")
+
+    @field_validator("options")
+    @classmethod
+    def _options(cls, options: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        _check_source_names(list(options), "sources in options")
+        for name, given in options.items():
+            allowed = _loader_options(name) | {"repo_id", "revision"}
+            unknown = sorted(set(given) - allowed)
+            if unknown:
+                raise ValueError(
+                    f"{name}: unknown loader options {unknown}; allowed: {sorted(allowed)}"
+                )
+        return options
+
+
+class DataSettings(ConfigModel):
+    source: Literal["synthetic", "local", "hub"] = Field(
+        "synthetic", description="synthetic (mini world) | local (files) | hub (Hugging Face)"
+    )
+    synthetic: SyntheticSettings = Field(default_factory=SyntheticSettings)
+    local: FileSourceSettings = Field(default_factory=FileSourceSettings)
+    hub: FileSourceSettings = Field(default_factory=FileSourceSettings)
+    # Longest upstream problems: MATH train 4,309 characters, OlympiadBench 4,415.
+    max_problem_chars: int = Field(
+        8000, ge=1, description="reject longer problems (too_long) before any tokenizer sees them"
+    )
+
+    @model_validator(mode="after")
+    def _benchmarks(self) -> DataSettings:
+        if self.source != "synthetic" and not getattr(self, self.source).benchmarks:
+            raise ValueError(f"data.{self.source}.benchmarks is empty: nothing to evaluate on")
+        return self

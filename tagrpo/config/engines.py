@@ -1,0 +1,81 @@
+"""Engine sections: ``verl`` (the verl training backend), ``hf`` and ``vllm`` (generation for the
+evaluate and diagnostics stages). A stage depends on the section of the engine it uses only, so
+editing a GPU-only key does not rerun CPU work."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import field_validator
+
+from tagrpo.config.model import ConfigModel, EnvVarName, Field
+
+
+class VerlSettings(ConfigModel):
+    """verl-only settings (``train.backend: verl``); tagrpo/verl_ext/overrides.py maps each to
+    its Hydra override. Engine sizes follow the authors' public scripts."""
+
+    n_gpus_per_node: int = Field(4, ge=1, le=64, description="trainer.n_gpus_per_node")
+    nnodes: int = Field(1, ge=1, description="trainer.nnodes")
+    model: str | None = Field(None, description="null = train.model (folder or its hub pointer)")
+    max_prompt_length: int = Field(512, ge=16, description="prompt tokens (Appendix B: 512)")
+    rollout_engine: Literal["vllm", "sglang", "hf"] = Field(
+        "vllm", description="actor_rollout_ref.rollout.name"
+    )
+    tensor_parallel_size: int = Field(1, ge=1, description="rollout tensor parallelism")
+    gpu_memory_utilization: float = Field(0.8, gt=0, le=1, description="vLLM memory share")
+    micro_batch_size_per_gpu: int = Field(8, ge=1, description="actor micro-batch per GPU")
+    log_prob_micro_batch_size_per_gpu: int = Field(8, ge=1, description="log-prob micro-batch")
+    ref_param_offload: bool = Field(True, description="offload the reference model's weights")
+    gradient_checkpointing: bool = Field(True, description="actor gradient checkpointing")
+    # Eq. 2/4 average each response's token terms (1/|o_i|), then over responses: verl's
+    # seq-mean-token-mean. The authors' scripts kept verl's default token-mean.
+    loss_agg_mode: Literal[
+        "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+    ] = Field("seq-mean-token-mean", description="actor.loss_agg_mode")
+    lr_scheduler_type: Literal["constant", "cosine"] = Field(
+        "cosine", description="actor.optim.lr_scheduler_type (the authors: cosine)"
+    )
+    ds_metric: str = Field("acc", min_length=1, description="algorithm.filter_groups.metric")
+    max_inflight_gen_batches: int = Field(1, ge=1, description="DS refill batches in flight")
+    max_ckpt_to_keep: int = Field(1, ge=1, description="verl checkpoints kept for resuming")
+    resume: bool = Field(False, description="resume from checkpoint_dir instead of afresh")
+    checkpoint_dir: str = Field("checkpoints/verl", min_length=1, description="sharded checkpoints")
+    val_benchmark: str = Field("math500", min_length=1, description="verl's validation set")
+    val_questions: int = Field(64, ge=1, description="validation questions")
+    grading_workers: int = Field(2, ge=1, description="grading processes per reward worker")
+    extra_overrides: list[str] = Field(
+        default_factory=list, description="further Hydra overrides, appended verbatim"
+    )
+
+    @field_validator("extra_overrides")
+    @classmethod
+    def _overrides(cls, overrides: list[str]) -> list[str]:
+        malformed = [item for item in overrides if "=" not in item]
+        if malformed:
+            raise ValueError(f"Hydra overrides must look like key=value: {malformed}")
+        return overrides
+
+
+class HFEngineSettings(ConfigModel):
+    """transformers generation (``evaluate.backend: hf``, ``diagnostics.backend: hf``)."""
+
+    max_batch_sequences: int = Field(512, ge=1, description="generation batch, sequences")
+
+
+class VLLMEngineSettings(ConfigModel):
+    """vLLM (``evaluate.backend: vllm``, ``diagnostics.backend: vllm``)."""
+
+    mode: Literal["offline", "server"] = Field(
+        "offline", description="offline: vllm.LLM in the stage | server: a vllm serve endpoint"
+    )
+    tensor_parallel_size: int = Field(1, ge=1, description="tensor parallelism")
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="GPU memory share")
+    max_model_len: int | None = Field(None, ge=16, description="null = the model's context")
+    dtype: str = Field("auto", min_length=1, description="weights dtype")
+    enforce_eager: bool = Field(False, description="disable CUDA graphs")
+    base_url: str | None = Field(None, description="server mode, e.g. http://127.0.0.1:8000/v1")
+    served_model: str | None = Field(None, description="server mode: served name (null = path)")
+    api_key_env: EnvVarName = Field("OPENAI_API_KEY", description="server mode: key variable")
+    concurrency: int = Field(32, ge=1, description="server mode: requests in flight")
+    timeout_s: float = Field(3600, gt=0, description="server mode: per-request timeout")

@@ -1,0 +1,81 @@
+"""``tagrpo params explain KEY``: type, default, bounds, help and current value of params keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic.fields import FieldInfo
+
+from tagrpo.config.model import ConfigModel
+from tagrpo.config.params import Params, load_config
+
+
+def _bounds(info: FieldInfo) -> str:
+    parts = []
+    for item in info.metadata:
+        for name, symbol in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            value = getattr(item, name, None)
+            if value is not None:
+                parts.append(f"{symbol} {value}")
+        if getattr(item, "min_length", None):
+            parts.append(f"length >= {item.min_length}")
+    return ", ".join(parts)
+
+
+def _type_name(annotation: Any) -> str:
+    has_args = getattr(annotation, "__args__", None)
+    text = str(annotation) if has_args else getattr(annotation, "__name__", str(annotation))
+    return text.replace("typing.", "")
+
+
+def _rows(model: type[ConfigModel], instance: Any, prefix: str) -> list[list[str]]:
+    rows = []
+    defaults = model()
+    for name, info in model.model_fields.items():
+        path = f"{prefix}{name}"
+        value = getattr(instance, name)
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, ConfigModel):
+            rows += _rows(annotation, value, f"{path}.")
+            continue
+        rows.append(
+            [
+                path,
+                _type_name(annotation),
+                repr(getattr(defaults, name)),
+                repr(value),
+                _bounds(info),
+                info.description or "",
+            ]
+        )
+    return rows
+
+
+def explain(key: str = "", params_path: str | Path | None = None) -> str:
+    """The keys at or under ``key`` ("" = all), one block each."""
+    config = load_config(params_path)
+    model: type[ConfigModel] = Params
+    instance: Any = config
+    prefix = ""
+    for part in [p for p in key.split(".") if p]:
+        fields = model.model_fields
+        if part not in fields:
+            raise KeyError(f"{prefix}{part} is not a params key; allowed: {sorted(fields)}")
+        annotation = fields[part].annotation
+        instance = getattr(instance, part)
+        if not (isinstance(annotation, type) and issubclass(annotation, ConfigModel)):
+            info = fields[part]
+            default = getattr(model(), part)
+            return (
+                f"{prefix}{part}\n  type: {_type_name(annotation)}\n  default: {default!r}\n"
+                f"  value: {instance!r}\n  bounds: {_bounds(info) or '-'}\n"
+                f"  help: {info.description or '-'}"
+            )
+        model, prefix = annotation, f"{prefix}{part}."
+    lines = []
+    for path, kind, default, value, bounds, help_text in _rows(model, instance, prefix):
+        changed = "" if value == default else f" (now {value})"
+        limits = f" [{bounds}]" if bounds else ""
+        lines.append(f"{path}: {kind} = {default}{changed}{limits}  # {help_text}")
+    return "\n".join(lines)

@@ -1,0 +1,66 @@
+"""The base class of every params model, and the checks shared by several sections.
+
+A params model declares, for each key of its section: the type, the default (the embedded
+default's value: a test keeps params.yaml and the models equal, so the two cannot disagree),
+the bounds and a one-line help (``Field(description=...)``). Unknown keys are rejected, values
+are coerced only where that is unambiguous (the string ``"1e-4"`` for a float, ``8.0`` for an
+int), and instances are immutable.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+__all__ = ["ENV_NAME", "ConfigModel", "EnvVarName", "Field", "looks_like_secret"]
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Shapes of API keys and tokens seen in the wild: OpenAI/Anthropic-style prefixes, bearer
+# headers, Hugging Face and GitHub tokens, AWS access keys, and long opaque strings.
+_SECRET_SHAPES = (
+    re.compile(r"\b(sk|pk|rk)-[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"\bBearer\s+\S{8,}", re.IGNORECASE),
+    re.compile(r"\bhf_[A-Za-z0-9]{16,}"),
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"),
+    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
+    re.compile(r"\b(?=[A-Za-z0-9_\-]*\d)(?=[A-Za-z0-9_\-]*[A-Za-z])[A-Za-z0-9_\-]{32,}\b"),
+)
+
+
+def looks_like_secret(value: Any) -> bool:
+    """True for a string shaped like an API key or token (to refuse or redact it)."""
+    if not isinstance(value, str):
+        return False
+    return any(shape.search(value) for shape in _SECRET_SHAPES)
+
+
+def _env_var_name(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if looks_like_secret(value):
+        raise ValueError(
+            "this looks like an API key, not the name of an environment variable: put the key "
+            "in the environment (export OPENAI_API_KEY=...) and name the variable here"
+        )
+    if not ENV_NAME.fullmatch(value):
+        raise ValueError(
+            f"must be the name of an environment variable (letters, digits, _), got {value!r}"
+        )
+    return value
+
+
+# Every ``*_env`` field: the name of the variable holding a secret, never the secret itself.
+EnvVarName = Annotated[str | None, AfterValidator(_env_var_name)]
+
+
+class ConfigModel(BaseModel):
+    """A params section: unknown keys rejected, immutable, validated defaults."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        validate_default=True,
+        protected_namespaces=(),  # fields such as ``model`` are params names
+    )

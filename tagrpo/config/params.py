@@ -1,0 +1,332 @@
+"""The whole params file as one typed model: load, check, apply a profile.
+
+``params.yaml`` is the single place a user reads; :class:`Params` declares every key's type,
+bounds and help once, with the embedded default's values as defaults (a test keeps the two
+equal). Every stage calls :func:`load_config` before it deletes an output or loads a model, so
+a typo or a wrong type stops the run at once with the key path, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from tagrpo.config.base_model import BaseModelSettings
+from tagrpo.config.common import CommonSettings, RunsSettings
+from tagrpo.config.data import DataSettings
+from tagrpo.config.engines import HFEngineSettings, VerlSettings, VLLMEngineSettings
+from tagrpo.config.equivalence import CheckEquivalenceSettings
+from tagrpo.config.evaluation import DiagnosticsSettings, EvaluateSettings, ReportSettings
+from tagrpo.config.model import ConfigModel
+from tagrpo.config.rephrase import RephraseSettings
+from tagrpo.config.train import LocalBackendSettings, TrainSettings
+
+
+class ConfigError(ValueError):
+    """params that cannot run: each line names the key path, the value and what is allowed."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        listed = "\n".join(f"  - {problem}" for problem in problems)
+        super().__init__(f"{source}: {len(problems)} problem(s) in the params:\n{listed}")
+
+
+class Params(ConfigModel):
+    """Every section of params.yaml (one per DVC stage, plus shared ones)."""
+
+    common: CommonSettings = Field(default_factory=CommonSettings)
+    runs: RunsSettings = Field(default_factory=RunsSettings)
+    data: DataSettings = Field(default_factory=DataSettings)
+    base_model: BaseModelSettings = Field(default_factory=BaseModelSettings)
+    rephrase: RephraseSettings = Field(default_factory=RephraseSettings)
+    check_equivalence: CheckEquivalenceSettings = Field(default_factory=CheckEquivalenceSettings)
+    train: TrainSettings = Field(default_factory=TrainSettings)
+    local: LocalBackendSettings = Field(default_factory=LocalBackendSettings)
+    verl: VerlSettings = Field(default_factory=VerlSettings)
+    evaluate: EvaluateSettings = Field(default_factory=EvaluateSettings)
+    hf: HFEngineSettings = Field(default_factory=HFEngineSettings)
+    vllm: VLLMEngineSettings = Field(default_factory=VLLMEngineSettings)
+    diagnostics: DiagnosticsSettings = Field(default_factory=DiagnosticsSettings)
+    report: ReportSettings = Field(default_factory=ReportSettings)
+
+    @model_validator(mode="after")
+    def _runnable(self) -> Params:
+        """Combinations that would run as a different experiment than the one named."""
+        from tagrpo.algorithms import METHODS
+
+        problems = []
+        neighbour_methods = sorted(
+            {m for m in [*self.runs.methods, *self.train.data_scaling.methods]}
+            & {name for name, spec in METHODS.items() if spec.use_neighbours}
+        )
+        if neighbour_methods and self.train.n_neighbours == 0:
+            problems.append(
+                f"train.n_neighbours = 0, but {neighbour_methods} sample the rephrasings: they "
+                "would train as plain GRPO under another name (set N >= 1 or drop them)"
+            )
+        if neighbour_methods and self.train.neighbours == "none":
+            problems.append(f"train.neighbours = 'none', but {neighbour_methods} need rephrasings")
+        if self.train.n_neighbours > self.rephrase.n and self.train.neighbours != "miniworld":
+            problems.append(
+                f"train.n_neighbours ({self.train.n_neighbours}) exceeds rephrase.n "
+                f"({self.rephrase.n}): there are not that many rephrasings per question"
+            )
+        if self.data.source == "synthetic" and self.train.questions is not None:
+            available = self.data.synthetic.train_size
+            largest = max([1.0, *self.train.data_scaling.multiples])
+            if round(largest * self.train.questions) > available:
+                problems.append(
+                    f"train.questions ({self.train.questions}) x data-scaling multiple "
+                    f"{largest:g} needs {round(largest * self.train.questions)} questions, but "
+                    f"data.synthetic.train_size is {available}"
+                )
+        if self.diagnostics.n_neighbours > self.rephrase.n:
+            problems.append(
+                f"diagnostics.n_neighbours ({self.diagnostics.n_neighbours}) exceeds rephrase.n "
+                f"({self.rephrase.n})"
+            )
+        trained = set(self.runs.policies())
+        missing = [p for p in self.diagnostics.policies if p not in trained]
+        if missing:
+            problems.append(
+                f"diagnostics.policies {missing} are not trained by runs.methods x runs.seeds"
+            )
+        benchmark_names = self.benchmark_names()
+        for group, members in self.evaluate.groups.items():
+            unknown = [name for name in members if name not in benchmark_names]
+            if unknown:
+                problems.append(
+                    f"evaluate.groups.{group}: {unknown} are not benchmarks of data.source "
+                    f"{self.data.source} (benchmarks: {sorted(benchmark_names)})"
+                )
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    def benchmark_names(self) -> set[str]:
+        """The benchmarks the data stage writes for the configured source."""
+        if self.data.source == "synthetic":
+            return set(self.data.synthetic.benchmarks)
+        return set(getattr(self.data, self.data.source).benchmarks)
+
+    def section(self, name: str) -> ConfigModel:
+        return getattr(self, name)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def default_params_path() -> Path:
+    from tagrpo.paths import project_root
+
+    return project_root() / "params.yaml"
+
+
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """A YAML file whose top level is a mapping (a clear error otherwise)."""
+    path = Path(path)
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise ConfigError(str(path), [f"not valid YAML: {error}"]) from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(
+            str(path), [f"the top level must be a mapping, got {type(loaded).__name__}"]
+        )
+    return loaded
+
+
+def _format_location(location: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in location) or "(top level)"
+
+
+def _allowed_keys(model: type[ConfigModel], location: tuple[Any, ...]) -> list[str] | None:
+    """The keys allowed at ``location`` (for unknown-key messages)."""
+    current: Any = model
+    for part in location:
+        fields = getattr(current, "model_fields", None)
+        if fields is None or part not in fields:
+            return None
+        annotation = fields[part].annotation
+        current = annotation if isinstance(annotation, type) else None
+        if current is None:
+            return None
+    fields = getattr(current, "model_fields", None)
+    return sorted(fields) if fields else None
+
+
+def describe_errors(error: ValidationError, model: type[ConfigModel] = Params) -> list[str]:
+    """One line per problem: key path, the value given, what is allowed."""
+    lines = []
+    for item in error.errors(include_url=False):
+        location = tuple(item.get("loc", ()))
+        path = _format_location(location)
+        kind = item.get("type", "")
+        value = item.get("input")
+        if kind == "extra_forbidden":
+            allowed = _allowed_keys(model, location[:-1])
+            hint = f"; allowed keys: {', '.join(allowed)}" if allowed else ""
+            lines.append(f"{path}: unknown key{hint}")
+            continue
+        if kind == "missing":
+            lines.append(f"{path}: required key is missing")
+            continue
+        message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
+        if not location:  # cross-section checks name their keys themselves
+            lines.extend(message.split("\n"))
+            continue
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        lines.append(f"{path} = {shown}: {message}")
+    return lines
+
+
+def validate_params(raw: Mapping[str, Any], source: str = "params") -> Params:
+    """A mapping as :class:`Params`; :class:`ConfigError` listing every problem otherwise."""
+    try:
+        return Params.model_validate(dict(raw))
+    except ValidationError as error:
+        raise ConfigError(source, describe_errors(error)) from None
+
+
+def load_config(path: str | Path | None = None) -> Params:
+    """params.yaml (or ``path``) validated; the call every stage makes first."""
+    params_path = Path(path) if path else default_params_path()
+    return validate_params(read_yaml_mapping(params_path), str(params_path))
+
+
+# --------------------------------------------------------------------------- profiles
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Recursively merge ``override`` into a copy of ``base``; lists and scalars are replaced."""
+    merged = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _free_form(location: tuple[str, ...]) -> bool:
+    """Keys whose children are user-named (benchmark names, loader options, groups...)."""
+    current: Any = Params
+    for part in location:
+        fields = getattr(current, "model_fields", None)
+        if fields is None:
+            return True
+        if part not in fields:
+            return False
+        annotation = fields[part].annotation
+        if not (isinstance(annotation, type) and issubclass(annotation, ConfigModel)):
+            return True  # a dict (or list) field: its keys are the user's
+        current = annotation
+    return False
+
+
+def unknown_override_keys(
+    base: Mapping[str, Any], override: Mapping[str, Any], prefix: tuple[str, ...] = ()
+) -> Iterator[str]:
+    """Key paths of ``override`` that do not exist in ``base`` (a profile may only override)."""
+    for key, value in override.items():
+        location = (*prefix, str(key))
+        if _free_form(prefix):
+            continue
+        if key not in base:
+            yield ".".join(location)
+            continue
+        if isinstance(value, Mapping) and isinstance(base[key], Mapping):
+            yield from unknown_override_keys(base[key], value, location)
+        elif (
+            isinstance(base[key], Mapping) and not isinstance(value, Mapping) and value is not None
+        ):
+            yield f"{'.'.join(location)} (a section, given the scalar {value!r})"
+
+
+def merged_with_profile(profile_path: str | Path, params_path: str | Path) -> dict[str, Any]:
+    """params merged with a profile, refused if the profile names a key params lacks."""
+    base = read_yaml_mapping(params_path)
+    override = read_yaml_mapping(profile_path)
+    unknown = list(unknown_override_keys(base, override))
+    if unknown:
+        raise ConfigError(
+            str(profile_path),
+            [
+                f"{key}: not a key of {Path(params_path).name} (a profile may only override)"
+                for key in unknown
+            ],
+        )
+    merged = deep_merge(base, override)
+    validate_params(merged, f"{params_path} + {profile_path}")
+    return merged
+
+
+def apply_profile(profile_path: str | Path, params_path: str | Path | None = None) -> Params:
+    """Write params.yaml merged with a profile (only after the result validates).
+
+    DVC then sees ordinary param changes, so only the affected stages rerun, and
+    ``git checkout params.yaml`` returns to the embedded default.
+    """
+    target = Path(params_path) if params_path else default_params_path()
+    merged = merged_with_profile(profile_path, target)
+    target.write_text(yaml.safe_dump(merged, sort_keys=False, width=100), encoding="utf-8")
+    return validate_params(merged, str(target))
+
+
+def apply_overrides(raw: Mapping[str, Any], assignments: list[str]) -> dict[str, Any]:
+    """``key.path=value`` assignments (values parsed as YAML) applied to a params mapping.
+
+    Only existing keys may be set (the same rule as profiles); the result is validated.
+    """
+    merged = copy.deepcopy(dict(raw))
+    for assignment in assignments:
+        key, sep, text = assignment.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError("overrides", [f"{assignment!r}: expected key.path=value"])
+        parts = key.strip().split(".")
+        node: Any = merged
+        for depth, part in enumerate(parts[:-1]):
+            if not isinstance(node, dict) or part not in node:
+                raise ConfigError(
+                    "overrides", [f"{key}: {'.'.join(parts[: depth + 1])} is not a params key"]
+                )
+            node = node[part]
+        if not isinstance(node, dict) or (
+            parts[-1] not in node and not _free_form(tuple(parts[:-1]))
+        ):
+            raise ConfigError("overrides", [f"{key}: not a params key"])
+        node[parts[-1]] = yaml.safe_load(text)
+    validate_params(merged, "overrides")
+    return merged
+
+
+def config_with(overrides: Mapping[str, Any] | None = None, base: Params | None = None) -> Params:
+    """``base`` (default: the embedded default) with dotted-key overrides, validated.
+
+    ``config_with({"train.learning_rate": 1e-3, "runs.methods": ["grpo"]})``: for tests and
+    notebooks; the same existence rule as profiles (only existing keys may be set).
+    """
+    raw = (base or Params()).model_dump(mode="json")
+    for key, value in (overrides or {}).items():
+        parts = key.split(".")
+        node: Any = raw
+        for depth, part in enumerate(parts[:-1]):
+            if not isinstance(node, dict) or part not in node:
+                raise KeyError(f"{'.'.join(parts[: depth + 1])} is not a params key")
+            node = node[part]
+        if not isinstance(node, dict) or (
+            parts[-1] not in node and not _free_form(tuple(parts[:-1]))
+        ):
+            raise KeyError(f"{key} is not a params key")
+        node[parts[-1]] = value
+    return validate_params(raw, "overrides")

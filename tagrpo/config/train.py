@@ -1,0 +1,157 @@
+"""``train``: the hyper-parameters every training backend shares; ``local``: the local backend's
+engine settings. (``verl``, the verl backend's, is :mod:`tagrpo.config.verl`.)"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import ValidationError, field_validator, model_validator
+
+from tagrpo.config.model import ConfigModel, Field
+
+EPSILON = 1e-6  # verl's: A = (R - mean) / (std + 1e-6)
+
+
+def _estimator_defaults() -> dict[str, Any]:
+    from tagrpo.algorithms.estimators import ESTIMATORS
+
+    return {n: s.config_model() for n, s in ESTIMATORS.items() if s.config_model is not None}
+
+
+class TrainProbe(ConfigModel):
+    enabled: bool = Field(True, description="success on the training q0s before and after")
+    group_size: int = Field(8, ge=1, le=1024, description="samples per question")
+    seed: int = Field(12345, ge=0, description="sampling seed (the same before and after)")
+
+
+class DataScaling(ConfigModel):
+    methods: list[str] = Field(
+        default_factory=lambda: ["grpo", "grpo_ds"], description="methods of the scaling runs"
+    )
+    multiples: list[float] = Field(
+        default_factory=lambda: [1.5, 2.0, 2.5], description="training-set multiples (> 1)"
+    )
+
+    @field_validator("methods")
+    @classmethod
+    def _known(cls, methods: list[str]) -> list[str]:
+        from tagrpo.algorithms import METHODS
+
+        unknown = [m for m in methods if m not in METHODS]
+        if unknown:
+            raise ValueError(f"unknown methods {unknown}; allowed: {sorted(METHODS)}")
+        return methods
+
+    @field_validator("multiples")
+    @classmethod
+    def _above_one(cls, multiples: list[float]) -> list[float]:
+        if any(m <= 1.0 for m in multiples):
+            raise ValueError("data-scaling multiples must be > 1 (1x is the ordinary run)")
+        return multiples
+
+
+class TrainSettings(ConfigModel):
+    backend: Literal["local", "verl"] = Field(
+        "local", description="local (tagrpo/training) | verl (section verl)"
+    )
+    input: str = Field(
+        "data/rephrased/train.parquet", min_length=1, description="q0 + accepted rephrasings"
+    )
+    neighbours: Literal["auto", "column", "miniworld", "none"] = Field(
+        "auto", description="where rephrasings come from: auto | column | miniworld | none"
+    )
+    model: str = Field("models/base", min_length=1, description="the starting policy's folder")
+    questions: int | None = Field(
+        80, ge=1, description="the 1x training set: the first questions of input (null = all)"
+    )
+    epochs: float = Field(2, gt=0, le=1000, description="passes over the training set")
+    steps: int | None = Field(None, ge=1, description="overrides the epoch-based step count")
+    group_size: int = Field(8, ge=1, le=1024, description="responses per prompt variant: G")
+    n_neighbours: int = Field(3, ge=0, le=64, description="rephrasings per question: N")
+    batch_questions: int = Field(8, ge=1, description="questions per step (paper: 256)")
+    mini_batches: int = Field(2, ge=1, description="optimiser updates per step (paper: 256/128)")
+    # The tiny policy needs a larger lr than the paper's 1e-6 (1.7B-4B models); 5e-4 and up
+    # destroy it within a few steps (measured: KL > 0.1/token, success falls).
+    learning_rate: float = Field(1e-4, gt=0, le=1, description="peak AdamW learning rate")
+    warmup_ratio: float = Field(0.1, ge=0, lt=1, description="linear warm-up share, then cosine")
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="cosine floor / peak")
+    weight_decay: float = Field(0.01, ge=0, le=1, description="AdamW weight decay")
+    grad_clip: float = Field(1.0, gt=0, description="gradient-norm clip")
+    clip_low: float = Field(0.2, ge=0, lt=1, description="PPO ratio clip below 1")
+    clip_high: float = Field(0.2, ge=0, description="PPO ratio clip above 1")
+    kl_coef: float = Field(0.001, ge=0, description="low-variance KL loss coefficient")
+    epsilon: float = Field(EPSILON, gt=0, description="A = (R - mean) / (std + epsilon)")
+    temperature: float = Field(1.0, gt=0, le=10, description="sampling temperature")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
+    max_new_tokens: int = Field(48, ge=1, le=131072, description="response length (paper: 3072)")
+    ds_max_rounds: int = Field(8, ge=1, le=1000, description="dynamic sampling refill rounds")
+    estimators: dict[str, Any] = Field(
+        default_factory=lambda: _estimator_defaults(),
+        description="settings of each registered advantage estimator (by name)",
+    )
+    checkpoints: list[float] = Field(
+        default_factory=lambda: [0.25, 0.5, 0.75, 1.0],
+        min_length=1,
+        description="fractions of training with a checkpoint and a rollout dump",
+    )
+    save_checkpoints: bool = Field(True, description="save the checkpoints as HF folders")
+    probe: TrainProbe = Field(default_factory=TrainProbe)
+    # Data-scaling runs (paper 5.5): `--data-multiple X` trains on the first X*questions
+    # questions for the same number of epochs (the mini world's 200 questions allow 2.5x).
+    data_scaling: DataScaling = Field(default_factory=DataScaling)
+
+    @field_validator("checkpoints")
+    @classmethod
+    def _fractions(cls, checkpoints: list[float]) -> list[float]:
+        if any(not 0 < f <= 1 for f in checkpoints) or sorted(set(checkpoints)) != checkpoints:
+            raise ValueError("checkpoints must be increasing fractions in (0, 1]")
+        return checkpoints
+
+    @field_validator("estimators", mode="before")
+    @classmethod
+    def _estimator_settings(cls, given: Any) -> dict[str, Any]:
+        from tagrpo.algorithms.estimators import ESTIMATORS
+
+        if not isinstance(given, dict):
+            raise ValueError("must map estimator names to their settings")
+        configurable = {n: s for n, s in ESTIMATORS.items() if s.config_model is not None}
+        unknown = sorted(set(given) - set(configurable))
+        if unknown:
+            raise ValueError(
+                f"no configurable estimator named {unknown}; allowed: {sorted(configurable)}"
+            )
+        settings = {}
+        for name, spec in configurable.items():
+            try:
+                settings[name] = spec.config_model.model_validate(given.get(name, {}))
+            except ValidationError as error:
+                problems = "; ".join(
+                    f"{name}.{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                    for e in error.errors(include_url=False)
+                )
+                raise ValueError(problems) from None
+        return settings
+
+    def estimator_config(self, name: str) -> Any:
+        """The settings of estimator ``name`` (None for one without settings)."""
+        return self.estimators.get(name)
+
+    @model_validator(mode="after")
+    def _mini_batches(self) -> TrainSettings:
+        if self.mini_batches > self.batch_questions:
+            raise ValueError(
+                f"mini_batches ({self.mini_batches}) > batch_questions ({self.batch_questions})"
+            )
+        return self
+
+
+class LocalBackendSettings(ConfigModel):
+    """The local backend (tagrpo/training): one process, transformers, CPU or one GPU."""
+
+    device: Literal["cpu", "cuda", "auto"] = Field(
+        "cpu", description="cpu | cuda | auto (cuda when available)"
+    )
+    max_batch_sequences: int = Field(512, ge=1, description="generation batch, sequences")
+    micro_batch_sequences: int = Field(
+        256, ge=1, description="forward/backward micro-batch, sequences (lower for real models)"
+    )

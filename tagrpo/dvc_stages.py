@@ -1,0 +1,102 @@
+"""dvc.yaml's stages expanded the way DVC expands them: matrix stages one per item
+(``train@grpo-0``), ``${item.x}`` and ``${params.key}`` interpolated from params.yaml.
+
+Used for what the pipeline writes (the git dirty flag ignores it), a stage's dependency hash
+(tagged on its MLflow run) and the layout agreement test; no DVC import (stages start fast).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+_REFERENCE = re.compile(r"\$\{([^}]+)\}")
+
+
+@dataclass(frozen=True)
+class ExpandedStage:
+    name: str  # DVC's name: ``train@grpo-0`` for a matrix item
+    stage: str  # the dvc.yaml key: ``train``
+    item: dict[str, Any] = field(default_factory=dict)
+    cmd: str = ""
+    deps: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+    outs: tuple[str, ...] = ()  # outs, metrics and plots declared by the stage
+
+
+def _lookup(path: str, context: Mapping[str, Any]) -> Any:
+    node: Any = context
+    for part in path.strip().split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            raise KeyError(f"dvc.yaml references ${{{path}}}, which params.yaml does not have")
+        node = node[part]
+    return node
+
+
+def interpolate(value: Any, context: Mapping[str, Any]) -> Any:
+    """``${a.b}`` replaced from ``context``; a string that is one reference keeps its type."""
+    if not isinstance(value, str):
+        return value
+    whole = _REFERENCE.fullmatch(value)
+    if whole:
+        return _lookup(whole.group(1), context)
+    return _REFERENCE.sub(lambda m: str(_lookup(m.group(1), context)), value)
+
+
+def _entry_path(entry: Any) -> str:
+    return next(iter(entry)) if isinstance(entry, Mapping) else str(entry)
+
+
+def expand_stages(
+    dvc_yaml: Mapping[str, Any], params: Mapping[str, Any]
+) -> dict[str, ExpandedStage]:
+    """Every stage by DVC name, with paths interpolated."""
+    expanded: dict[str, ExpandedStage] = {}
+    for key, stage in (dvc_yaml.get("stages") or {}).items():
+        matrix = {
+            name: interpolate(values, params)
+            for name, values in (stage.get("matrix") or {}).items()
+        }
+        combos = [
+            dict(zip(matrix, values, strict=True)) for values in itertools.product(*matrix.values())
+        ] or [{}]
+        for combo in combos:
+            context = {**params, "item": combo}
+            name = f"{key}@{'-'.join(str(v) for v in combo.values())}" if combo else key
+            expanded[name] = ExpandedStage(
+                name=name,
+                stage=key,
+                item=combo,
+                cmd=str(interpolate(stage.get("cmd", ""), context)),
+                deps=tuple(interpolate(_entry_path(d), context) for d in stage.get("deps", [])),
+                params=tuple(
+                    str(interpolate(_entry_path(p), context)) for p in stage.get("params", [])
+                ),
+                outs=tuple(
+                    interpolate(_entry_path(entry), context)
+                    for section in ("outs", "metrics", "plots")
+                    for entry in stage.get(section, [])
+                ),
+            )
+    return expanded
+
+
+def load_stages(root: str | Path) -> dict[str, ExpandedStage]:
+    """:func:`expand_stages` of ``root/dvc.yaml`` with ``root/params.yaml`` ({} if absent)."""
+    root = Path(root)
+    dvc_path, params_path = root / "dvc.yaml", root / "params.yaml"
+    if not dvc_path.exists():
+        return {}
+    params = yaml.safe_load(params_path.read_text()) if params_path.exists() else {}
+    return expand_stages(yaml.safe_load(dvc_path.read_text()) or {}, params or {})
+
+
+def pipeline_outputs(root: str | Path) -> set[str]:
+    """Every path the pipeline writes (outs, metrics, plots of all stages)."""
+    return {out for stage in load_stages(root).values() for out in stage.outs}

@@ -1,0 +1,183 @@
+"""The ``check_equivalence`` stage's work: check every candidate, regenerate, apply the fallback.
+
+Layered checks, cheapest first: structural, embedding similarity, answer-consistency solve
+(:mod:`tagrpo.equivalence.policy`); negative controls measure what each check catches. A run
+where more than ``policy.max_padded_share`` of the slots end without a checked rephrasing
+(padded with the original, or their question dropped) fails: TA-GRPO would train on copies
+of q0 under its own name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tagrpo.config.params import Params
+from tagrpo.rephrase.run import check_failed_share
+
+
+@contextlib.contextmanager
+def _grader(config: Params, needed: bool) -> Iterator[Any]:
+    if not needed:
+        yield None
+        return
+    from tagrpo.evaluation.grader import grade_fn_for
+
+    with grade_fn_for(config.common.grading) as grade:
+        yield grade
+
+
+def run_controls(checker: Any, questions: list[Any], config: Params) -> list:
+    """Verdicts for the negative controls (see :mod:`tagrpo.equivalence.controls`)."""
+    from tagrpo.equivalence.controls import make_controls
+    from tagrpo.rephrase.generate import Candidate
+
+    controls_settings = config.check_equivalence.controls
+    if not controls_settings.enabled:
+        return []
+    controls = make_controls(
+        questions, seed=config.common.seed, max_questions=controls_settings.max_questions
+    )
+    by_id = {q.id: q for q in questions}
+    verdicts = []
+    for kind in sorted({c.kind for c in controls}):
+        pairs = [
+            (by_id[c.question_id], Candidate(c.question_id, -1, 0, c.text, f"control:{kind}"))
+            for c in controls
+            if c.kind == kind
+        ]
+        verdicts.extend(checker.check(pairs, kind=f"control:{kind}"))
+    return verdicts
+
+
+def check_rephrasings(
+    config: Params, root: Path, train_path: Path, candidates_path: Path, out: dict[str, Path]
+) -> dict[str, Any]:
+    """Check, regenerate, write ``out["train"|"verdicts"|"rejections"|"section"]``; metrics."""
+    import pyarrow.parquet as pq
+    import torch
+
+    from tagrpo.data.schema import read_questions, write_rejections
+    from tagrpo.equivalence.dataset import write_rephrased
+    from tagrpo.equivalence.policy import (
+        CheckSettings,
+        EquivalenceChecker,
+        run_policy,
+        verdicts_table,
+    )
+    from tagrpo.equivalence.report import report_section, summarize
+    from tagrpo.rephrase.generate import make_rephraser, read_candidates
+    from tagrpo.rephrase.settings import open_cache
+
+    section = config.check_equivalence
+    settings = CheckSettings.from_section(section)
+    seed = config.common.seed
+    torch.set_num_threads(section.torch_threads)  # see params.yaml for why it is 1
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    questions = read_questions(str(train_path))
+    candidates = read_candidates(candidates_path)
+    scorer = solver = None
+    if settings.similarity_enabled:
+        from tagrpo.equivalence.similarity import SimilarityScorer
+
+        scorer = SimilarityScorer(
+            section.similarity.model, batch_size=section.similarity.batch_size
+        )
+    timings["load_similarity_s"] = time.perf_counter() - started
+    endpoint_solver = settings.consistency_enabled and section.consistency.solver == "openai"
+    cache = open_cache(
+        config.rephrase, needed=config.rephrase.backend != "rules" or endpoint_solver
+    )
+    rephraser = None
+    try:
+        if settings.consistency_enabled:
+            from tagrpo.equivalence.consistency import make_solver
+
+            solver = make_solver(
+                section.consistency, seed, root, cache=cache, torch_threads=section.torch_threads
+            )
+        with _grader(config, settings.consistency_enabled) as grade:
+            checker = EquivalenceChecker(settings, scorer, solver, grade)
+            if section.policy.max_rounds > 0:
+                rephraser = make_rephraser(config.rephrase, seed, cache=cache, root=root)
+            checked = time.perf_counter()
+            result = run_policy(
+                questions, candidates, checker, section.policy, config.rephrase.n, rephraser
+            )
+            timings["policy_s"] = time.perf_counter() - checked
+            controls_started = time.perf_counter()
+            control_verdicts = run_controls(checker, questions, config)
+            timings["controls_s"] = time.perf_counter() - controls_started
+    finally:
+        if cache is not None:
+            cache.close()
+    if len(questions) != len(result.rows) + len(result.rejections):
+        raise AssertionError("questions in != kept + rejected")
+
+    enabled = ["generation", "sibling", "structural"]
+    enabled += ["similarity"] if settings.similarity_enabled else []
+    enabled += ["consistency"] if settings.consistency_enabled else []
+    verdicts = result.verdicts + control_verdicts
+    summary = summarize(
+        verdicts,
+        result.outcome,
+        enabled,
+        questions=len(questions),
+        kept=len(result.rows),
+        rejected=len(result.rejections),
+    )
+    slots = len(questions) * config.rephrase.n
+    unfilled = int(result.outcome.get("unfilled_slots", 0))
+    summary["unfilled_slot_share"] = unfilled / slots if slots else 0.0
+    summary["solver_samples"] = checker.solver_samples
+    if rephraser is not None:
+        summary["regeneration"] = rephraser.metrics()
+    timings["total_s"] = time.perf_counter() - started
+    summary["seconds"] = timings
+    print(
+        f"[check_equivalence] {summary['candidates']} candidates, {summary['accepted']} "
+        f"accepted ({100 * summary['acceptance_rate']:.1f}%); rows {len(questions)} = kept "
+        f"{len(result.rows)} + dropped {len(result.rejections)}; {unfilled}/{slots} slots "
+        f"without a checked rephrasing ({section.policy.fallback})"
+    )
+    check_failed_share(
+        unfilled,
+        slots,
+        section.policy.max_padded_share,
+        f"rephrasing slots ended without a checked rephrasing ({section.policy.fallback})",
+        f"rejections by reason {summary['reasons']}; check the rephraser and the solver, or "
+        "raise check_equivalence.policy.max_padded_share",
+    )
+    write_rephrased(result.rows, out["train"])
+    write_rejections(result.rejections, str(out["rejections"]))
+    pq.write_table(verdicts_table(verdicts), str(out["verdicts"]))
+    out["section"].write_text(
+        report_section(
+            summary,
+            verdicts,
+            {q.id: q.problem for q in questions},
+            {
+                "backend": config.rephrase.backend,
+                "n": config.rephrase.n,
+                "max_rounds": section.policy.max_rounds,
+                "fallback": section.policy.fallback,
+                "consistency": section.consistency.model_dump(mode="json"),
+            },
+            examples=section.report_examples,
+        )
+    )
+    for check, row in summary["checks"].items():
+        print(
+            f"[check_equivalence] {check}: {row['passed']}/{row['reached']} passed "
+            f"({100 * row['pass_rate']:.1f}%)"
+        )
+    for kind, row in summary.get("controls", {}).items():
+        print(
+            f"[check_equivalence] control {kind}: {row['rejected']}/{row['n']} rejected "
+            f"{row['rejected_by']}"
+        )
+    return summary

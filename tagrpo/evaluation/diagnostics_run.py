@@ -1,0 +1,146 @@
+"""The ``diagnostics`` stage's work: probe the base policy and each checkpoint of
+``diagnostics.policies``, then tabulate gradient vanishing and diversity (Figures 3 and 4)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tagrpo.config.params import Params
+
+BASE_LABEL = "base"
+
+
+def checkpoint_label(name: str) -> str:
+    """``checkpoint-025`` -> ``25%`` (the paper's axis labels); ``base`` stays."""
+    if name == BASE_LABEL:
+        return name
+    return f"{int(name.removeprefix('checkpoint-'))}%"
+
+
+def checkpoints_to_probe(config: Params, root: Path) -> list[tuple[str, str, Path]]:
+    """``(policy, checkpoint, model folder)``: the base policy once, then each policy's."""
+    settings = config.diagnostics
+    found: list[tuple[str, str, Path]] = []
+    if settings.include_base:
+        found.append((BASE_LABEL, BASE_LABEL, root / settings.base_model))
+    for policy in settings.policies:
+        for name in settings.checkpoints:
+            folder = root / "models" / policy / "checkpoints" / name
+            if not folder.is_dir():
+                raise FileNotFoundError(
+                    f"{folder} is missing: train {policy} with train.save_checkpoints and "
+                    f"train.checkpoints covering {name}"
+                )
+            found.append((policy, name, folder))
+    return found
+
+
+def figure_link() -> str:
+    """The figure's path as seen from the report (the section is included into report.md)."""
+    import os
+
+    from tagrpo.layout import diagnostics_outputs, report_outputs
+
+    report_dir = report_outputs()["report"].parent
+    return Path(os.path.relpath(diagnostics_outputs()["figure"], report_dir)).as_posix()
+
+
+def _with_base_per_policy(frame: pd.DataFrame, policies: list[str]) -> pd.DataFrame:
+    """The base point belongs to every policy's curve (the paper's "Base")."""
+    base = frame[frame["policy"] == BASE_LABEL]
+    rest = frame[frame["policy"] != BASE_LABEL]
+    order = {p: i for i, p in enumerate(policies)}
+    merged = pd.concat([*(base.assign(policy=p) for p in policies), rest], ignore_index=True)
+    return merged.sort_values("policy", key=lambda s: s.map(order), kind="stable")
+
+
+def run_diagnostics(config: Params, root: Path, out: dict[str, Path]) -> dict[str, Any]:
+    """Probe every checkpoint; write ``out`` (samples, zero_gradient, distances, figure,
+    section); return the metrics."""
+    import torch
+
+    from tagrpo.backends.base import SamplingParams
+    from tagrpo.backends.factory import make_backend
+    from tagrpo.data.training_set import load_training_questions
+    from tagrpo.equivalence.similarity import SimilarityScorer
+    from tagrpo.evaluation.diagnostics import (
+        distance_rows,
+        distance_summary,
+        phrased_training_questions,
+        zero_gradient_rows,
+    )
+    from tagrpo.evaluation.grader import grade_fn_for
+    from tagrpo.evaluation.phrasing import sample_phrasings
+    from tagrpo.report.diagnostics import diagnostics_figure, diagnostics_section
+
+    settings = config.diagnostics
+    torch.set_num_threads(config.common.torch_threads)
+    questions = load_training_questions(
+        root / settings.input,
+        n_neighbours=settings.n_neighbours,
+        neighbours=settings.neighbours,
+        limit=settings.questions,
+    )
+    phrased = phrased_training_questions(questions)
+    sampling = SamplingParams(
+        n=settings.group_size,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        max_new_tokens=settings.max_new_tokens,
+        seed=config.common.seed,
+    )
+    probes = checkpoints_to_probe(config, root)
+    metrics: dict[str, Any] = {"questions": float(len(phrased))}
+    started = time.perf_counter()
+    scorer = SimilarityScorer(settings.embedding.model, batch_size=settings.embedding.batch_size)
+    samples, zero_rows, distances = [], [], []
+    with grade_fn_for(config.common.grading) as grade:
+        for policy, name, folder in probes:
+            label = checkpoint_label(name)
+            probe_started = time.perf_counter()
+            backend = make_backend(settings.backend, config, folder)
+            frame = sample_phrasings(backend, phrased, sampling, grade)
+            del backend
+            frame.insert(0, "checkpoint", label)
+            frame.insert(0, "policy", policy)
+            samples.append(frame)
+            for row in zero_gradient_rows(frame):
+                zero_rows.append({"policy": policy, "label": label, **row})
+                for key in ("zero_gradient_rate", "all_correct_rate", "all_wrong_rate"):
+                    metrics[f"{policy}/{name}/{row['grouping']}/{key}"] = row[key]
+            spread = distance_rows(frame, scorer.embed)
+            distances.append(spread.assign(policy=policy, label=label))
+            for key, value in distance_summary(spread).items():
+                metrics[f"{policy}/{name}/{key}"] = value
+            print(
+                f"[diagnostics] {policy} {label}: {len(frame)} responses, "
+                f"{time.perf_counter() - probe_started:.1f} s"
+            )
+    columns = ["policy", "label", "question_id", "response_set", "responses", "mean_distance"]
+    zero_gradient = _with_base_per_policy(pd.DataFrame(zero_rows), settings.policies)
+    spread_all = _with_base_per_policy(
+        pd.concat(distances, ignore_index=True)[columns], settings.policies
+    )
+    pd.concat(samples, ignore_index=True).to_parquet(out["samples"], index=False)
+    zero_gradient.to_csv(out["zero_gradient"], index=False)
+    spread_all.to_csv(out["distances"], index=False)
+    diagnostics_figure(zero_gradient, spread_all, out["figure"])
+    out["section"].write_text(
+        diagnostics_section(
+            zero_gradient,
+            spread_all,
+            figure_link(),
+            questions=len(phrased),
+            group_size=sampling.n,
+            n_neighbours=settings.n_neighbours,
+            embedding_model=settings.embedding.model,
+        )
+        + "\n"
+    )
+    metrics["seconds"] = time.perf_counter() - started
+    metrics["checkpoints_probed"] = float(len(probes))
+    return metrics

@@ -1,0 +1,134 @@
+"""The ``base_model`` stage's work: build the starting policy, then probe it by phrasing.
+
+``base_model.kind``: ``warmstart`` (a tiny Llama trained by SFT on the mini world, the embedded
+default), ``gguf_package`` (a GGUF model shipped inside a Python package, dequantised to a HF
+folder), ``hub`` / ``local`` (a Hugging Face id or folder, recorded as a pointer, no copy).
+
+The probe samples G responses per training question in every phrasing of the mini world and
+reports the signal figures the pipeline needs: success on the originals, the share of G-groups
+with mixed rewards, success by phrasing (the paper's Assumption 5.3 in miniature). Its graded
+samples are the "Base" point of the diagnostics (the paper's Figures 3 and 4).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from tagrpo.config.params import Params
+
+SFT_COLUMNS = ("step", "loss", "lr")
+
+
+def warm_start_policy(
+    config: Params,
+    out_dir: Path,
+    sft_plot: Path,
+    log: Callable[[int, dict[str, float]], None] | None = None,
+) -> dict[str, float]:
+    """SFT of the tiny Llama on the warm-start corpus; the model folder and the loss curve."""
+    from tagrpo.miniworld.tasks import ProblemSpace
+    from tagrpo.miniworld.warmstart import build_corpus, save_policy, warm_start
+
+    settings = config.base_model.warmstart
+    world = config.common.miniworld
+    space = ProblemSpace(operations=dict(world.train_operations), max_operand=world.max_operand)
+    corpus = build_corpus(space, settings.corpus, exclude_keys=set(), seed=config.common.seed)
+    model, tokenizer, history = warm_start(
+        corpus,
+        settings.model,
+        settings.training,
+        seed=config.common.seed,
+        torch_threads=config.common.torch_threads,
+        log=log,
+    )
+    save_policy(model, tokenizer, out_dir)
+    with open(sft_plot, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(SFT_COLUMNS))
+        writer.writeheader()
+        writer.writerows({k: r[k] for k in SFT_COLUMNS} for r in history)
+    return {
+        "parameters": float(sum(p.numel() for p in model.parameters())),
+        "vocab_size": float(len(tokenizer)),
+        "sft_final_loss": history[-1]["loss"],
+        "sft_seconds": history[-1]["seconds"],
+        "sft_examples": float(len(corpus)),
+    }
+
+
+def external_policy(config: Params, out_dir: Path, sft_plot: Path) -> dict[str, float]:
+    """A packaged, hub or local model as the base policy (no SFT: an empty loss curve)."""
+    from tagrpo.models import ModelSource, materialise
+
+    kind = config.base_model.kind
+    settings = getattr(config.base_model, kind).model_dump()
+    materialise(ModelSource.from_dict({"kind": kind, **settings}), out_dir)
+    sft_plot.write_text(",".join(SFT_COLUMNS) + "\n")
+    return {}
+
+
+def probe_phrasings(
+    config: Params,
+    model_dir: Path,
+    train_path: Path,
+    phrasing_plot: Path,
+    samples_path: Path,
+) -> dict[str, float]:
+    """Sample G responses per (training question, phrasing family); write and summarise them."""
+    import torch
+
+    from tagrpo.backends.base import SamplingParams
+    from tagrpo.backends.hf import HFBackend
+    from tagrpo.data.schema import read_questions
+    from tagrpo.evaluation.grader import grade_fn_for
+    from tagrpo.evaluation.phrasing import PhrasedQuestion, phrasing_summary, sample_phrasings
+    from tagrpo.miniworld.dataset import problem_from_meta
+    from tagrpo.miniworld.tasks import PHRASING_FAMILIES, render
+    from tagrpo.models import load_causal_lm
+
+    probe = config.base_model.probe
+    torch.set_num_threads(config.common.torch_threads)
+    questions = read_questions(str(train_path))[: probe.questions]
+    phrased = []
+    for question in questions:
+        if "family" not in question.meta:
+            raise ValueError(
+                f"{question.id}: the phrasing probe needs mini-world questions (meta.family); "
+                "set base_model.probe.enabled: false for other sources"
+            )
+        problem = problem_from_meta(question.meta)
+        phrased.append(
+            PhrasedQuestion(
+                question_id=question.id,
+                answer=question.answer,
+                answer_kind=question.answer_kind,
+                phrasings={family: render(problem, family) for family in PHRASING_FAMILIES},
+                original=question.meta["family"],
+            )
+        )
+    model, tokenizer = load_causal_lm(model_dir)
+    backend = HFBackend(model, tokenizer, probe.max_batch_sequences)
+    sampling = SamplingParams(
+        n=probe.group_size,
+        temperature=probe.temperature,
+        top_p=probe.top_p,
+        max_new_tokens=probe.max_new_tokens,
+        seed=config.common.seed,
+    )
+    with grade_fn_for(config.common.grading) as grade:
+        samples = sample_phrasings(backend, phrased, sampling, grade)
+    summary, by_phrasing = phrasing_summary(samples)
+    samples.to_parquet(samples_path, index=False)
+    by_phrasing.to_csv(phrasing_plot, index=False)
+    return {f"probe/{key}": value for key, value in summary.items()}
+
+
+def no_probe(phrasing_plot: Path, samples_path: Path) -> None:
+    """Empty tables with the probe's columns keep the output contract without a probe."""
+    from tagrpo.evaluation.phrasing import SAMPLE_COLUMNS
+
+    phrasing_plot.write_text("phrasing,success,responses\n")
+    pd.DataFrame(columns=list(SAMPLE_COLUMNS)).to_parquet(samples_path, index=False)

@@ -1,0 +1,80 @@
+"""The ``rephrase`` stage's work: N rephrasings per training question, counted and checked.
+
+A failed request is a row with its error, never a gap; but a run where more than
+``rephrase.max_failed_share`` of the slots got no rephrasing is not the experiment that was
+asked for (TA-GRPO would train on copies of q0): it stops with the counts, after writing
+nothing. A refused endpoint (wrong key, URL or model) stops it at the first reply.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from tagrpo.config.params import Params
+
+
+class TooManyFailuresError(RuntimeError):
+    """More slots failed than the configured share allows."""
+
+
+def check_failed_share(failed: int, total: int, limit: float, what: str, hint: str) -> None:
+    """Raise :class:`TooManyFailuresError` when ``failed / total`` exceeds ``limit``."""
+    if total and failed / total > limit:
+        raise TooManyFailuresError(
+            f"{failed} of {total} {what} ({failed / total:.1%}) exceeds the allowed share "
+            f"{limit:.1%}: {hint}"
+        )
+
+
+def rephrase_training_set(
+    config: Params, root: Path, train_path: Path, out_path: Path
+) -> dict[str, Any]:
+    """Write ``out_path`` (candidates, one row per question and slot); return the metrics."""
+    from tagrpo.data.schema import read_questions
+    from tagrpo.rephrase.generate import make_rephraser, write_candidates
+    from tagrpo.rephrase.settings import open_cache
+
+    settings = config.rephrase
+    started = time.perf_counter()
+    questions = read_questions(str(train_path))
+    cache = open_cache(settings)
+    try:
+        rephraser = make_rephraser(settings, config.common.seed, cache=cache, root=root)
+        candidates = rephraser.rephrase(questions, round=0)
+    finally:
+        if cache is not None:
+            cache.close()
+    failures = Counter(c.error for c in candidates if c.text is None)
+    metrics: dict[str, Any] = {
+        "backend": settings.backend,
+        "questions": len(questions),
+        "slots": len(candidates),
+        "rephrased": sum(c.text is not None for c in candidates),
+        "missing": sum(c.text is None for c in candidates),
+        "missing_share": sum(c.text is None for c in candidates) / max(1, len(candidates)),
+        "missing_by_reason": dict(sorted(failures.items())),
+        "seconds": time.perf_counter() - started,
+        **rephraser.metrics(),
+    }
+    print(
+        f"[rephrase] {settings.backend}: {len(questions)} questions x {settings.n} = "
+        f"{len(candidates)} slots, {metrics['rephrased']} rephrased, {metrics['missing']} "
+        f"missing {dict(failures) or ''}"
+    )
+    for candidate in [c for c in candidates if c.text is None][:10]:
+        print(
+            f"[rephrase] missing {candidate.question_id}#{candidate.variant}: "
+            f"{candidate.error} {candidate.detail or ''}"[:300]
+        )
+    check_failed_share(
+        metrics["missing"],
+        len(candidates),
+        settings.max_failed_share,
+        "rephrasing slots got no rephrasing",
+        f"by reason {dict(failures)}; fix the endpoint or raise rephrase.max_failed_share",
+    )
+    write_candidates(candidates, out_path)
+    return metrics

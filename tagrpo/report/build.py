@@ -1,0 +1,170 @@
+"""The ``report`` stage's work: ``reports/report.md`` and its figures, from the stages' outputs.
+
+Reads exactly the policies the params train (``runs``) and the base policy; a missing output is
+an error, never a silently shorter table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tagrpo.config.params import Params
+from tagrpo.layout import (
+    BASE_POLICY,
+    base_model_outputs,
+    check_equivalence_outputs,
+    data_outputs,
+    diagnostics_outputs,
+    evaluate_outputs,
+    report_outputs,
+)
+from tagrpo.report.markdown import markdown_table, passk_curves, passk_long_table, table1
+from tagrpo.report.training import load_training_summaries, training_section
+
+
+def data_section(counts: dict[str, Any]) -> str:
+    rows = [
+        [key, fields["rows_in"], fields["kept"], fields["rejected"]]
+        for key, fields in counts["sources"].items()
+    ]
+    total = counts["total"]
+    rows.append(["**total**", total["rows_in"], total["kept"], total["rejected"]])
+    reasons = counts.get("rejections_by_reason") or {}
+    reason_line = (
+        "\n\nRejections by reason: " + ", ".join(f"{k} {v}" for k, v in reasons.items())
+        if reasons
+        else ""
+    )
+    return (
+        "## Data\n\nEvery upstream row is kept or rejected with a reason (rows in = kept + "
+        "rejected).\n\n"
+        + markdown_table(["split/source", "rows in", "kept", "rejected"], rows)
+        + reason_line
+    )
+
+
+def base_model_section(metrics: dict[str, float], phrasings: pd.DataFrame) -> str:
+    lines = ["## Base policy", ""]
+    if "parameters" in metrics:
+        lines.append(
+            f"Warm-started tiny Llama: {int(metrics['parameters']):,} parameters, "
+            f"vocabulary {int(metrics['vocab_size'])}, SFT on {int(metrics['sft_examples']):,} "
+            f"examples, final loss {metrics['sft_final_loss']:.3f}, "
+            f"{metrics['sft_seconds']:.0f} s on CPU."
+        )
+        lines.append("")
+    if "probe/success_original" not in metrics:
+        lines.append("No phrasing probe was run for this profile.")
+        return "\n".join(lines)
+    figures = [
+        ["training questions probed", int(metrics["probe/questions"])],
+        ["success on original phrasing", f"{100 * metrics['probe/success_original']:.1f}%"],
+        [
+            "original G-groups with mixed rewards",
+            f"{100 * metrics['probe/original/mixed_rate']:.1f}%",
+        ],
+        [
+            "original G-groups all correct / all wrong",
+            f"{100 * metrics['probe/original/all_correct_rate']:.1f}% / "
+            f"{100 * metrics['probe/original/all_wrong_rate']:.1f}%",
+        ],
+        [
+            "neighbour NxG groups with identical rewards",
+            f"{100 * metrics.get('probe/neighbours/zero_gradient_rate', float('nan')):.1f}%",
+        ],
+        [
+            "joint (N+1)xG groups with identical rewards",
+            f"{100 * metrics['probe/joint/zero_gradient_rate']:.1f}%",
+        ],
+        [
+            "success spread across phrasings (max - min)",
+            f"{100 * metrics['probe/phrasing_spread']:.1f} points",
+        ],
+    ]
+    lines += [markdown_table(["signal", "value"], figures), ""]
+    lines.append("Success by phrasing family (the same questions, each posed in every family):")
+    lines.append("")
+    lines.append(
+        markdown_table(
+            ["phrasing", "success", "responses"],
+            [
+                [r.phrasing, f"{100 * r.success:.1f}%", int(r.responses)]
+                for r in phrasings.itertuples()
+            ],
+        )
+    )
+    return "\n".join(lines)
+
+
+def read_passk(root: Path, policies: list[str]) -> pd.DataFrame:
+    """Every policy's pass@k table (an error naming the first one missing)."""
+    frames = []
+    for policy in policies:
+        path = root / evaluate_outputs(policy)["passk"]
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing: run the evaluate stage of {policy}")
+        frames.append(pd.read_csv(path))
+    return pd.concat(frames, ignore_index=True)
+
+
+def build_report(
+    config: Params, root: Path, report_path: Path, figures_dir: Path, git: dict[str, str]
+) -> dict[str, Any]:
+    """Write the report and its figures; returns a few headline figures as metrics."""
+    trained = config.runs.policies()
+    base = base_model_outputs()
+    counts = json.loads((root / data_outputs().metrics).read_text())
+    equivalence = (root / check_equivalence_outputs()["section"]).read_text().strip()
+    diagnostics = (root / diagnostics_outputs()["section"]).read_text().strip()
+    base_metrics = json.loads((root / base.metrics).read_text())
+    phrasings = pd.read_csv(root / base["phrasing_plot"])
+    passk = read_passk(root, [BASE_POLICY, *trained])
+    groups = config.evaluate.groups
+    largest_k = int(passk["k"].max())
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    curves = figures_dir / "passk_curves.png"
+    passk_curves(passk, curves, f"pass@k ({config.common.profile})")
+    layout = report_outputs()
+    link_path = Path(os.path.relpath(layout["figures"] / curves.name, layout["report"].parent))
+    link = link_path.as_posix()
+    sections = [
+        f"# {config.report.title}",
+        "",
+        f"Profile `{config.common.profile}`, git commit `{git['git_commit'][:12]}` (dirty: "
+        f"{git['git_dirty']}). Generated by `dvc repro`; every number below comes from this "
+        "run's stage outputs.",
+        "",
+        data_section(counts),
+        "",
+        equivalence,
+        "",
+        base_model_section(base_metrics, phrasings),
+        "",
+        training_section(load_training_summaries(root, trained)),
+        "",
+        diagnostics,
+        "",
+        f"## pass@{largest_k} (percent), as in the paper's Table 1",
+        "",
+        table1(passk, largest_k, groups),
+        "",
+        "## pass@1 (percent)",
+        "",
+        table1(passk, 1, groups),
+        "",
+        "## pass@k with bootstrap 95% confidence intervals over problems (percent)",
+        "",
+        passk_long_table(passk),
+        "",
+        "## pass@k curves",
+        "",
+        f"![pass@k curves]({link})",
+        "",
+    ]
+    report_path.write_text("\n".join(sections))
+    return {"policies": float(len(trained) + 1), "largest_k": float(largest_k)}

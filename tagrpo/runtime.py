@@ -1,0 +1,237 @@
+"""Running one stage safely: one copy at a time, outputs moved into place only when complete.
+
+:func:`running_stage` is what every stage ``main`` wraps its work in. In order, before any work:
+
+1. the process dies with its parent (``dvc``/the flow): a killed orchestrator leaves no stage
+   running behind it (Linux ``PR_SET_PDEATHSIG``; SIGTERM then ends the stage cleanly);
+2. a lock per stage (and matrix item) under ``.tagrpo/locks``: a second copy refuses to start
+   and names the process that holds it;
+3. every output location is checked writable, *then* the old outputs are deleted (a failed or
+   killed run never leaves new outputs beside stale metrics);
+4. the stage writes into a staging folder (``ctx.path(role)``) and, on success only, each output
+   is renamed into place, metrics last (renames are atomic: no half-written output ever carries
+   its final name);
+5. an MLflow run tagged with the stage, its DVC name, the dependency hash, host and pid; runs of
+   the same stage left RUNNING by a killed process are marked KILLED first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tagrpo.config.params import Params
+from tagrpo.layout import Outputs
+from tagrpo.paths import project_root
+
+STATE_DIR = ".tagrpo"
+_PR_SET_PDEATHSIG = 1
+
+
+class StageBusyError(RuntimeError):
+    """Another process is running the same stage."""
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGTERM this process when its parent dies; SIGTERM ends it cleanly.
+
+    No-op off Linux. If the parent is already gone (re-parented to init), exit at once.
+    """
+    signal.signal(signal.SIGTERM, _terminate)
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if parent == 1 or os.getppid() != parent:
+        raise SystemExit("the parent process is gone: not starting the stage")
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"terminated by signal {signum}")
+
+
+class StageLock:
+    """An exclusive, non-blocking ``flock`` on ``.tagrpo/locks/<name>.lock`` (freed on exit)."""
+
+    def __init__(self, root: Path, name: str) -> None:
+        self.path = root / STATE_DIR / "locks" / f"{name.replace('/', '_')}.lock"
+        self.name = name
+        self.handle: Any = None
+
+    def __enter__(self) -> StageLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            handle.close()
+            raise StageBusyError(
+                f"stage {self.name} is already running ({holder}); wait for it to finish or "
+                f"stop that process: two copies would write the same outputs"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on {socket.gethostname()}, since {time.ctime()}")
+        handle.flush()
+        self.handle = handle
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.handle is not None:
+            fcntl.flock(self.handle, fcntl.LOCK_UN)
+            self.handle.close()
+            self.handle = None
+
+
+def check_writable(root: Path, paths: list[Path]) -> None:
+    """Every output's directory can be created and written (before anything is deleted)."""
+    problems = []
+    for relative in paths:
+        parent = (root / relative).parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            probe = parent / f".tagrpo-write-check-{os.getpid()}"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as error:
+            problems.append(f"{relative}: {error}")
+    if problems:
+        raise PermissionError("cannot write the stage's outputs:\n  " + "\n  ".join(problems))
+
+
+def remove_path(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+@dataclass
+class StageContext:
+    """What a running stage writes through: staged output paths and its metrics."""
+
+    name: str
+    config: Params
+    root: Path
+    outputs: Outputs
+    staging: Path
+    run: Any = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    def path(self, role: str) -> Path:
+        """Where to write output ``role`` now (moved to its final place on success)."""
+        staged = self.staging / self.outputs[role]
+        staged.parent.mkdir(parents=True, exist_ok=True)
+        return staged
+
+    def final(self, role: str) -> Path:
+        """The output's final location (for messages and relative links)."""
+        return self.root / self.outputs[role]
+
+    def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        from tagrpo.tracking import log_metrics
+
+        log_metrics(metrics, step=step)
+
+    def set_metrics(self, metrics: Mapping[str, Any]) -> None:
+        """The stage's metrics file content (written last, on success)."""
+        self.metrics = dict(metrics)
+
+
+def _commit(context: StageContext) -> None:
+    missing = [
+        str(out) for out in context.outputs.outs.values() if not (context.staging / out).exists()
+    ]
+    if missing:
+        raise RuntimeError(f"stage {context.name} did not write its outputs {missing}")
+    for relative in context.outputs.outs.values():
+        final = context.root / relative
+        final.parent.mkdir(parents=True, exist_ok=True)
+        remove_path(final)
+        os.replace(context.staging / relative, final)
+    metrics_path = context.root / context.outputs.metrics
+    metrics_path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = metrics_path.with_name(f".{metrics_path.name}.{os.getpid()}")
+    finite = _json_safe(context.metrics)
+    temporary.write_text(json.dumps(finite, indent=2, sort_keys=True) + "\n")
+    os.replace(temporary, metrics_path)
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN and infinities are not JSON: drop such entries (DVC reads these files)."""
+    if isinstance(value, Mapping):
+        return {k: _json_safe(v) for k, v in value.items() if not _non_finite(v)}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _non_finite(value: Any) -> bool:
+    return isinstance(value, float) and (value != value or value in (float("inf"), float("-inf")))
+
+
+@contextlib.contextmanager
+def running_stage(
+    stage: str,
+    outputs: Outputs,
+    config: Params,
+    *,
+    key: str | None = None,
+    run_name: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    log_sections: tuple[str, ...] = (),
+    run_params: Mapping[str, Any] | None = None,
+    metrics_prefix: str = "",
+) -> Iterator[StageContext]:
+    """Run a stage (see the module docstring); ``key`` names a matrix item (``grpo-s0``).
+
+    The metrics file's numbers are also logged to MLflow, under ``metrics_prefix`` (the train
+    stage uses ``summary/``: its per-step metrics have the same names).
+    """
+    from tagrpo.tracking import stage_run
+
+    die_with_parent()
+    root = project_root()
+    name = f"{stage}@{key}" if key else stage
+    with StageLock(root, name):
+        check_writable(root, outputs.all())
+        for relative in outputs.all():
+            remove_path(root / relative)
+        staging = root / STATE_DIR / "staging" / f"{name.replace('/', '_')}-{os.getpid()}"
+        remove_path(staging)
+        staging.mkdir(parents=True)
+        context = StageContext(name, config, root, outputs, staging)
+        try:
+            with stage_run(
+                stage,
+                config,
+                key=key,
+                run_name=run_name or (f"{stage}-{key}" if key else stage),
+                tags=tags,
+                log_sections=log_sections,
+                run_params=run_params,
+            ) as run:
+                context.run = run
+                started = time.perf_counter()
+                yield context
+                context.metrics.setdefault("seconds", time.perf_counter() - started)
+                context.log({f"{metrics_prefix}{k}": v for k, v in context.metrics.items()})
+                _commit(context)
+        finally:
+            remove_path(staging)

@@ -1,0 +1,212 @@
+"""The typed params: every mistake a user makes is caught before work, with key, value and what
+is allowed; params.yaml and the models agree; profiles may only override; secrets never pass."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tagrpo.cli import main as cli
+from tagrpo.config.model import ConfigModel
+from tagrpo.config.params import (
+    ConfigError,
+    Params,
+    apply_overrides,
+    apply_profile,
+    config_with,
+    deep_merge,
+    load_config,
+    merged_with_profile,
+    read_yaml_mapping,
+    validate_params,
+)
+from tagrpo.paths import project_root
+
+ROOT = project_root()
+
+
+def _default() -> dict[str, Any]:
+    return read_yaml_mapping(ROOT / "params.yaml")
+
+
+def _problems(raw: dict[str, Any]) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        validate_params(raw, "params.yaml")
+    return caught.value.problems
+
+
+def _model_paths(model: type[ConfigModel], prefix: str = "") -> set[str]:
+    paths = set()
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, ConfigModel):
+            paths |= _model_paths(annotation, f"{prefix}{name}.")
+        else:
+            paths.add(f"{prefix}{name}")
+    return paths
+
+
+def _yaml_paths(node: dict[str, Any], model: type[ConfigModel], prefix: str = "") -> set[str]:
+    paths = set()
+    for name, value in node.items():
+        info = model.model_fields.get(name)
+        annotation = info.annotation if info else None
+        if isinstance(annotation, type) and issubclass(annotation, ConfigModel):
+            paths |= _yaml_paths(value, annotation, f"{prefix}{name}.")
+        else:
+            paths.add(f"{prefix}{name}")
+    return paths
+
+
+def test_params_yaml_and_the_models_agree_key_for_key_and_value_for_value() -> None:
+    # One declaration per setting: the models' defaults are params.yaml's values...
+    assert load_config() == Params()
+    # ...and params.yaml lists every key the models know (a user reads one file).
+    assert _yaml_paths(_default(), Params) == _model_paths(Params)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        # The typo that trained at a different learning rate, silently.
+        (lambda r: r["train"].update(learning_rte=1e-3), "train.learning_rte: unknown key"),
+        # A scalar replacing a whole section.
+        (lambda r: r.update(train=5), "train = 5: Input should be a valid dictionary"),
+        (lambda r: r["train"].update(learning_rate="abc"), "train.learning_rate = 'abc'"),
+        (lambda r: r["train"].update(learning_rate=-1.0), "greater than 0"),
+        (lambda r: r["evaluate"].update(ks=[1, 64]), "largest k (64) exceeds n (32)"),
+        (lambda r: r["runs"].update(methods=["grpo", "ta_grpoo"]), "unknown methods ['ta_grpoo']"),
+        # A neighbour method with N = 0 would train as plain GRPO under its own name.
+        (lambda r: r["train"].update(n_neighbours=0), "would train as plain GRPO"),
+        # An empty training set.
+        (lambda r: r["data"]["synthetic"].update(train_size=0), "train_size = 0"),
+        (lambda r: r["train"].update(questions=0), "train.questions = 0"),
+        # --data-multiple with nothing to draw from.
+        (
+            lambda r: r["train"]["data_scaling"].update(multiples=[3.0]),
+            "x data-scaling multiple 3 needs 240 questions, but data.synthetic.train_size is 200",
+        ),
+        (lambda r: r["train"].update(mini_batches=9), "mini_batches (9) > batch_questions (8)"),
+        (lambda r: r["data"].update(source="s3"), "data.source = 's3'"),
+        (
+            lambda r: r["rephrase"]["openai"].update(api_key_env="sk-abcdefghijklmnopqrstu"),
+            "looks like an API key",
+        ),
+        (lambda r: r["vllm"].update(api_key_env="my key"), "name of an environment variable"),
+        (
+            lambda r: r["diagnostics"].update(policies=["grpo-s9"]),
+            "diagnostics.policies ['grpo-s9'] are not trained",
+        ),
+        (
+            lambda r: r["evaluate"]["groups"].update(ood=["mini_unseen", "gpqa"]),
+            "evaluate.groups.ood: ['gpqa'] are not benchmarks",
+        ),
+        (
+            lambda r: r["train"]["estimators"]["avspo"].update(trigger="sometimes"),
+            "avspo.trigger",
+        ),
+        (lambda r: r["train"]["estimators"].update(dr_grpo={}), "no configurable estimator"),
+        (
+            lambda r: r["data"]["local"]["options"].update(math={"keep_empty": True}),
+            "math: unknown loader options ['keep_empty']",
+        ),
+    ],
+)
+def test_each_mistake_is_refused_with_key_value_and_what_is_allowed(mutate, expected) -> None:
+    raw = copy.deepcopy(_default())
+    mutate(raw)
+    problems = _problems(raw)
+    assert any(expected in problem for problem in problems), problems
+
+
+def test_unknown_keys_list_what_is_allowed_and_all_problems_are_reported_at_once() -> None:
+    raw = copy.deepcopy(_default())
+    raw["train"]["learning_rte"] = 1e-3
+    raw["evaluate"]["nn"] = 3
+    problems = _problems(raw)
+    assert len(problems) == 2
+    assert "allowed keys:" in problems[0] and "learning_rate" in problems[0]
+
+
+def test_unambiguous_values_are_coerced() -> None:
+    raw = copy.deepcopy(_default())
+    raw["train"]["learning_rate"] = "1e-4"  # how PyYAML reads 1e-4 without a dot
+    raw["train"]["group_size"] = 8.0
+    config = validate_params(raw)
+    assert config.train.learning_rate == 1e-4 and config.train.group_size == 8
+    raw["train"]["group_size"] = 8.5
+    assert any("group_size" in p for p in _problems(raw))
+
+
+def test_profiles_may_only_override_existing_keys(tmp_path: Path) -> None:
+    params = tmp_path / "params.yaml"
+    params.write_text((ROOT / "params.yaml").read_text())
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("trian:\n  epochs: 1\ntrain:\n  lerning_rate: 1.0e-3\n")
+    with pytest.raises(ConfigError) as caught:
+        apply_profile(typo, params)
+    assert [p.split(":")[0] for p in caught.value.problems] == ["trian", "train.lerning_rate"]
+    assert params.read_text() == (ROOT / "params.yaml").read_text()  # nothing written
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("train: 5\n")
+    with pytest.raises(ConfigError, match="a section, given the scalar 5"):
+        apply_profile(scalar, params)
+    bad_value = tmp_path / "bad.yaml"
+    bad_value.write_text("train: {learning_rate: abc}\n")
+    with pytest.raises(ConfigError, match="learning_rate"):
+        apply_profile(bad_value, params)
+    good = tmp_path / "good.yaml"
+    good.write_text("common: {profile: mine}\ntrain: {estimators: {avspo: {trigger: batch}}}\n")
+    assert apply_profile(good, params).train.estimator_config("avspo").trigger == "batch"
+    assert load_config(params).common.profile == "mine"
+
+
+@pytest.mark.parametrize("profile", sorted((ROOT / "profiles").glob("*.yaml")))
+def test_every_shipped_profile_applies_cleanly(profile: Path) -> None:
+    merged = merged_with_profile(profile, ROOT / "params.yaml")
+    assert validate_params(merged).common.profile == profile.stem
+
+
+def test_overrides_and_config_with_follow_the_same_rules() -> None:
+    raw = _default()
+    changed = apply_overrides(raw, ["train.learning_rate=2e-4", "runs.seeds=[0, 1, 2]"])
+    config = validate_params(changed)  # "2e-4" is a string to YAML, a float to the model
+    assert config.train.learning_rate == 2e-4 and config.runs.seeds == [0, 1, 2]
+    with pytest.raises(ConfigError, match="not a params key"):
+        apply_overrides(raw, ["train.learning_rte=2e-4"])
+    with pytest.raises(ConfigError, match=r"key\.path=value"):
+        apply_overrides(raw, ["train.learning_rate"])
+    moved = config_with({"runs.seeds": [3], "diagnostics.policies": ["grpo-s3"]})
+    assert moved.runs.policies()[0] == "grpo-s3"
+    with pytest.raises(KeyError):
+        config_with({"runs.sedes": [3]})
+
+
+def test_deep_merge_replaces_scalars_and_lists_and_merges_mappings() -> None:
+    base = {"a": {"b": 1, "c": [1, 2]}, "d": 3}
+    merged = deep_merge(base, {"a": {"c": [9]}, "e": {"f": 1}})
+    assert merged == {"a": {"b": 1, "c": [9]}, "d": 3, "e": {"f": 1}}
+    assert base == {"a": {"b": 1, "c": [1, 2]}, "d": 3}  # input untouched
+
+
+def test_params_check_and_explain_commands(tmp_path: Path, capsys) -> None:
+    assert cli(["params", "check"]) == 0
+    assert "valid" in capsys.readouterr().out
+    broken = tmp_path / "params.yaml"
+    raw = _default()
+    raw["train"]["learning_rte"] = 1e-3
+    broken.write_text(yaml.safe_dump(raw))
+    assert cli(["params", "check", str(broken)]) == 2
+    assert "train.learning_rte: unknown key" in capsys.readouterr().err
+    not_yaml = tmp_path / "list.yaml"
+    not_yaml.write_text("- a\n")
+    assert cli(["params", "check", str(not_yaml)]) == 2
+    assert "must be a mapping" in capsys.readouterr().err
+    assert cli(["params", "explain", "train.learning_rate"]) == 0
+    shown = capsys.readouterr().out
+    assert "type: float" in shown and "bounds: > 0, <= 1" in shown and "help: peak" in shown
+    assert cli(["params", "explain", "train.lerning_rate"]) == 2
