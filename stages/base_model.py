@@ -12,7 +12,8 @@ import time
 
 from tagrpo.config.params import load_config
 from tagrpo.layout import base_model_outputs
-from tagrpo.runtime import running_stage
+from tagrpo.paths import project_root
+from tagrpo.runtime import require_inputs, running_stage
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -22,6 +23,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     config = load_config()
     train_path = data_outputs()["processed"] / "train.parquet"
+    if config.base_model.probe.enabled:
+        require_inputs(project_root(), [train_path], "base_model")
     with running_stage(
         "base_model", base_model_outputs(), config, log_sections=("base_model",)
     ) as ctx:

@@ -10,17 +10,23 @@ without a checked rephrasing. Outputs: ``data/rephrased/train.parquet`` (the tra
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from tagrpo.config.params import load_config
 from tagrpo.equivalence.run import check_rephrasings
 from tagrpo.layout import check_equivalence_outputs, data_outputs, rephrase_outputs
-from tagrpo.runtime import running_stage
+from tagrpo.paths import project_root
+from tagrpo.runtime import require_inputs, running_stage
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     config = load_config()
+    inputs = [data_outputs()["processed"] / "train.parquet", rephrase_outputs()["candidates"]]
+    if config.check_equivalence.consistency.enabled:
+        inputs.append(Path(config.check_equivalence.consistency.local.model))
+    require_inputs(project_root(), inputs, "check_equivalence")
     outputs = check_equivalence_outputs()
     with running_stage(
         "check_equivalence", outputs, config, log_sections=("check_equivalence", "rephrase")

@@ -18,16 +18,18 @@ from typing import Any
 
 from tagrpo.config.params import load_config
 from tagrpo.layout import data_outputs, rephrase_outputs
+from tagrpo.paths import project_root
 from tagrpo.rephrase.run import rephrase_training_set
-from tagrpo.runtime import running_stage
+from tagrpo.runtime import require_inputs, running_stage
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     config = load_config()
+    train = data_outputs()["processed"] / "train.parquet"
+    require_inputs(project_root(), [train], "rephrase")
     with running_stage("rephrase", rephrase_outputs(), config, log_sections=("rephrase",)) as ctx:
-        train = ctx.root / data_outputs()["processed"] / "train.parquet"
-        metrics = rephrase_training_set(config, ctx.root, train, ctx.path("candidates"))
+        metrics = rephrase_training_set(config, ctx.root, ctx.root / train, ctx.path("candidates"))
         ctx.set_metrics(metrics)
         for key in ("requests/requests", "requests/http_requests", "requests/cache_hits"):
             if key in metrics:

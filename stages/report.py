@@ -11,15 +11,22 @@ import argparse
 from typing import Any
 
 from tagrpo.config.params import load_config
-from tagrpo.layout import report_outputs
+from tagrpo.layout import data_outputs, evaluate_outputs, report_outputs
+from tagrpo.paths import project_root
 from tagrpo.report.build import build_report
-from tagrpo.runtime import running_stage
+from tagrpo.runtime import require_inputs, running_stage
 from tagrpo.tracking import git_state
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     config = load_config()
+    policies = ["base", *config.runs.policies()]
+    require_inputs(
+        project_root(),
+        [data_outputs().metrics, *(evaluate_outputs(p)["passk"] for p in policies)],
+        "report",
+    )
     with running_stage("report", report_outputs(), config, log_sections=("report",)) as ctx:
         metrics = build_report(
             config, ctx.root, ctx.path("report"), ctx.path("figures"), git_state()

@@ -61,6 +61,9 @@ def die_with_parent() -> None:
 
 
 def _terminate(signum: int, frame: Any) -> None:
+    # Once: a repeated SIGTERM must not interrupt the clean-up (ending the MLflow run, removing
+    # the staging folder) that this first one starts. SIGKILL still ends the process.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt(f"terminated by signal {signum}")
 
 
@@ -97,6 +100,15 @@ class StageLock:
             fcntl.flock(self.handle, fcntl.LOCK_UN)
             self.handle.close()
             self.handle = None
+
+
+def require_inputs(root: Path, paths: list[Path], stage: str) -> None:
+    """Every input exists (checked before the stage deletes or loads anything)."""
+    missing = [str(path) for path in paths if not (root / path).exists()]
+    if missing:
+        raise FileNotFoundError(
+            f"stage {stage} needs {missing}: run the stages before it (dvc repro {stage})"
+        )
 
 
 def check_writable(root: Path, paths: list[Path]) -> None:

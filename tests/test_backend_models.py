@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tagrpo.backends.base import SamplingParams
-from tagrpo.backends.hf import HFBackend
+from tagrpo.backends.hf import HFBackend, PromptTooLongError
 from tagrpo.miniworld.tokenizer import train_tokenizer
 from tagrpo.miniworld.warmstart import TinyModelConfig, build_model, save_policy
 from tagrpo.models import POINTER_FILE, ModelSource, load_causal_lm, materialise, resolve
@@ -90,3 +90,16 @@ def test_backend_rejects_an_empty_batch_budget(tiny_policy: Path) -> None:
     model, tokenizer = load_causal_lm(tiny_policy)
     with pytest.raises(ValueError, match="max_batch_sequences"):
         HFBackend(model, tokenizer, max_batch_sequences=0)
+
+
+def test_prompts_that_cannot_fit_the_context_are_refused_before_generation(tiny_policy) -> None:
+    """The drill: a 1 MB problem reached the tokenizer and the model (256 positions)."""
+    model, tokenizer = load_causal_lm(tiny_policy)
+    backend = HFBackend(model, tokenizer, max_batch_sequences=8)
+    sampling = SamplingParams(n=2, max_new_tokens=16, seed=0)
+    short = chat_messages(PROBLEMS[0])
+    huge = chat_messages("What is 1 plus 2? " * 2000)
+    context = model.config.max_position_embeddings
+    with pytest.raises(PromptTooLongError, match=rf"1 of 2 prompts do not fit .* {context} tokens"):
+        backend.generate([short, huge], sampling)
+    assert len(backend.generate([short], sampling)[0]) == 2  # short prompts still sample

@@ -410,3 +410,46 @@ def test_hub_unknown_repo_or_source() -> None:
         hub_spec("math", "someone/else")
     with pytest.raises(KeyError):
         hub_spec("gsm8k")
+
+
+def _math_row(index: int, problem: str = "What is $1+1$?") -> str:
+    record = {
+        "unique_id": f"train/algebra/{index}.json",
+        "problem": problem,
+        "level": "Level 1",
+        "type": "Algebra",
+        "solution": "It is $\\boxed{2}$.",
+    }
+    return json.dumps(record)
+
+
+def test_bad_bytes_lone_surrogates_and_long_problems_are_rejected_one_row_each(
+    tmp_path: Path,
+) -> None:
+    """The drills: one non-UTF-8 byte used to abort the whole file with no line named; a 1 MB
+    problem used to be kept. Each is now one rejected row with its file and line."""
+    (tmp_path / "math").mkdir()
+    lines = [
+        _math_row(0).encode(),
+        _math_row(1).encode()[:-3] + b"\xff\xfe" + b'"}',  # invalid UTF-8 on line 2
+        _math_row(2, "What is \ud800 + 1?").encode("utf-8", "surrogatepass"),  # raw surrogate
+        json.dumps({**json.loads(_math_row(3)), "problem": "What is \ud800?"}).encode(),
+        _math_row(4, "x" * 1_000_000).encode(),
+        _math_row(5).encode(),
+    ]
+    path = tmp_path / "math" / "train.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    result = load_local("math", tmp_path, max_problem_chars=8000, keep_empty_boxed=True)
+    counts = result.counts()
+    assert counts == {"rows_in": 6, "kept": 2, "rejected": 4}
+    by_row = {r.row_index: r for r in result.rejections}
+    assert {i: by_row[i].reason for i in by_row} == {
+        1: "invalid_encoding",
+        2: "invalid_encoding",
+        3: "invalid_encoding",
+        4: "too_long",
+    }
+    assert by_row[1].detail.startswith(f"{path}:2: invalid start byte")
+    assert by_row[3].detail == f"{path}:4: a string holds a lone surrogate"
+    assert by_row[4].detail == "1000000 characters > 8000"
+    assert [q.id for q in result.questions] == ["train/algebra/0.json", "train/algebra/5.json"]

@@ -186,3 +186,65 @@ def test_openai_backend_stage_reruns_send_nothing_and_never_leak_the_key(
     assert leaks == []  # not in parquet, metrics, the report, the cache or mlflow.db
     assert SECRET not in captured.out + captured.err
     assert server.requests[0].authorization == f"Bearer {SECRET}"
+
+
+def test_a_wrong_key_fails_the_rephrase_stage_at_the_first_reply(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The drill: every request answers 401. The stage used to exit 0 with 0/18 rephrased."""
+    from tagrpo.rephrase.openai_backend import EndpointRefusedError
+
+    monkeypatch.setenv(KEY_ENV, "wrong-key")
+    with FakeOpenAIServer(reply=_reply_without_digits) as server:
+        server.add_fault(Fault("status", status=401, times=10_000, message="invalid key"))
+        endpoint = {
+            "base_url": server.base_url,
+            "model": "fake-llm",
+            "api_key_env": KEY_ENV,
+            "concurrency": 2,
+            "max_attempts": 6,
+            "backoff_base_s": 0.01,
+        }
+        _write_params(project, _params(project, {"backend": "openai", "openai": endpoint}, {}))
+        with pytest.raises(EndpointRefusedError, match="HTTP 401"):
+            rephrase.main([])
+        assert server.received <= 2  # the requests in flight, no retry, no more requests
+    assert not (project / "data/rephrased/candidates.parquet").exists()
+    assert not (project / "metrics/rephrase.json").exists()
+    runs = mlflow.tracking.MlflowClient(f"sqlite:///{project / 'mlflow.db'}").search_runs(
+        [
+            mlflow.tracking.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+            .get_experiment_by_name("stage-test")
+            .experiment_id
+        ]
+    )
+    assert [run.info.status for run in runs] == ["FAILED"]
+
+
+def test_too_many_padded_slots_fail_the_equivalence_stage(project: Path) -> None:
+    """Rephrasings nobody accepts would make TA-GRPO train on copies of q0: the stage fails
+    with the counts instead of padding every slot and exiting 0."""
+    from tagrpo.rephrase.run import TooManyFailuresError
+
+    check = {
+        "similarity": {"enabled": True, "threshold": 0.999},  # rejects every rephrasing
+        "consistency": {"enabled": False},
+        "policy": {"max_rounds": 0, "fallback": "pad_original", "max_padded_share": 0.05},
+        "controls": {"enabled": False},
+    }
+    _write_params(project, _params(project, {}, check))
+    rephrase.main([])
+    with pytest.raises(
+        TooManyFailuresError,
+        match=r"18 of 18 rephrasing slots .* \(100\.0%\) exceeds the allowed share 5\.0%",
+    ):
+        check_equivalence.main([])
+    assert not (project / "data/rephrased/train.parquet").exists()
+    assert not (project / "metrics/check_equivalence.json").exists()
+    # Allowed explicitly, the run goes through and the report says how much was padded.
+    check["policy"]["max_padded_share"] = 1.0
+    _write_params(project, _params(project, {}, check))
+    summary = check_equivalence.main([])
+    assert summary["unfilled_slot_share"] == 1.0
+    section = (project / "reports/sections/equivalence.md").read_text()
+    assert section.splitlines()[2].startswith("**Slots without a checked rephrasing: 18 (100.0%)")

@@ -13,6 +13,9 @@ from collections.abc import Sequence
 import torch
 
 from tagrpo.backends.base import Completion, Messages, SamplingParams
+from tagrpo.progress import bar
+
+PROGRESS_MIN_SEQUENCES = 2048
 
 
 class PromptTooLongError(ValueError):
@@ -49,14 +52,23 @@ class HFBackend:
         prompts_per_batch = max(1, self.max_batch_sequences // sampling.n)
         samples_per_call = min(sampling.n, self.max_batch_sequences)
         results: list[list[Completion]] = [[] for _ in encoded]
-        for start in range(0, len(order), prompts_per_batch):
-            batch_indices = order[start : start + prompts_per_batch]
-            for offset in range(0, sampling.n, samples_per_call):
-                count = min(samples_per_call, sampling.n - offset)
-                torch.manual_seed(sampling.seed * 1_000_003 + start * 1009 + offset)
-                completions = self._sample([encoded[i] for i in batch_indices], count, sampling)
-                for position, index in enumerate(batch_indices):
-                    results[index].extend(completions[position * count : (position + 1) * count])
+        total = len(encoded) * sampling.n
+        # A bar only for calls long enough to wait on (a training step's draw is short).
+        shown = bar(total if total >= PROGRESS_MIN_SEQUENCES else 0, "sampling", "seq")
+        with shown:
+            for start in range(0, len(order), prompts_per_batch):
+                batch_indices = order[start : start + prompts_per_batch]
+                for offset in range(0, sampling.n, samples_per_call):
+                    count = min(samples_per_call, sampling.n - offset)
+                    torch.manual_seed(sampling.seed * 1_000_003 + start * 1009 + offset)
+                    prompts = [encoded[i] for i in batch_indices]
+                    completions = self._sample(prompts, count, sampling)
+                    for position, index in enumerate(batch_indices):
+                        results[index].extend(
+                            completions[position * count : (position + 1) * count]
+                        )
+                    if total >= PROGRESS_MIN_SEQUENCES:
+                        shown.update(len(batch_indices) * count)
         return results
 
     def _check_lengths(self, encoded: list[list[int]], max_new_tokens: int) -> None:

@@ -1,0 +1,191 @@
+"""Stage runtime drills: one copy at a time, a stage dies with its parent, outputs appear only
+complete and never beside stale metrics, unwritable outputs fail before anything is deleted,
+and killed runs end KILLED in MLflow."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tagrpo.config.params import Params, config_with
+from tagrpo.layout import Outputs
+from tagrpo.paths import project_root
+from tagrpo.runtime import StageBusyError, StageLock, running_stage
+
+SOURCE = project_root()
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty project: a complete params.yaml, a dvc.yaml, MLflow in the folder."""
+    for key in ("MLFLOW_TRACKING_URI", "TAGRPO_PARENT_RUN_ID"):
+        monkeypatch.delenv(key, raising=False)
+    params = Params().model_dump(mode="json")
+    params["common"]["tracking"]["experiment"] = "runtime-test"
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _outputs() -> Outputs:
+    return Outputs({"table": Path("out/table.csv"), "model": Path("models/p")}, Path("m/p.json"))
+
+
+def _config() -> Params:
+    return config_with({"common.tracking.experiment": "runtime-test"})
+
+
+def test_outputs_appear_only_when_the_stage_succeeds(project: Path) -> None:
+    (project / "out").mkdir()
+    (project / "out/table.csv").write_text("stale\n")
+    (project / "m").mkdir()
+    (project / "m/p.json").write_text('{"stale": 1}')
+    with (
+        pytest.raises(RuntimeError, match="half way"),
+        running_stage("toy", _outputs(), _config()) as ctx,
+    ):
+        ctx.path("table").write_text("new\n")
+        assert not (project / "out/table.csv").exists()  # old outputs gone before the work
+        assert not (project / "m/p.json").exists()
+        raise RuntimeError("half way")
+    # A failed stage leaves neither new outputs nor the old metrics beside them.
+    assert not (project / "out/table.csv").exists() and not (project / "m/p.json").exists()
+    assert list((project / ".tagrpo" / "staging").iterdir()) == []
+
+    with running_stage("toy", _outputs(), _config()) as ctx:
+        ctx.path("table").write_text("a,b\n")
+        ctx.path("model").mkdir()
+        (ctx.path("model") / "weights.bin").write_bytes(b"w")
+        ctx.set_metrics({"rows": 1, "nan": float("nan")})
+        assert not (project / "out/table.csv").exists()  # staged until the end
+    assert (project / "out/table.csv").read_text() == "a,b\n"
+    assert (project / "models/p/weights.bin").read_bytes() == b"w"
+    assert json.loads((project / "m/p.json").read_text())["rows"] == 1
+    assert "nan" not in json.loads((project / "m/p.json").read_text())
+
+
+def test_a_stage_that_forgets_an_output_fails(project: Path) -> None:
+    missing = r"did not write its outputs \['models/p'\]"
+    with (
+        pytest.raises(RuntimeError, match=missing),
+        running_stage("toy", _outputs(), _config()) as ctx,
+    ):
+        ctx.path("table").write_text("x\n")
+    assert not (project / "out/table.csv").exists()
+
+
+def test_unwritable_outputs_fail_before_anything_is_deleted(project: Path) -> None:
+    (project / "out").mkdir()
+    (project / "out/table.csv").write_text("keep me\n")
+    (project / "models").write_text("a file where a folder is needed\n")
+    ran = False
+    with (
+        pytest.raises(PermissionError, match="models/p"),
+        running_stage("toy", _outputs(), _config()),
+    ):
+        ran = True
+    assert not ran
+    assert (project / "out/table.csv").read_text() == "keep me\n"
+
+
+def test_a_second_copy_of_a_stage_refuses_to_start(project: Path) -> None:
+    with StageLock(project, "train@grpo-s0"):
+        with (
+            pytest.raises(
+                StageBusyError, match=rf"train@grpo-s0 is already running \(pid {os.getpid()}"
+            ),
+            StageLock(project, "train@grpo-s0"),
+        ):
+            pass
+        with StageLock(project, "train@grpo-s1"):  # another matrix item may run
+            pass
+    with StageLock(project, "train@grpo-s0"):  # released
+        pass
+
+
+STAGE = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from tagrpo.config.params import load_config
+    from tagrpo.layout import Outputs
+    from tagrpo.runtime import running_stage
+
+    outputs = Outputs({"table": Path("out/table.csv")}, Path("m/p.json"))
+    with running_stage("slow", outputs, load_config()) as ctx:
+        ctx.path("table").write_text("partial\\n")
+        print("started", flush=True)
+        time.sleep(120)
+    """
+)
+
+
+def _wait(predicate, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its dead parent's adopter) counts as gone.
+    status = Path(f"/proc/{pid}/status")
+    return not (status.exists() and "State:\tZ" in status.read_text())
+
+
+@pytest.mark.slow
+def test_killing_dvc_stops_the_stage_and_its_run_ends_killed(project: Path) -> None:
+    """The drill: `kill -9` of `dvc repro` must not leave its stage running (writing outputs,
+    holding a RUNNING MLflow run), and a second copy of a running stage refuses to start."""
+    import mlflow
+
+    (project / "stage.py").write_text(STAGE)
+    (project / "dvc.yaml").write_text(
+        "stages:\n  slow:\n    cmd: python stage.py\n    outs: [out/table.csv]\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(SOURCE),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "DVC_NO_ANALYTICS": "1",
+    }
+    for command in (["git", "init", "-q"], ["dvc", "init", "-q"]):
+        subprocess.run(command, cwd=project, env=env, check=True)
+    dvc = subprocess.Popen(
+        ["dvc", "repro"], cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
+    staging = project / ".tagrpo" / "staging"
+    assert _wait(lambda: staging.exists() and any(staging.iterdir()))
+    stage_pid = int(next(staging.iterdir()).name.rsplit("-", 1)[1])
+    time.sleep(2)  # inside the stage body
+    second = subprocess.run(
+        [sys.executable, "stage.py"], cwd=project, env=env, capture_output=True, text=True
+    )
+    assert second.returncode != 0 and "stage slow is already running" in second.stderr
+    dvc.send_signal(signal.SIGKILL)
+    dvc.wait()
+    assert _wait(lambda: not _alive(stage_pid)), "the stage outlived dvc"
+    assert not (project / "out" / "table.csv").exists()
+    assert not (project / "m" / "p.json").exists()
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("runtime-test")
+    runs = client.search_runs([experiment.experiment_id])
+    assert [run.info.status for run in runs] == ["KILLED"]
+    with StageLock(project, "slow"):  # the lock died with the stage
+        pass
