@@ -68,19 +68,17 @@ class CommonSettings(ConfigModel):
     miniworld: MiniWorldSettings = Field(default_factory=MiniWorldSettings)
 
 
+def _registered_methods() -> list[str]:
+    from tagrpo.algorithms import METHODS
+
+    return list(METHODS)
+
+
 class RunsSettings(ConfigModel):
     """What the DAG trains and evaluates: dvc.yaml's train/evaluate matrices read these lists."""
 
     methods: list[str] = Field(
-        default_factory=lambda: [
-            "grpo",
-            "grpo_ds",
-            "grpo_x4",
-            "grpo_x4_ds",
-            "ta_grpo_star",
-            "ta_grpo",
-            "avspo",
-        ],
+        default_factory=lambda: _registered_methods(),
         min_length=1,
         description="training methods (names in tagrpo.algorithms.METHODS)",
     )
