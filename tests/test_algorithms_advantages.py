@@ -32,6 +32,7 @@ def test_method_table_matches_the_paper() -> None:
         "grpo_x4_ds",
         "ta_grpo_star",
         "ta_grpo",
+        "ta_grpo_unanchored",
         "avspo",
     }
     g, n = 8, 3
@@ -43,6 +44,7 @@ def test_method_table_matches_the_paper() -> None:
         "grpo_x4_ds": 32,
         "ta_grpo_star": 32,
         "ta_grpo": 32,
+        "ta_grpo_unanchored": 32,
         "avspo": 8,
     }
     assert get_method("grpo_x4").variants(n) == (0,)
@@ -52,6 +54,9 @@ def test_method_table_matches_the_paper() -> None:
     assert get_method("ta_grpo_star").anchor == "own"
     assert get_method("ta_grpo").grouping == "joint"
     assert get_method("ta_grpo_star").grouping == "per_variant"
+    # The authors' public code: pooled groups, ratios under each response's own prompt.
+    unanchored = get_method("ta_grpo_unanchored")
+    assert (unanchored.grouping, unanchored.anchor) == ("joint", "own")
     assert [name for name, s in METHODS.items() if s.dynamic_sampling] == ["grpo_ds", "grpo_x4_ds"]
     assert [name for name, s in METHODS.items() if s.avspo] == ["avspo"]
     with pytest.raises(ValueError, match="unknown method 'dapo'"):

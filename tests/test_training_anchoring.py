@@ -110,7 +110,7 @@ def test_scoring_inputs_and_log_probs_follow_the_anchor(policy) -> None:
     assert not torch.allclose(under_q2, under_q0, atol=1e-4)
 
 
-@pytest.mark.parametrize("method", ["ta_grpo", "ta_grpo_star"])
+@pytest.mark.parametrize("method", ["ta_grpo", "ta_grpo_star", "ta_grpo_unanchored"])
 def test_a_training_step_feeds_the_anchor_prompt_to_policy_and_reference(policy, method) -> None:
     model, tokenizer = policy
     model = type(model)(model.config)  # a fresh copy: this test trains it

@@ -116,9 +116,10 @@ def test_ta_grpo_generates_from_the_variant_and_stores_q0(tokenizer, session_id:
     assert output.as_dict()["prompts"].tolist() == template_ids(tokenizer, chat_messages(Q0))
 
 
+@pytest.mark.parametrize("method", ["ta_grpo_star", "ta_grpo_unanchored"])
 @pytest.mark.parametrize("session_id", range(4 * G))
-def test_ta_grpo_star_stores_the_rephrasing(tokenizer, session_id: int) -> None:
-    output, prompts, _ = run_session(tokenizer, "ta_grpo_star", session_id, with_rephrasings())
+def test_unanchored_methods_store_the_rephrasing(tokenizer, session_id: int, method: str) -> None:
+    output, prompts, _ = run_session(tokenizer, method, session_id, with_rephrasings())
     variant = session_id // G
     expected = template_ids(tokenizer, chat_messages([Q0, *REPHRASINGS][variant]))
     assert prompts == [expected]

@@ -29,6 +29,7 @@ EXPECTED = {
     "grpo_x4_ds": (32, "single_turn_agent", "grpo", True, True),
     "ta_grpo_star": (32, "tagrpo_agent", "grpo", False, True),
     "ta_grpo": (32, "tagrpo_agent", "grpo", False, False),
+    "ta_grpo_unanchored": (32, "tagrpo_agent", "grpo", False, True),
     "avspo": (8, "single_turn_agent", "avspo", False, True),
 }
 

@@ -121,9 +121,10 @@ def test_keys_parse_into_uid_session_index() -> None:
     assert layout.question.tolist() == [0, 1, 0] and layout.variant.tolist() == [1, 0, 3]
 
 
-def test_ta_grpo_normalises_jointly_over_the_32_responses(monkeypatch) -> None:
+@pytest.mark.parametrize("method", ["ta_grpo", "ta_grpo_unanchored"])
+def test_joint_methods_normalise_over_the_32_responses(monkeypatch, method: str) -> None:
     records, batch = make_batch({"u1": rewards_u1, "u2": lambda s: 0.0}, 4 * G)
-    trainer = make_trainer("ta_grpo", monkeypatch, records)
+    trainer = make_trainer(method, monkeypatch, records)
     metrics: dict[str, float] = {}
     out = trainer._compute_advantage(batch, metrics)
     assert out.keys == batch.keys

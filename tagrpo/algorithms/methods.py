@@ -13,12 +13,15 @@ grpo_x4             q0        (N+1)G              per original  own       no   g
 grpo_x4_ds          q0        (N+1)G              per original  own       yes  grpo
 ta_grpo_star        q0..qN    G                   per variant   own       no   grpo
 ta_grpo             q0..qN    G                   joint         original  no   grpo
+ta_grpo_unanchored  q0..qN    G                   joint         own       no   grpo
 avspo               q0        G                   per original  own       no   avspo
 ==================  ========  ==================  ============  ========  ===  =========
 
 ``grpo_x4`` is the paper's "(N+1)xGRPO" (section 5.4), named for N=3; ``ta_grpo_star`` is
 TA-GRPO* (Appendix C); the anchor "original" means every response is scored with q0's prompt
-(Eq. 4), "own" with the prompt it was sampled from. The estimator is a name in
+(Eq. 4), "own" with the prompt it was sampled from. ``ta_grpo_unanchored`` is what the authors'
+public code runs (groups pooled over the rephrasings, every ratio under the response's own
+prompt): beside ``ta_grpo`` it measures Eq. 4's anchoring on its own. The estimator is a name in
 :mod:`tagrpo.algorithms.estimators`.
 
 Adding a method is one entry in :data:`METHODS` (and its tests); both backends read the spec.
@@ -143,6 +146,15 @@ METHODS: dict[str, MethodSpec] = {
             "joint",
             "original",
             description="TA-GRPO: joint normalisation (Eq. 3), ratios under q0 (Eq. 4)",
+        ),
+        MethodSpec(
+            "ta_grpo_unanchored",
+            True,
+            False,
+            "joint",
+            "own",
+            description="TA-GRPO without Eq. 4: joint groups (Eq. 3), ratios under each "
+            "response's own prompt (the authors' public code)",
         ),
         MethodSpec(
             "avspo",
