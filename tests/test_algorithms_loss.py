@@ -71,3 +71,45 @@ def test_gradient_raises_logp_of_positive_advantage_tokens() -> None:
     out.loss.backward()
     # d(-mean_t r A)/d logp_t = -A / |o| at r = 1.
     assert logp.grad.tolist() == [[-0.75, -0.75]]
+
+
+def test_dual_clip_and_log_ratio_clamp_match_verls_vanilla_loss() -> None:
+    """The same numbers as verl 0.9.1's ``compute_policy_loss_vanilla`` (dual clip c = 3,
+    log-ratio clamped to [-20, 20]), hand-computed per token, one token per response."""
+    old = torch.zeros(4, 1)
+    # ratios: e^2 (huge, negative advantage: dual clip), e^25 -> clamped to e^20, 1.5, 0.5
+    log_probs = torch.tensor([[2.0], [25.0], [math.log(1.5)], [math.log(0.5)]])
+    advantages = torch.tensor([-1.0, -2.0, 1.0, -1.0])
+    mask = torch.ones(4, 1)
+    out = policy_loss(log_probs, old, advantages, mask, torch.full((4,), 0.25), kl_coef=0.0)
+    # token 1: max(e^2, 1.2) * 1 = e^2 = 7.39 -> capped at 3 (A<0); token 2: e^20*2 -> 6;
+    # token 3: max(-1.5, -1.2) = -1.2 (positive A, the upper clip binds); token 4: A<0,
+    # max(0.5, 0.8) = 0.8, below the cap 3.
+    expected = 0.25 * (3.0 + 6.0 - 1.2 + 0.8)
+    assert out.policy_loss.item() == pytest.approx(expected, rel=1e-6)
+    no_cap = policy_loss(log_probs, old, advantages, mask, torch.full((4,), 0.25), kl_coef=0.0,
+                         dual_clip=1e9)  # fmt: skip
+    assert no_cap.policy_loss.item() > 1e6  # without it the e^20 token dominates
+
+
+def test_verls_vanilla_loss_gives_the_same_value() -> None:
+    pytest.importorskip("verl")
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla
+
+    torch.manual_seed(0)
+    old = torch.randn(6, 5)
+    log_probs = old + torch.randn(6, 5)
+    advantages = torch.randn(6)
+    mask = (torch.rand(6, 5) > 0.3).float()
+    mask[:, 0] = 1.0
+    ours = policy_loss(log_probs, old, advantages, mask, kl_coef=0.0)
+    config = OmegaConf.create(
+        {"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0,
+         "global_batch_info": {}}
+    )  # fmt: skip
+    theirs, _ = compute_policy_loss_vanilla(
+        old, log_probs, advantages.unsqueeze(-1).expand(-1, 5), mask,
+        loss_agg_mode="seq-mean-token-mean", config=config,
+    )  # fmt: skip
+    assert ours.policy_loss.item() == pytest.approx(theirs.item(), rel=1e-5)

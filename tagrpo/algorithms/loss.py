@@ -1,7 +1,11 @@
 """The policy loss of Eq. 2 / Eq. 4 with the KL loss of Appendix B (torch, any backend).
 
 Per token: the clipped surrogate ``min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)`` with
-``r = exp(logp - old_logp)``; it is averaged over each response's tokens (``1/|o_i|``) and
+``r = exp(logp - old_logp)``, as verl's ``vanilla`` policy loss computes it: the log-ratio is
+clamped to [-20, 20] before ``exp`` and, for negative advantages, the loss is capped at
+``-A * c`` with ``c = 3`` (dual-clip PPO). With one optimiser update per batch both only matter
+off-policy (the second mini-batch of a step); they are here so that both backends optimise the
+same objective. It is averaged over each response's tokens (``1/|o_i|``) and
 then over the responses with ``response_weights`` (``1/G`` within a group, times
 ``1/#questions`` over the batch: the expectation over q of Eq. 2, or ``1/((N+1)G)`` in Eq. 4).
 The loss to minimise is ``-J + kl_coef * KL`` where KL is the low-variance estimator ("k3",
@@ -21,6 +25,8 @@ CLIP_LOW = 0.2
 CLIP_HIGH = 0.2
 KL_COEF = 0.001
 KL_CLAMP = 10.0  # verl clamps the k3 estimate to [-10, 10] for stability
+LOG_RATIO_CLAMP = 20.0  # verl: clamp(logp - old_logp, -20, 20) before exp
+DUAL_CLIP = 3.0  # verl's clip_ratio_c: the loss of a negative-advantage token is <= -A * 3
 
 
 def token_log_probs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -60,6 +66,7 @@ def policy_loss(
     clip_low: float = CLIP_LOW,
     clip_high: float = CLIP_HIGH,
     kl_coef: float = KL_COEF,
+    dual_clip: float = DUAL_CLIP,
 ) -> LossOutput:
     """Eq. 2/4 plus the KL loss, for a ``[responses, tokens]`` grid.
 
@@ -73,11 +80,15 @@ def policy_loss(
         response_weights = torch.full((rows,), 1.0 / max(rows, 1), dtype=log_probs.dtype)
     response_weights = response_weights.to(device=log_probs.device, dtype=log_probs.dtype)
     advantage = advantages.to(device=log_probs.device, dtype=log_probs.dtype).unsqueeze(-1)
-    ratio = torch.exp(log_probs - old_log_probs)
+    log_ratio = (log_probs - old_log_probs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     unclipped_loss = -ratio * advantage
     clipped_loss = -clipped * advantage
     per_token = torch.maximum(unclipped_loss, clipped_loss)
+    # Dual clip: a negative advantage with a huge ratio would dominate the batch.
+    capped = torch.minimum(per_token, -advantage * dual_clip)
+    per_token = torch.where(advantage < 0, capped, per_token)
     policy = (masked_response_mean(per_token, mask) * response_weights).sum()
     if ref_log_probs is not None:
         kl_tokens = low_var_kl(log_probs, ref_log_probs)
