@@ -100,6 +100,7 @@ def diagnostics_outputs() -> Outputs:
             "samples": Path("diagnostics/samples.parquet"),
             "zero_gradient": Path("plots/diagnostics/zero_gradient.csv"),
             "distances": Path("plots/diagnostics/distances.csv"),
+            "comparisons": Path("plots/diagnostics/comparisons.csv"),
             "figure": Path("reports/diagnostics.png"),
             "section": Path("reports/sections/diagnostics.md"),
         },

@@ -72,5 +72,17 @@ def test_training_section_table(tmp_path) -> None:
     table = training_section(summaries)
     row = next(line for line in table.splitlines() if line.startswith("| ta_grpo-s0"))
     assert row == (
-        "| ta_grpo-s0 | 20 | 5120 | 46 | 40.9 → 37.2 | 37.8 → 45.6 | 13.1 | 0.0 | 0.0 | 0.0 |  |"
+        "| ta_grpo-s0 | 20 | 5120 | 46 | 40.9 → 37.2 | 37.8 → 45.6 | 8/32/32 | 13.1 | 0.0 | 0.0 | 0.0 |  |"
     )
+
+
+def test_group_sizes_and_method_labels() -> None:
+    from tagrpo.algorithms.avspo import AVSPOConfig
+    from tagrpo.report.training import group_sizes, method_label
+
+    assert group_sizes("grpo", 8, 3) == (8, 8, 8)
+    assert group_sizes("grpo_x4", 8, 3) == (32, 32, 32)
+    assert group_sizes("ta_grpo_star", 8, 3) == (8, 32, 8)
+    assert group_sizes("ta_grpo", 8, 3) == (8, 32, 32)
+    assert method_label("avspo", {"avspo": AVSPOConfig(trigger="always")}) == "avspo (always)"
+    assert method_label("grpo", {"avspo": AVSPOConfig()}) == "grpo"

@@ -59,8 +59,8 @@ def _with_base_per_policy(frame: pd.DataFrame, policies: list[str]) -> pd.DataFr
 
 
 def run_diagnostics(config: Params, root: Path, out: dict[str, Path]) -> dict[str, Any]:
-    """Probe every checkpoint; write ``out`` (samples, zero_gradient, distances, figure,
-    section); return the metrics."""
+    """Probe every checkpoint; write ``out`` (samples, zero_gradient, distances, comparisons,
+    figure, section); return the metrics."""
     import torch
 
     from tagrpo.backends.base import SamplingParams
@@ -68,75 +68,80 @@ def run_diagnostics(config: Params, root: Path, out: dict[str, Path]) -> dict[st
     from tagrpo.data.training_set import load_training_questions
     from tagrpo.equivalence.similarity import SimilarityScorer
     from tagrpo.evaluation.diagnostics import (
-        distance_rows,
-        distance_summary,
-        phrased_training_questions,
+        diversity_comparison,
+        question_groups,
+        rate_comparisons,
+        sample_training_questions,
+        variant_distances,
         zero_gradient_rows,
     )
     from tagrpo.evaluation.grader import grade_fn_for
-    from tagrpo.evaluation.phrasing import sample_phrasings
     from tagrpo.report.diagnostics import diagnostics_figure, diagnostics_section
 
     settings = config.diagnostics
+    group, neighbours = settings.group_size, settings.n_neighbours
     torch.set_num_threads(config.common.torch_threads)
     questions = load_training_questions(
         root / settings.input,
-        n_neighbours=settings.n_neighbours,
+        n_neighbours=neighbours,
         neighbours=settings.neighbours,
         limit=settings.questions,
     )
-    phrased = phrased_training_questions(questions)
     sampling = SamplingParams(
-        n=settings.group_size,
+        n=group,
         temperature=settings.temperature,
         top_p=settings.top_p,
         max_new_tokens=settings.max_new_tokens,
         seed=config.common.seed,
     )
     probes = checkpoints_to_probe(config, root)
-    metrics: dict[str, Any] = {"questions": float(len(phrased))}
+    metrics: dict[str, Any] = {"questions": float(len(questions))}
     started = time.perf_counter()
     scorer = SimilarityScorer(settings.embedding.model, batch_size=settings.embedding.batch_size)
-    samples, zero_rows, distances = [], [], []
+    samples, zero_rows, distances, comparisons = [], [], [], []
     with grade_fn_for(config.common.grading) as grade:
         for policy, name, folder in probes:
             label = checkpoint_label(name)
             probe_started = time.perf_counter()
             backend = make_backend(settings.backend, config, folder)
-            frame = sample_phrasings(backend, phrased, sampling, grade)
+            frame = sample_training_questions(
+                backend, questions, group, neighbours, sampling, grade
+            )
             del backend
-            frame.insert(0, "checkpoint", label)
-            frame.insert(0, "policy", policy)
-            samples.append(frame)
-            for row in zero_gradient_rows(frame):
+            samples.append(frame.assign(policy=policy, checkpoint=label))
+            groups = question_groups(frame, group, neighbours)
+            for row in zero_gradient_rows(groups, group, neighbours):
                 zero_rows.append({"policy": policy, "label": label, **row})
-                for key in ("zero_gradient_rate", "all_correct_rate", "all_wrong_rate"):
-                    metrics[f"{policy}/{name}/{row['grouping']}/{key}"] = row[key]
-            spread = distance_rows(frame, scorer.embed)
+                metrics[f"{policy}/{name}/{row['grouping']}/zero_gradient_rate"] = row[
+                    "zero_gradient_rate"
+                ]
+            spread = variant_distances(frame, scorer.embed, group)
             distances.append(spread.assign(policy=policy, label=label))
-            for key, value in distance_summary(spread).items():
-                metrics[f"{policy}/{name}/{key}"] = value
+            for comparison in [*rate_comparisons(groups), diversity_comparison(spread)]:
+                row = comparison.as_row()
+                comparisons.append({"policy": policy, "label": label, **row})
+                key = f"{policy}/{name}/{row['measure']}/{row['first']}-{row['second']}"
+                metrics[key] = row["difference"]
             print(
                 f"[diagnostics] {policy} {label}: {len(frame)} responses, "
                 f"{time.perf_counter() - probe_started:.1f} s"
             )
-    columns = ["policy", "label", "question_id", "response_set", "responses", "mean_distance"]
     zero_gradient = _with_base_per_policy(pd.DataFrame(zero_rows), settings.policies)
-    spread_all = _with_base_per_policy(
-        pd.concat(distances, ignore_index=True)[columns], settings.policies
-    )
+    spread_all = _with_base_per_policy(pd.concat(distances, ignore_index=True), settings.policies)
+    compared = _with_base_per_policy(pd.DataFrame(comparisons), settings.policies)
     pd.concat(samples, ignore_index=True).to_parquet(out["samples"], index=False)
     zero_gradient.to_csv(out["zero_gradient"], index=False)
     spread_all.to_csv(out["distances"], index=False)
+    compared.to_csv(out["comparisons"], index=False)
     diagnostics_figure(zero_gradient, spread_all, out["figure"])
     out["section"].write_text(
         diagnostics_section(
             zero_gradient,
-            spread_all,
+            compared,
             figure_link(),
-            questions=len(phrased),
-            group_size=sampling.n,
-            n_neighbours=settings.n_neighbours,
+            questions=len(questions),
+            group_size=group,
+            n_neighbours=neighbours,
             embedding_model=settings.embedding.model,
         )
         + "\n"

@@ -145,7 +145,12 @@ def build_report(
         "",
         base_model_section(base_metrics, phrasings),
         "",
-        training_section(load_training_summaries(root, trained)),
+        training_section(
+            load_training_summaries(root, trained),
+            config.train.group_size,
+            config.train.n_neighbours,
+            config.train.estimators,
+        ),
         "",
         diagnostics,
         "",

@@ -1,4 +1,5 @@
-"""The diagnostics stage's report section and figure (the paper's Figures 3 and 4)."""
+"""The diagnostics stage's report section and figure (the paper's Figures 3 and 4, with the
+size-matched controls of :mod:`tagrpo.evaluation.diagnostics`)."""
 
 from __future__ import annotations
 
@@ -6,102 +7,129 @@ from pathlib import Path
 
 import pandas as pd
 
-from tagrpo.evaluation.diagnostics import distance_summary
 from tagrpo.report.markdown import markdown_table, percent
 
-SET_COLOURS = {"original": "#4C72B0", "neighbours": "#DD8452"}
+# One colour per group size; rephrased sets solid, the q0 controls of the same size dashed.
+STYLES = {
+    "original": ("#4C72B0", "-"),
+    "neighbour_each": ("#4C72B0", ":"),
+    "neighbours": ("#DD8452", "-"),
+    "original_NG": ("#DD8452", "--"),
+    "joint": ("#55A868", "-"),
+    "original_N1G": ("#55A868", "--"),
+}
+NAMES = {
+    "original": "q0, G",
+    "neighbour_each": "one neighbour, G",
+    "neighbours": "N neighbours, NxG",
+    "original_NG": "q0, NxG",
+    "joint": "joint, (N+1)xG",
+    "original_N1G": "q0, (N+1)xG",
+}
 
 
-def diagnostics_table(zero_gradient: pd.DataFrame, distances: pd.DataFrame) -> str:
-    """One row per (policy, checkpoint): zero-gradient rates and response distances."""
+def _label(grouping: str, size: int) -> str:
+    return f"{NAMES[grouping]} = {size}"
+
+
+def rates_table(zero_gradient: pd.DataFrame) -> str:
+    """Identical-reward rates (%) per (policy, checkpoint), one column per grouping and size."""
+    sizes = zero_gradient.drop_duplicates("grouping").set_index("grouping")["group_size"]
+    groupings = [g for g in STYLES if g in sizes.index]
+    header = ["policy", "checkpoint", "success q0 (%)"] + [
+        f"{_label(g, int(sizes[g]))} (%)" for g in groupings
+    ]
+    rows = []
+    for (policy, label), frame in zero_gradient.groupby(["policy", "label"], sort=False):
+        by = frame.set_index("grouping")
+        rows.append(
+            [policy, label, percent(by.loc["original", "success"])]
+            + [percent(by.loc[g, "zero_gradient_rate"]) for g in groupings]
+        )
+    return markdown_table(header, rows)
+
+
+def comparisons_table(comparisons: pd.DataFrame, checkpoints: list[str] | None = None) -> str:
+    """Paired differences per (policy, checkpoint) with 95% intervals and sign-test p."""
     header = [
         "policy",
         "checkpoint",
-        "success q0 / neighbours (%)",
-        "identical rewards, G original (%)",
-        "all-correct / all-wrong (%)",
-        "identical rewards, NxG neighbours (%)",
-        "identical rewards, joint (%)",
-        "mean distance original / neighbours",
-        "questions with neighbours more diverse (%)",
+        "measure",
+        "first - second",
+        "difference [95% CI]",
+        "sign test p",
+        "questions",
     ]
     rows = []
-    for (policy, checkpoint), frame in zero_gradient.groupby(["policy", "label"], sort=False):
-        by = {row.grouping: row for row in frame.itertuples()}
-        spread = distances[(distances["policy"] == policy) & (distances["label"] == checkpoint)]
-        summary = distance_summary(spread)
-        original, neighbours, joint = by["original"], by.get("neighbours"), by.get("joint")
-        neighbour_success = neighbours.success if neighbours else None
+    for row in comparisons.itertuples():
+        if checkpoints is not None and row.label not in checkpoints:
+            continue
+        scale = 100.0 if row.measure == "identical_rewards" else 1.0
+        unit = " pts" if row.measure == "identical_rewards" else ""
         rows.append(
             [
-                policy,
-                checkpoint,
-                f"{percent(original.success)} / {percent(neighbour_success)}",
-                percent(original.zero_gradient_rate),
-                f"{percent(original.all_correct_rate)} / {percent(original.all_wrong_rate)}",
-                percent(neighbours.zero_gradient_rate) if neighbours else "n/a",
-                percent(joint.zero_gradient_rate) if joint else "n/a",
-                f"{summary['original/distance_mean']:.3f} / "
-                f"{summary['neighbours/distance_mean']:.3f}",
-                percent(summary["neighbours_more_diverse_rate"]),
+                row.policy,
+                row.label,
+                "identical rewards"
+                if row.measure == "identical_rewards"
+                else "within-variant distance",
+                f"{NAMES[row.first]} - {NAMES[row.second]}",
+                f"{scale * row.difference:+.3f}{unit} [{scale * row.ci_low:+.3f}, "
+                f"{scale * row.ci_high:+.3f}]",
+                f"{row.sign_test_p:.3g}",
+                int(row.questions),
             ]
         )
     return markdown_table(header, rows)
 
 
 def diagnostics_figure(zero_gradient: pd.DataFrame, distances: pd.DataFrame, path: Path) -> None:
-    """Per policy: (a) identical-reward rates by checkpoint, G original vs N x G neighbours,
-    split into all-correct (hatched) and all-wrong; (b) per-question mean response distances
-    by checkpoint (box plots), original vs neighbours."""
+    """Per policy: (a) identical-reward rates by checkpoint for every grouping (controls of
+    the same size dashed, same colour); (b) per-question within-variant response distances,
+    q0 vs the neighbours' mean, by checkpoint (box plots)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     policies = list(dict.fromkeys(zero_gradient["policy"]))
-    figure, axes = plt.subplots(len(policies), 2, figsize=(11, 3.6 * len(policies)), squeeze=False)
-    width = 0.38
+    figure, axes = plt.subplots(len(policies), 2, figsize=(12, 3.8 * len(policies)), squeeze=False)
     for row, policy in enumerate(policies):
         frame = zero_gradient[zero_gradient["policy"] == policy]
         labels = list(dict.fromkeys(frame["label"]))
-        bars, boxes = axes[row]
-        for offset, response_set in ((-width / 2, "original"), (width / 2, "neighbours")):
-            part = frame[frame["grouping"] == response_set].set_index("label").reindex(labels)
-            positions = [i + offset for i in range(len(labels))]
-            colour = SET_COLOURS[response_set]
-            bars.bar(
-                positions,
-                100 * part["all_wrong_rate"],
-                width,
+        rates, boxes = axes[row]
+        for grouping, (colour, style) in STYLES.items():
+            part = frame[frame["grouping"] == grouping].set_index("label").reindex(labels)
+            if part["zero_gradient_rate"].isna().all():
+                continue
+            size = int(part["group_size"].dropna().iloc[0])
+            rates.plot(
+                range(len(labels)),
+                100 * part["zero_gradient_rate"],
+                style,
                 color=colour,
-                label=f"{response_set}: all wrong",
+                marker="o",
+                label=_label(grouping, size),
             )
-            bars.bar(
-                positions,
-                100 * part["all_correct_rate"],
-                width,
-                color=colour,
-                bottom=100 * part["all_wrong_rate"],
-                hatch="//",
-                alpha=0.6,
-                label=f"{response_set}: all correct",
-            )
-        tallest = float((100 * frame["zero_gradient_rate"]).max()) if len(frame) else 0.0
-        bars.set_ylim(0, max(5.0, 1.45 * tallest))  # room for the legend above the bars
-        bars.set_xticks(range(len(labels)), labels)
-        bars.set_ylabel("questions with identical rewards (%)")
-        bars.set_title(f"{policy}: gradient vanishing (G vs NxG responses)")
-        bars.grid(axis="y", alpha=0.3)
-        bars.legend(fontsize=7, ncol=2, loc="upper left")
+        rates.set_xticks(range(len(labels)), labels)
+        rates.set_ylabel("questions with identical rewards (%)")
+        rates.set_title(f"{policy}: gradient vanishing by group (size in legend)")
+        rates.grid(alpha=0.3)
+        rates.legend(fontsize=7, ncol=2)
 
         spread = distances[distances["policy"] == policy].dropna(subset=["mean_distance"])
-        for offset, response_set in ((-width / 2, "original"), (width / 2, "neighbours")):
+        width = 0.38
+        sets = {
+            "q0 (G responses)": spread[spread["variant"] == 0],
+            "neighbours (mean of N variants' G)": spread[spread["variant"] > 0]
+            .groupby(["label", "question_id"], as_index=False)["mean_distance"]
+            .mean(),
+        }
+        for (name, part), offset, colour in zip(
+            sets.items(), (-width / 2, width / 2), ("#4C72B0", "#DD8452"), strict=True
+        ):
             data = [
-                spread.loc[
-                    (spread["label"] == label) & (spread["response_set"] == response_set),
-                    "mean_distance",
-                ].to_numpy()
-                for label in labels
+                part.loc[part["label"] == label, "mean_distance"].to_numpy() for label in labels
             ]
             plot = boxes.boxplot(
                 data,
@@ -111,12 +139,12 @@ def diagnostics_figure(zero_gradient: pd.DataFrame, distances: pd.DataFrame, pat
                 showfliers=False,
             )
             for patch in plot["boxes"]:
-                patch.set_facecolor(SET_COLOURS[response_set])
+                patch.set_facecolor(colour)
                 patch.set_alpha(0.7)
-            boxes.plot([], [], color=SET_COLOURS[response_set], lw=6, label=response_set)
+            boxes.plot([], [], color=colour, lw=6, label=name)
         boxes.set_xticks(range(len(labels)), labels)
         boxes.set_ylabel("mean pairwise cosine distance")
-        boxes.set_title(f"{policy}: response diversity per question")
+        boxes.set_title(f"{policy}: diversity within one prompt's responses")
         boxes.grid(axis="y", alpha=0.3)
         boxes.legend(fontsize=7)
     figure.tight_layout()
@@ -127,26 +155,33 @@ def diagnostics_figure(zero_gradient: pd.DataFrame, distances: pd.DataFrame, pat
 
 def diagnostics_section(
     zero_gradient: pd.DataFrame,
-    distances: pd.DataFrame,
+    comparisons: pd.DataFrame,
     figure_link: str,
     questions: int,
     group_size: int,
     n_neighbours: int,
     embedding_model: str,
 ) -> str:
-    """Markdown section: what was measured, the table, the figure."""
+    """Markdown section: what was measured, the rates, the paired comparisons, the figure."""
     return "\n".join(
         [
             "## Diagnostics: gradient vanishing and response diversity (paper Figures 3-4)",
             "",
-            f"Each checkpoint answers the first {questions} training questions: G = {group_size}"
-            f" responses to the original and G to each of its N = {n_neighbours} accepted "
-            "neighbours. A question's G original responses with identical rewards give GRPO no "
-            "gradient; the N x G neighbour responses and the joint (N+1) x G group are what "
-            "TA-GRPO adds. Diversity is the mean pairwise cosine distance between "
-            f"`{embedding_model}` embeddings of a question's responses.",
+            f"Each checkpoint answers the first {questions} training questions: (N+1) x G = "
+            f"{(n_neighbours + 1) * group_size} responses to the original q0 and G = {group_size}"
+            f" to each of its N = {n_neighbours} accepted neighbours. A group whose rewards are "
+            "all equal gives GRPO no gradient. Larger groups are less often all-equal whatever "
+            "the prompts, so each rephrased set is compared with responses to q0 of the same "
+            "size (column headers give the sizes). Diversity is the mean pairwise cosine "
+            f"distance between `{embedding_model}` embeddings of one prompt's G responses, "
+            "the restated problem removed; neighbours' values are averaged over the N prompts "
+            "and compared with q0's on the same question.",
             "",
-            diagnostics_table(zero_gradient, distances),
+            rates_table(zero_gradient),
+            "",
+            "Paired differences over questions (bootstrap 95% intervals; exact sign test):",
+            "",
+            comparisons_table(comparisons),
             "",
             f"![diagnostics]({figure_link})",
         ]

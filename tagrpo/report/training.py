@@ -22,7 +22,33 @@ def load_training_summaries(root: Path, policies: list[str]) -> dict[str, dict[s
     return summaries
 
 
-def training_section(summaries: Mapping[str, Mapping[str, float]]) -> str:
+def group_sizes(method: str, group: int, neighbours: int) -> tuple[int, int, int]:
+    """Responses per group of a method: (to q0, all of a question's, its training groups)."""
+    from tagrpo.algorithms import get_method
+
+    spec = get_method(method)
+    to_q0 = spec.responses_per_variant(group, neighbours)
+    joint = spec.responses_per_question(group, neighbours)
+    training = {"per_original": to_q0, "per_variant": group, "joint": joint}[spec.grouping]
+    return to_q0, joint, training
+
+
+def method_label(method: str, estimators: Mapping[str, object] | None = None) -> str:
+    """A method as the report names it; AVSPO says which trigger ran (``avspo (always)``)."""
+    from tagrpo.algorithms import get_method
+
+    spec = get_method(method)
+    settings = (estimators or {}).get(spec.estimator)
+    trigger = getattr(settings, "trigger", None)
+    return f"{method} ({trigger})" if trigger else method
+
+
+def training_section(
+    summaries: Mapping[str, Mapping[str, float]],
+    group: int = 8,
+    neighbours: int = 3,
+    estimators: Mapping[str, object] | None = None,
+) -> str:
     """Markdown: what each run cost and how the zero-gradient rate and success moved."""
     if not summaries:
         return "## Training\n\nNo training runs in this pipeline run."
@@ -33,6 +59,7 @@ def training_section(summaries: Mapping[str, Mapping[str, float]]) -> str:
         "seconds",
         "reward q0 first→last quarter (%)",
         "probe success before→after (%)",
+        "group sizes q0 / joint / training",
         "zero-grad original (%)",
         "zero-grad joint (%)",
         "zero-grad training groups (%)",
@@ -41,6 +68,8 @@ def training_section(summaries: Mapping[str, Mapping[str, float]]) -> str:
     ]
     rows = []
     for policy, s in summaries.items():
+        method = policy.rsplit("-s", 1)[0].split("_data")[0]
+        sizes = "/".join(str(n) for n in group_sizes(method, group, neighbours))
         probe = (
             f"{percent(s.get('probe/before/success'))} → {percent(s.get('probe/after/success'))}"
             if "probe/after/success" in s
@@ -48,13 +77,14 @@ def training_section(summaries: Mapping[str, Mapping[str, float]]) -> str:
         )
         rows.append(
             [
-                policy,
+                policy.replace(method, method_label(method, estimators), 1),
                 int(s.get("steps", 0)),
                 int(s.get("responses_generated", 0)),
                 f"{s.get('seconds', float('nan')):.0f}",
                 f"{percent(s.get('reward_first_quarter'))} → "
                 f"{percent(s.get('reward_last_quarter'))}",
                 probe,
+                sizes,
                 percent(s.get("original/zero_gradient_rate_mean")),
                 percent(s.get("joint/zero_gradient_rate_mean")),
                 percent(s.get("train/zero_gradient_rate_mean")),
@@ -71,7 +101,9 @@ def training_section(summaries: Mapping[str, Mapping[str, float]]) -> str:
             "the responses to q0 (*original*), over all of a question's responses (*joint*, the "
             "TA-GRPO group) and over the groups the method normalises over (*training groups*; "
             "for DS methods after dropping, so 0). *Effective* counts training groups whose "
-            "advantages are all zero (lower than the raw rate only for AVSPO). The probe samples "
+            "advantages are all zero (lower than the raw rate only for AVSPO). Group sizes differ "
+            f"by method (G = {group}, N = {neighbours}); a larger group is less often all-equal "
+            "whatever its prompts, so compare rates at equal sizes. The probe samples "
             "G responses to every training question's original phrasing before and after "
             "training with the same seed.",
             "",
