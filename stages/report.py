@@ -28,9 +28,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "report",
     )
     with running_stage("report", report_outputs(), config, log_sections=("report",)) as ctx:
-        metrics = build_report(
-            config, ctx.root, ctx.path("report"), ctx.path("figures"), git_state()
-        )
+        out = {role: ctx.path(role) for role in report_outputs().outs}
+        metrics = build_report(config, ctx.root, out, git_state())
         if ctx.run is not None:
             import mlflow
 

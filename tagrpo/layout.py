@@ -110,7 +110,13 @@ def diagnostics_outputs() -> Outputs:
 
 def report_outputs() -> Outputs:
     return Outputs(
-        {"report": Path("reports/report.md"), "figures": Path("reports/figures")},
+        {
+            "report": Path("reports/report.md"),
+            "figures": Path("reports/figures"),
+            "claims": Path("reports/claims.md"),
+            "scores": Path("reports/tables/scores.csv"),
+            "differences": Path("reports/tables/differences.csv"),
+        },
         Path("metrics/report.json"),
     )
 

@@ -113,3 +113,15 @@ def test_verls_vanilla_loss_gives_the_same_value() -> None:
         loss_agg_mode="seq-mean-token-mean", config=config,
     )  # fmt: skip
     assert ours.policy_loss.item() == pytest.approx(theirs.item(), rel=1e-5)
+
+
+def test_token_mean_weighs_every_token_alike() -> None:
+    """verl's token-mean (the authors' scripts): sum over tokens / all tokens of the batch."""
+    old = torch.zeros(2, 3)
+    log_probs = torch.zeros(2, 3)  # ratio 1 everywhere
+    advantages = torch.tensor([1.0, -1.0])
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])  # 1 token and 3 tokens
+    seq = policy_loss(log_probs, old, advantages, mask, kl_coef=0.0)
+    token = policy_loss(log_probs, old, advantages, mask, kl_coef=0.0, token_mean_over=4.0)
+    assert seq.policy_loss.item() == pytest.approx(0.5 * (-1.0) + 0.5 * 1.0)  # 0
+    assert token.policy_loss.item() == pytest.approx((-1.0 + 3.0) / 4.0)  # 0.5

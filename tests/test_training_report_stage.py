@@ -86,3 +86,48 @@ def test_group_sizes_and_method_labels() -> None:
     assert group_sizes("ta_grpo", 8, 3) == (8, 32, 32)
     assert method_label("avspo", {"avspo": AVSPOConfig(trigger="always")}) == "avspo (always)"
     assert method_label("grpo", {"avspo": AVSPOConfig()}) == "grpo"
+
+
+def test_batch_units_and_updates_per_epoch() -> None:
+    """The two readings of "batch size 256": updates per epoch for each method."""
+    from tagrpo.config.params import config_with
+
+    questions = config_with({})
+    rows = config_with({"train.batch_unit": "rows"})
+    assert questions.train.questions_per_step("ta_grpo") == 8
+    assert rows.train.questions_per_step("ta_grpo") == 2  # 8 rows of (question, variant)
+    assert rows.train.questions_per_step("grpo") == 8
+    assert rows.train.questions_per_step("grpo_x4") == 8  # one prompt variant: one row
+    with pytest.raises(ValueError, match="do not hold whole questions"):
+        config_with(
+            {"train.batch_unit": "rows", "train.batch_questions": 6}
+        ).train.questions_per_step("ta_grpo")
+
+
+def test_plan_counts_optimiser_updates_per_epoch_for_both_batch_units(tmp_path) -> None:
+    from tagrpo.config.data import SyntheticSettings
+    from tagrpo.config.params import config_with
+    from tagrpo.data.schema import write_questions
+    from tagrpo.miniworld.dataset import build_miniworld
+    from tagrpo.training.run import plan_training
+
+    train = build_miniworld(SyntheticSettings(train_size=80))["train"].questions
+    (tmp_path / "data").mkdir()
+    write_questions(train, str(tmp_path / "data" / "train.parquet"))
+    base = {"train.input": "data/train.parquet", "train.neighbours": "miniworld"}
+    questions = config_with(base)
+    rows = config_with({**base, "train.batch_unit": "rows"})
+    # 80 questions, batch 8, 2 mini-batches, 2 epochs.
+    for method, expected_questions, expected_rows in (
+        ("grpo", 20, 20),
+        ("grpo_x4", 20, 20),
+        ("ta_grpo", 20, 80),  # rows: 8 rows = 2 questions x 4 variants per step
+        ("ta_grpo_star", 20, 80),
+    ):
+        plan_q = plan_training(questions, method, 0, root=tmp_path)
+        plan_r = plan_training(rows, method, 0, root=tmp_path)
+        assert plan_q.updates_per_epoch == expected_questions, method
+        assert plan_r.updates_per_epoch == expected_rows, method
+        assert plan_r.steps == expected_rows  # 2 epochs x updates / 2 mini-batches
+    with pytest.raises(ValueError, match="has 80 questions, 200 requested"):
+        plan_training(questions, "grpo", 0, data_multiple=2.5, root=tmp_path)

@@ -67,12 +67,17 @@ def policy_loss(
     clip_high: float = CLIP_HIGH,
     kl_coef: float = KL_COEF,
     dual_clip: float = DUAL_CLIP,
+    token_mean_over: float | None = None,
 ) -> LossOutput:
     """Eq. 2/4 plus the KL loss, for a ``[responses, tokens]`` grid.
 
     ``advantages`` has one value per response; ``response_weights`` (default ``1/responses``)
     weight each response's token-mean, so micro-batches of one mini-batch add up exactly when
     each is given its share of the mini-batch's weights.
+
+    ``token_mean_over`` switches to verl's ``token-mean`` aggregation (the authors' scripts):
+    every token of the mini-batch weighs alike, the loss is the sum over this grid's response
+    tokens divided by the mini-batch's total response tokens (so micro-batches add up).
     """
     mask = response_mask.to(log_probs.dtype)
     rows = log_probs.shape[0]
@@ -89,10 +94,16 @@ def policy_loss(
     # Dual clip: a negative advantage with a huge ratio would dominate the batch.
     capped = torch.minimum(per_token, -advantage * dual_clip)
     per_token = torch.where(advantage < 0, capped, per_token)
-    policy = (masked_response_mean(per_token, mask) * response_weights).sum()
+    if token_mean_over is not None:
+        policy = (per_token * mask).sum() / token_mean_over
+    else:
+        policy = (masked_response_mean(per_token, mask) * response_weights).sum()
     if ref_log_probs is not None:
         kl_tokens = low_var_kl(log_probs, ref_log_probs)
-        kl = (masked_response_mean(kl_tokens, mask) * response_weights).sum()
+        if token_mean_over is not None:
+            kl = (kl_tokens * mask).sum() / token_mean_over
+        else:
+            kl = (masked_response_mean(kl_tokens, mask) * response_weights).sum()
     else:
         kl = torch.zeros((), dtype=log_probs.dtype, device=log_probs.device)
     tokens = mask.sum().clamp(min=1.0)

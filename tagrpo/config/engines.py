@@ -28,11 +28,6 @@ class VerlSettings(ConfigModel):
     log_prob_micro_batch_size_per_gpu: int = Field(8, ge=1, description="log-prob micro-batch")
     ref_param_offload: bool = Field(True, description="offload the reference model's weights")
     gradient_checkpointing: bool = Field(True, description="actor gradient checkpointing")
-    # Eq. 2/4 average each response's token terms (1/|o_i|), then over responses: verl's
-    # seq-mean-token-mean. The authors' scripts kept verl's default token-mean.
-    loss_agg_mode: Literal[
-        "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
-    ] = Field("seq-mean-token-mean", description="actor.loss_agg_mode")
     lr_scheduler_type: Literal["constant", "cosine"] = Field(
         "cosine", description="actor.optim.lr_scheduler_type (the authors: cosine)"
     )

@@ -68,8 +68,22 @@ class TrainSettings(ConfigModel):
     steps: int | None = Field(None, ge=1, description="overrides the epoch-based step count")
     group_size: int = Field(8, ge=1, le=1024, description="responses per prompt variant: G")
     n_neighbours: int = Field(3, ge=0, le=64, description="rephrasings per question: N")
-    batch_questions: int = Field(8, ge=1, description="questions per step (paper: 256)")
+    batch_questions: int = Field(
+        8, ge=1, description="batch size per step, in batch_unit (paper: 256)"
+    )
+    # The two readings of the paper's "batch size 256": 256 questions, each with all its
+    # responses (the paper's text; as many updates per epoch for TA-GRPO as for GRPO), or 256
+    # dataset rows of one (question, variant) each (the authors' released scripts: a TA method
+    # takes (N+1)x fewer questions per step, so about (N+1)x the updates per epoch).
+    batch_unit: Literal["questions", "rows"] = Field(
+        "questions", description="questions (the paper's text) | rows (the authors' scripts)"
+    )
     mini_batches: int = Field(2, ge=1, description="optimiser updates per step (paper: 256/128)")
+    # Eq. 2/4 average each response's tokens (1/|o_i|), then the responses: seq-mean-token-mean.
+    # The authors' scripts kept verl's default token-mean (every token of a mini-batch alike).
+    loss_agg_mode: Literal["seq-mean-token-mean", "token-mean"] = Field(
+        "seq-mean-token-mean", description="policy/KL loss aggregation, both backends"
+    )
     # The tiny policy needs a larger lr than the paper's 1e-6 (1.7B-4B models); 5e-4 and up
     # destroy it within a few steps (measured: KL > 0.1/token, success falls).
     learning_rate: float = Field(1e-4, gt=0, le=1, description="peak AdamW learning rate")
@@ -135,6 +149,24 @@ class TrainSettings(ConfigModel):
     def estimator_config(self, name: str) -> Any:
         """The settings of estimator ``name`` (None for one without settings)."""
         return self.estimators.get(name)
+
+    def rows_per_question(self, method: str) -> int:
+        """Dataset rows one question fills: its prompt variants in ``rows`` mode, else 1."""
+        from tagrpo.algorithms import get_method
+
+        if self.batch_unit == "questions":
+            return 1
+        return len(get_method(method).variants(self.n_neighbours))
+
+    def questions_per_step(self, method: str) -> int:
+        """Questions a step of ``method`` samples (``batch_questions`` rows in ``rows`` mode)."""
+        rows = self.rows_per_question(method)
+        if self.batch_questions % rows:
+            raise ValueError(
+                f"train.batch_questions = {self.batch_questions} rows do not hold whole "
+                f"questions of {method} ({rows} rows each) with batch_unit: rows"
+            )
+        return self.batch_questions // rows
 
     @model_validator(mode="after")
     def _mini_batches(self) -> TrainSettings:

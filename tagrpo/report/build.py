@@ -112,10 +112,104 @@ def read_passk(root: Path, policies: list[str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def statistics_sections(
+    config: Params, root: Path, out: dict[str, Path]
+) -> tuple[str, str, dict[str, Any]]:
+    """The claims table (markdown), the scores/differences section, and headline metrics.
+
+    Writes ``out["claims"]`` (the table alone: README quotes it), ``out["scores"]`` and
+    ``out["differences"]`` (long-form CSVs behind the tables).
+    """
+    from tagrpo.report.claims import (
+        build_claims,
+        claims_table,
+        difference_table,
+        load_seed_runs,
+        score_table,
+    )
+
+    methods, seeds = config.runs.methods, config.runs.seeds
+    ks = config.evaluate.ks
+    runs = load_seed_runs(root, methods, seeds, ks)
+    benchmarks = sorted(config.benchmark_names())
+    groups = {**config.evaluate.groups, "all benchmarks": benchmarks}
+    comparisons_path = root / diagnostics_outputs()["comparisons"]
+    comparisons = pd.read_csv(comparisons_path) if comparisons_path.exists() else None
+    ta_policies = [p for p in config.diagnostics.policies if p.startswith("ta_grpo-")]
+    claims = build_claims(
+        runs,
+        benchmarks,
+        comparisons,
+        ta_policies[0] if ta_policies else None,
+        ks[-1],
+        config.evaluate.bootstrap_resamples,
+    )
+    table = claims_table(claims)
+    out["claims"].write_text(table + "\n")
+    scores = score_table(runs, groups, config.evaluate.bootstrap_resamples)
+    baselines = [m for m in methods if m != "ta_grpo"]
+    differences = difference_table(runs, groups, baselines, config.evaluate.bootstrap_resamples)
+    scores.to_csv(out["scores"], index=False)
+    differences.to_csv(out["differences"], index=False)
+    section = "\n".join(
+        [
+            f"## pass@k with {len(seeds)} seed(s) per method: scores and differences",
+            "",
+            f"Scores are means over seeds {list(seeds)} of benchmark-group averages (the "
+            "paper's Table 1 averages: the mean over a group's benchmarks of their mean over "
+            "problems); differences are TA-GRPO minus each method. 95% intervals: bootstrap "
+            "over problems (within benchmarks, paired between the two methods) and over each "
+            "method's seeds. Percentage points.",
+            "",
+            _scores_markdown(scores, ks[-1]),
+            "",
+            _differences_markdown(differences),
+        ]
+    )
+    headline = {
+        f"claims/{i}/{c.estimate.verdict if c.estimate else 'not run'}": 1.0
+        for i, c in enumerate(claims)
+    }
+    headline.update(
+        {f"claims/{i}/estimate": c.estimate.value for i, c in enumerate(claims) if c.estimate}
+    )
+    return table, section, headline
+
+
+def _interval(value: float, low: float, high: float) -> str:
+    return f"{100 * value:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
+
+
+def _scores_markdown(scores: pd.DataFrame, k_large: int) -> str:
+    rows = []
+    for (method, group), part in scores.groupby(["method", "group"], sort=False):
+        by_k = part.set_index("k")
+        rows.append(
+            [method, group, int(part["seeds"].iloc[0])]
+            + [_interval(*by_k.loc[k, ["pass_at_k", "ci_low", "ci_high"]]) for k in (1, k_large)]
+        )
+    return markdown_table(["method", "group", "seeds", "pass@1", f"pass@{k_large}"], rows)
+
+
+def _differences_markdown(differences: pd.DataFrame) -> str:
+    if differences.empty:
+        return "TA-GRPO was not run: no differences to report."
+    ks = sorted(differences["k"].unique())
+    rows = []
+    for (baseline, group), part in differences.groupby(["baseline", "group"], sort=False):
+        by_k = part.set_index("k")
+        rows.append(
+            [f"TA-GRPO - {baseline}", group]
+            + [_interval(*by_k.loc[k, ["difference", "ci_low", "ci_high"]]) for k in ks]
+        )
+    return markdown_table(["difference", "group", *[f"pass@{k}" for k in ks]], rows)
+
+
 def build_report(
-    config: Params, root: Path, report_path: Path, figures_dir: Path, git: dict[str, str]
+    config: Params, root: Path, out: dict[str, Path], git: dict[str, str]
 ) -> dict[str, Any]:
-    """Write the report and its figures; returns a few headline figures as metrics."""
+    """Write the report, its figures and tables (``out``); returns headline metrics."""
+    report_path, figures_dir = out["report"], out["figures"]
     trained = config.runs.policies()
     base = base_model_outputs()
     counts = json.loads((root / data_outputs().metrics).read_text())
@@ -132,12 +226,19 @@ def build_report(
     layout = report_outputs()
     link_path = Path(os.path.relpath(layout["figures"] / curves.name, layout["report"].parent))
     link = link_path.as_posix()
+    claims, statistics, headline = statistics_sections(config, root, out)
     sections = [
         f"# {config.report.title}",
         "",
         f"Profile `{config.common.profile}`, git commit `{git['git_commit'][:12]}` (dirty: "
         f"{git['git_dirty']}). Generated by `dvc repro`; every number below comes from this "
         "run's stage outputs.",
+        "",
+        "## The paper's claims, as this run measures them",
+        "",
+        claims,
+        "",
+        statistics,
         "",
         data_section(counts),
         "",
@@ -172,4 +273,4 @@ def build_report(
         "",
     ]
     report_path.write_text("\n".join(sections))
-    return {"policies": float(len(trained) + 1), "largest_k": float(largest_k)}
+    return {"policies": float(len(trained) + 1), "largest_k": float(largest_k), **headline}

@@ -36,6 +36,16 @@ class TrainPlan:
     steps: int
 
     @property
+    def questions_per_step(self) -> int:
+        return self.config.train.questions_per_step(self.spec.name)
+
+    @property
+    def updates_per_epoch(self) -> float:
+        """Optimiser updates per pass over the training set (the batch semantics' effect)."""
+        steps_per_epoch = len(self.questions) / self.questions_per_step
+        return steps_per_epoch * self.config.train.mini_batches
+
+    @property
     def tags(self) -> dict[str, str]:
         return {
             "method": self.spec.name,
@@ -73,7 +83,8 @@ def plan_training(
             "--data-multiple needs train.questions (the 1x set): with questions: null every "
             "question is already used, there is nothing more to draw from"
         )
-    steps = settings.steps or math.ceil(settings.epochs * len(questions) / settings.batch_questions)
+    per_step = settings.questions_per_step(spec.name)
+    steps = settings.steps or math.ceil(settings.epochs * len(questions) / per_step)
     return TrainPlan(config, spec, seed, data_multiple, policy, questions, int(steps))
 
 
@@ -157,7 +168,9 @@ def train_local(
     per_question = plan.spec.responses_per_question(settings.group_size, settings.n_neighbours)
     print(
         f"[train:{plan.policy}] {plan.spec.description}; {len(plan.questions)} questions, "
-        f"{plan.steps} steps of {settings.batch_questions} questions, {per_question} responses each"
+        f"{plan.steps} steps of {plan.questions_per_step} questions (batch_unit "
+        f"{settings.batch_unit}), {per_question} responses each, {plan.updates_per_epoch:g} "
+        f"optimiser updates per epoch, loss {settings.loss_agg_mode}"
     )
     started = time.perf_counter()
     summary_probe: dict[str, float] = {}
@@ -202,6 +215,7 @@ def train_local(
             summary_probe["probe/success_gain"] = after["success"] - before["success"]
     summary = run_summary(result.history, summary_probe, time.perf_counter() - started)
     summary["train_seconds"] = result.seconds
+    summary["updates_per_epoch"] = plan.updates_per_epoch
     if not rollout_dir.exists():
         rollout_dir.mkdir(parents=True)  # no checkpoint fraction fell on a step: empty dumps
     print(

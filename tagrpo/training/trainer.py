@@ -69,10 +69,20 @@ class TrainConfig:
             raise ValueError("steps must be >= 1")
         if spec.use_neighbours and self.settings.n_neighbours < 1:
             raise ValueError(f"{self.method} samples rephrasings: n_neighbours must be >= 1")
+        if self.settings.mini_batches > self.questions_per_step:
+            raise ValueError(
+                f"{self.questions_per_step} questions per step cannot make "
+                f"{self.settings.mini_batches} mini-batches of whole questions"
+            )
 
     @property
     def spec(self) -> MethodSpec:
         return get_method(self.method)
+
+    @property
+    def questions_per_step(self) -> int:
+        """Questions a step samples (``train.batch_unit``: questions, or rows of them)."""
+        return self.settings.questions_per_step(self.method)
 
     @classmethod
     def create(
@@ -251,7 +261,7 @@ class Trainer:
             result = dynamic_sampling(
                 draw,
                 lambda r: r.group_rewards(spec.grouping),
-                settings.batch_questions,
+                self.config.questions_per_step,
                 settings.ds_max_rounds,
             )
             kept, generated = result.kept, result.kept + result.dropped
@@ -266,7 +276,7 @@ class Trainer:
                 }
             )
         else:
-            kept = draw(settings.batch_questions)
+            kept = draw(self.config.questions_per_step)
             generated = kept
         for rollout in kept:
             rollout.kept = True
@@ -359,6 +369,7 @@ class Trainer:
     ) -> dict[str, float]:
         """``mini_batches`` optimiser steps; each mini-batch holds whole questions."""
         settings = self.settings
+        token_mean = settings.loss_agg_mode == "token-mean"
         micro = self.config.engine.micro_batch_sequences
         self.model.train()
         device = next(self.model.parameters()).device
@@ -389,6 +400,7 @@ class Trainer:
                     settings.clip_low,
                     settings.clip_high,
                     settings.kl_coef,
+                    token_mean_over=tokens if token_mean else None,
                 )
                 out.loss.backward()
                 share = float(sub.target_mask.sum()) / tokens

@@ -46,9 +46,6 @@ VERL_DEFAULTS: dict[str, Any] = {
     "log_prob_micro_batch_size_per_gpu": 8,
     "ref_param_offload": True,
     "gradient_checkpointing": True,
-    # Eq. 2/4 average each response's token terms (1/|o_i|), then over responses: verl's
-    # seq-mean-token-mean. The authors' scripts kept verl's default token-mean.
-    "loss_agg_mode": "seq-mean-token-mean",
     "lr_scheduler_type": "cosine",  # the authors' scripts: warm-up ratio 0.1, then cosine
     "ds_metric": "acc",
     "max_inflight_gen_batches": 1,
@@ -133,10 +130,15 @@ def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
     settings = method_settings(run.method, params)
     spec = settings.spec
     common = params.get("common") or {}
-    batch = int(params["batch_questions"])
+    # One verl row per question, its variants drawn by the agent loop: in `rows` mode a batch
+    # of R rows holds R / (variants per question) questions (the authors' 256 rows ~ 64).
+    rows = len(spec.variants(settings.n_neighbours)) if params.get("batch_unit") == "rows" else 1
+    if int(params["batch_questions"]) % rows:
+        raise ValueError(f"batch_questions {params['batch_questions']} rows: not whole questions")
+    batch = int(params["batch_questions"]) // rows
     mini_batches = int(params.get("mini_batches", 1))
     if batch % mini_batches:
-        raise ValueError(f"batch_questions {batch} is not a multiple of mini_batches")
+        raise ValueError(f"{batch} questions per step are not a multiple of mini_batches")
     rollout_n = settings.rollout_n
     gpus = int(verl["n_gpus_per_node"]) * int(verl["nnodes"])
     if (batch * rollout_n) % gpus:
@@ -179,7 +181,7 @@ def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
         "actor_rollout_ref.actor.kl_loss_coef": float(params["kl_coef"]),
         "actor_rollout_ref.actor.clip_ratio_low": float(params["clip_low"]),
         "actor_rollout_ref.actor.clip_ratio_high": float(params["clip_high"]),
-        "actor_rollout_ref.actor.loss_agg_mode": verl["loss_agg_mode"],
+        "actor_rollout_ref.actor.loss_agg_mode": params.get("loss_agg_mode", "seq-mean-token-mean"),
         "actor_rollout_ref.actor.entropy_coeff": 0,
         "actor_rollout_ref.actor.data_loader_seed": run.seed,
         "actor_rollout_ref.actor.checkpoint.save_contents": [
