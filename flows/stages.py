@@ -50,10 +50,14 @@ def train_flow(method: str = "ta_grpo", seed: int = 0, data_multiple: float = 1.
 
 
 @flow(name="stage-evaluate", log_prints=True)
-def evaluate_flow(method: str | None = None, seed: int = 0, policy: str | None = None) -> dict:
-    """A trained policy by method and seed, or one by name (``base``, ``grpo_data2.5x-s0``)."""
+def evaluate_flow(
+    method: str | None = None, seed: int = 0, data_multiple: float = 1.0, policy: str | None = None
+) -> dict:
+    """A trained policy by method, seed (and data multiple), or the base policy."""
     if method is not None:
-        return evaluate.main(["--method", method, "--seed", str(seed)])
+        return evaluate.main(
+            ["--method", method, "--seed", str(seed), "--data-multiple", str(data_multiple)]
+        )
     return evaluate.main(["--policy", policy or "base"])
 
 
@@ -75,6 +79,8 @@ STAGE_FLOWS = {
     "train": train_flow,
     "evaluate": evaluate_flow,
     "evaluate_base": evaluate_flow,  # evaluate_flow() evaluates the base policy
+    "train_scaling": train_flow,  # with data_multiple > 1
+    "evaluate_scaling": evaluate_flow,
     "diagnostics": diagnostics_flow,
     "report": report_flow,
 }

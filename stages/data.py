@@ -22,19 +22,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     config = load_config()
     with running_stage("data", data_outputs(), config, log_sections=("data",)) as ctx:
-        train, benchmarks = load_sources(config)
-        counts = count_table(train, benchmarks)
+        sources = load_sources(config)
+        counts = count_table(sources)
         for key, fields in counts["sources"].items():
             print(
                 f"[data] {key}: in {fields['rows_in']} = kept {fields['kept']} "
                 f"+ rejected {fields['rejected']}"
             )
-        reasons = Counter(
-            r.reason for result in [*train, *benchmarks.values()] for r in result.rejections
-        )
+        results = [*sources.train, *sources.extra, *sources.benchmarks.values()]
+        reasons = Counter(r.reason for result in results for r in result.rejections)
         if reasons:
             print(f"[data] rejections by reason: {dict(sorted(reasons.items()))}")
-        train_questions = write_processed(ctx.path("processed"), train, benchmarks)
+        train_questions = write_processed(ctx.path("processed"), sources, config.data.extra_seed)
         empty_gold = sum(1 for q in train_questions if not q.answer)
         if empty_gold:
             print(

@@ -17,7 +17,13 @@ import argparse
 
 from tagrpo.config.params import load_config
 from tagrpo.evaluation.runner import evaluate_policy
-from tagrpo.layout import data_outputs, evaluate_outputs, model_dir, policy_name
+from tagrpo.layout import (
+    data_outputs,
+    dvc_stage_name,
+    evaluate_outputs,
+    model_dir,
+    policy_name,
+)
 from tagrpo.paths import project_root
 from tagrpo.runtime import running_stage
 
@@ -26,13 +32,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--method", help="a trained policy: its method ...")
     parser.add_argument("--seed", type=int, default=None, help="... and seed (default common)")
+    parser.add_argument("--data-multiple", type=float, default=1.0, help="a data-scaling run")
     parser.add_argument("--policy", help="or a policy name (base, grpo_data2.5x-s0, ...)")
     args = parser.parse_args(argv)
     config = load_config()
     if (args.method is None) == (args.policy is None):
         parser.error("give --method (with --seed) or --policy")
     seed = config.common.seed if args.seed is None else args.seed
-    policy = args.policy or policy_name(args.method, seed)
+    policy = args.policy or policy_name(args.method, seed, args.data_multiple)
     model = project_root() / model_dir(policy)
     if not model.is_dir():  # before the stage deletes its old outputs
         raise FileNotFoundError(f"{model} does not exist: train the policy first")
@@ -42,6 +49,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         config,
         key=policy,
         tags={"policy": policy, "method": args.method or policy, "seed": str(seed)},
+        dvc_name=(
+            dvc_stage_name("evaluate", args.method, seed, args.data_multiple)
+            if args.method
+            else "evaluate_base"
+        ),
         log_sections=("evaluate", config.evaluate.backend),
     ) as ctx:
         benchmarks = ctx.root / data_outputs()["processed"] / "benchmarks"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 from tagrpo.config.params import load_config
-from tagrpo.layout import policy_name, train_outputs
+from tagrpo.layout import dvc_stage_name, policy_name, train_outputs
 from tagrpo.runtime import running_stage
 from tagrpo.training.run import legacy_train_params, plan_training, run_summary, train_local
 
@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         log_sections=("train", backend),
         run_params={"run": {"steps": plan.steps, "questions": len(plan.questions)}},
         metrics_prefix="summary/",
+        dvc_name=dvc_stage_name("train", plan.spec.name, seed, args.data_multiple),
     ) as ctx:
         if backend == "local":
             summary = train_local(

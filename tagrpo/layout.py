@@ -15,9 +15,17 @@ CHECKPOINT_FRACTIONS_NAME = "checkpoint-{:03d}"
 
 
 def policy_name(method: str, seed: int, data_multiple: float = 1.0) -> str:
-    """``ta_grpo-s0``; data-scaling runs add the multiple: ``grpo_data2.5x-s0``."""
-    scale = "" if data_multiple == 1.0 else f"_data{data_multiple:g}x"
+    """``ta_grpo-s0``; data-scaling runs add the multiple: ``grpo_data2.5x-s0``,
+    ``grpo_data2.0x-s0`` (a float as DVC writes it in dvc.yaml: both name outputs alike)."""
+    scale = "" if data_multiple == 1.0 else f"_data{float(data_multiple)}x"
     return f"{method}{scale}-s{seed}"
+
+
+def dvc_stage_name(stage: str, method: str, seed: int, data_multiple: float = 1.0) -> str:
+    """DVC's name of a matrix stage item: ``train@grpo-0``, ``train_scaling@grpo-1.5-0``."""
+    if data_multiple == 1.0:
+        return f"{stage}@{method}-{seed}"
+    return f"{stage}_scaling@{method}-{float(data_multiple)}-{seed}"
 
 
 def checkpoint_name(fraction: float) -> str:
@@ -128,10 +136,12 @@ def model_dir(policy: str) -> Path:
 
 def stage_outputs(stage: str, **item: str) -> Outputs:
     """The outputs of a dvc.yaml stage; ``item`` holds a matrix stage's values."""
-    if stage == "train":
-        return train_outputs(policy_name(item["method"], int(item["seed"])))
-    if stage == "evaluate":
-        return evaluate_outputs(policy_name(item["method"], int(item["seed"])))
+    if stage in ("train", "train_scaling"):
+        multiple = float(item.get("multiple", 1.0))
+        return train_outputs(policy_name(item["method"], int(item["seed"]), multiple))
+    if stage in ("evaluate", "evaluate_scaling"):
+        multiple = float(item.get("multiple", 1.0))
+        return evaluate_outputs(policy_name(item["method"], int(item["seed"]), multiple))
     if stage == "evaluate_base":
         return evaluate_outputs(BASE_POLICY)
     builders = {

@@ -210,6 +210,7 @@ def running_stage(
     log_sections: tuple[str, ...] = (),
     run_params: Mapping[str, Any] | None = None,
     metrics_prefix: str = "",
+    dvc_name: str | None = None,
 ) -> Iterator[StageContext]:
     """Run a stage (see the module docstring); ``key`` names a matrix item (``grpo-s0``).
 
@@ -238,6 +239,7 @@ def running_stage(
                 tags=tags,
                 log_sections=log_sections,
                 run_params=run_params,
+                dvc_name=dvc_name,
             ) as run:
                 context.run = run
                 started = time.perf_counter()

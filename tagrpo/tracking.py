@@ -188,8 +188,11 @@ def stage_run(
     tags: Mapping[str, str] | None = None,
     log_sections: tuple[str, ...] = (),
     run_params: Mapping[str, Any] | None = None,
+    dvc_name: str | None = None,
 ) -> Iterator[Any]:
     """An MLflow run for one stage execution (nested under the orchestrator's run, if any).
+
+    ``dvc_name`` is DVC's name of the stage (``train@grpo-0``; default ``stage@key``).
 
     ``config`` is the validated :class:`tagrpo.config.params.Params`; ``log_sections`` names
     the sections logged as params (``common`` always), ``run_params`` adds run-specific ones.
@@ -206,8 +209,7 @@ def stage_run(
         return
     mlflow.set_tracking_uri(tracking_uri(settings.uri))
     experiment = mlflow.set_experiment(settings.experiment)
-    dvc_name = f"{stage}@{key}" if key else stage
-    dvc_key = _dvc_name(stage, key)
+    dvc_key = dvc_name or (f"{stage}@{key}" if key else stage)
     client = MlflowClient()
     stale = mark_stale_runs_killed(client, experiment.experiment_id, dvc_key)
     if stale:
@@ -225,7 +227,7 @@ def stage_run(
         **(tags or {}),
     }
     parent = os.environ.get(PARENT_RUN_ENV)
-    run = mlflow.start_run(run_name=run_name or dvc_name, parent_run_id=parent, tags=run_tags)
+    run = mlflow.start_run(run_name=run_name or dvc_key, parent_run_id=parent, tags=run_tags)
     try:
         logged = {"common": config.common.model_dump(mode="json")}
         for section in log_sections:
@@ -241,17 +243,6 @@ def stage_run(
         raise
     else:
         mlflow.end_run(status="FINISHED")
-
-
-def _dvc_name(stage: str, key: str | None) -> str:
-    """DVC's name of a matrix item: ``train`` + ``grpo-s0`` -> ``train@grpo-0``."""
-    if not key:
-        return stage
-    if stage in ("train", "evaluate") and "-s" in key:
-        method, _, seed = key.rpartition("-s")
-        if seed.isdigit() and "_data" not in method:
-            return f"{stage}@{method}-{seed}"
-    return f"{stage}@{key}"
 
 
 def log_metrics(metrics: Mapping[str, Any], step: int | None = None) -> None:

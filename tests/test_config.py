@@ -87,8 +87,13 @@ def test_params_yaml_and_the_models_agree_key_for_key_and_value_for_value() -> N
         (lambda r: r["train"].update(questions=0), "train.questions = 0"),
         # --data-multiple with nothing to draw from.
         (
-            lambda r: r["train"]["data_scaling"].update(multiples=[3.0]),
-            "x data-scaling multiple 3 needs 240 questions, but data.synthetic.train_size is 200",
+            lambda r: r["runs"]["data_scaling"].update(multiples=[3.0]),
+            "multiples up to 3 need 160 extra questions beyond the 80 of the 1x set, but "
+            "data.synthetic.extra_size is 120",
+        ),
+        (
+            lambda r: r["runs"]["data_scaling"].update(methods=["ta_grpo"]),
+            "['ta_grpo'] sample rephrasings",
         ),
         (lambda r: r["train"].update(mini_batches=9), "mini_batches (9) > batch_questions (8)"),
         (lambda r: r["data"].update(source="s3"), "data.source = 's3'"),

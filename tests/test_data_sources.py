@@ -60,6 +60,17 @@ EXPECTED = {
     "olympiadbench": (8, 6, {6: "bad_answer", 7: "empty_answer"}),
     "minerva_math": (4, 2, {2: "no_boxed_answer", 3: "missing_field"}),
     "gpqa_diamond": (8, 6, {6: "duplicate_options", 7: "empty_option"}),
+    "openr1_math": (
+        7,
+        2,
+        {
+            2: "unsupported_question_type",
+            3: "unsupported_question_type",
+            4: "unverified_answer",
+            5: "empty_answer",
+            6: "duplicate_id",
+        },
+    ),
 }
 
 
@@ -81,7 +92,7 @@ def test_counts_and_reasons(name: str) -> None:
     for question in result.questions:
         assert question.problem == question.problem.strip() and question.problem
         assert question.answer == question.answer.strip() and question.answer
-        assert question.split == ("train" if name == "math" else "test")
+        assert question.split == ("train" if name in ("math", "openr1_math") else "test")
 
 
 def test_math_rules() -> None:
@@ -453,3 +464,22 @@ def test_bad_bytes_lone_surrogates_and_long_problems_are_rejected_one_row_each(
     assert by_row[3].detail == f"{path}:4: a string holds a lone surrogate"
     assert by_row[4].detail == "1000000 characters > 8000"
     assert [q.id for q in result.questions] == ["train/algebra/0.json", "train/algebra/5.json"]
+
+
+def test_openr1_keeps_verified_word_problems_and_reads_parquet(tmp_path: Path) -> None:
+    result = load_local("openr1_math", FIXTURES)
+    assert [(q.id, q.answer, q.meta.get("origin")) for q in result.questions] == [
+        ("openr1_math-u-1", "7", "olympiads"),
+        ("openr1_math-u-2", "5", "cn_contest"),  # verified by the LLM judge only
+    ]
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [json.loads(line) for line in (FIXTURES / "openr1_math" / "train.jsonl").open()]
+    (tmp_path / "openr1_math").mkdir()
+    table = pa.Table.from_pylist(
+        [{k: json.dumps(v) if isinstance(v, list) else v for k, v in r.items()} for r in rows[:1]]
+    )
+    pq.write_table(pa.Table.from_pylist(rows[:2]), tmp_path / "openr1_math" / "train.parquet")
+    from_parquet = load_local("openr1_math", tmp_path)
+    assert [q.id for q in from_parquet.questions] == ["openr1_math-u-1", "openr1_math-u-2"]

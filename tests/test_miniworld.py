@@ -91,7 +91,14 @@ def test_splits_are_disjoint_by_arithmetic_and_rebuildable():
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
             assert not keys[a] & keys[b], (a, b)
-    assert built["train"].counts() == {"rows_in": 200, "kept": 200, "rejected": 0}
+    assert built["train"].counts() == {"rows_in": 80, "kept": 80, "rejected": 0}
+    assert built["extra"].counts() == {"rows_in": 120, "kept": 120, "rejected": 0}
+    # The pool is drawn after the training split: its size never changes the training set.
+    smaller = build_miniworld(SyntheticSettings(extra_size=10))
+    assert [q.id for q in smaller["train"].questions] == [q.id for q in built["train"].questions]
+    assert smaller["extra"].questions == built["extra"].questions[:10] or len(
+        smaller["extra"].questions
+    ) == 10
     for question in built["train"].questions[:20]:
         problem = problem_from_meta(question.meta)
         assert render(problem, question.meta["family"]) == question.problem

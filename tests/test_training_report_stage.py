@@ -129,5 +129,17 @@ def test_plan_counts_optimiser_updates_per_epoch_for_both_batch_units(tmp_path) 
         assert plan_q.updates_per_epoch == expected_questions, method
         assert plan_r.updates_per_epoch == expected_rows, method
         assert plan_r.steps == expected_rows  # 2 epochs x updates / 2 mini-batches
-    with pytest.raises(ValueError, match="has 80 questions, 200 requested"):
+    # Data scaling: the 1x set plus chunks of the data stage's pool, in its seeded order.
+    with pytest.raises(ValueError, match=r"needs 120 questions beyond the 80 .* holds 0"):
         plan_training(questions, "grpo", 0, data_multiple=2.5, root=tmp_path)
+    built = build_miniworld(SyntheticSettings(train_size=80, extra_size=100))
+    (tmp_path / "data" / "processed").mkdir()
+    write_questions(built["extra"].questions, str(tmp_path / "data/processed/extra.parquet"))
+    scaled = plan_training(questions, "grpo", 0, data_multiple=1.5, root=tmp_path)
+    assert len(scaled.questions) == 120 and scaled.policy == "grpo_data1.5x-s0"
+    assert [q.id for q in scaled.questions[80:]] == [q.id for q in built["extra"].questions[:40]]
+    assert scaled.steps == 30  # same 2 epochs over 120 questions
+    with pytest.raises(ValueError, match="needs 120 .* holds 100"):
+        plan_training(questions, "grpo", 0, data_multiple=2.5, root=tmp_path)
+    with pytest.raises(ValueError, match="the data-scaling runs are the baselines"):
+        plan_training(questions, "ta_grpo", 0, data_multiple=1.5, root=tmp_path)

@@ -118,7 +118,7 @@ class LocalModelSettings(ConfigModel):
 
 class ProbeSettings(ConfigModel):
     enabled: bool = Field(True, description="sample the training questions in every phrasing")
-    questions: int = Field(200, ge=1, description="training questions probed")
+    questions: int = Field(80, ge=1, description="training questions probed")
     group_size: int = Field(8, ge=1, le=1024, description="responses per (question, phrasing): G")
     temperature: float = Field(1.0, gt=0, le=10, description="sampling temperature")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")

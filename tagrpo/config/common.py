@@ -74,6 +74,42 @@ def _registered_methods() -> list[str]:
     return list(METHODS)
 
 
+class DataScaling(ConfigModel):
+    """The paper's data-scaling runs (section 5.5, Figure 7): baselines trained on the 1x set
+    plus chunks of half its size from the data stage's pool, same epochs (so more steps)."""
+
+    methods: list[str] = Field(
+        default_factory=lambda: ["grpo", "grpo_ds"], description="methods of the scaling runs"
+    )
+    multiples: list[float] = Field(
+        default_factory=lambda: [1.5, 2.0, 2.5], description="training-set multiples (> 1)"
+    )
+    seeds: list[int] = Field(default_factory=lambda: [0], description="seeds of the runs")
+
+    @field_validator("methods")
+    @classmethod
+    def _known(cls, methods: list[str]) -> list[str]:
+        from tagrpo.algorithms import METHODS
+
+        unknown = [m for m in methods if m not in METHODS]
+        if unknown:
+            raise ValueError(f"unknown methods {unknown}; allowed: {sorted(METHODS)}")
+        rephrasing = [m for m in methods if METHODS[m].use_neighbours]
+        if rephrasing:
+            raise ValueError(
+                f"{rephrasing} sample rephrasings, which the pool's extra questions lack: the "
+                "data-scaling runs are the baselines' (paper 5.5)"
+            )
+        return methods
+
+    @field_validator("multiples")
+    @classmethod
+    def _above_one(cls, multiples: list[float]) -> list[float]:
+        if any(m <= 1.0 for m in multiples):
+            raise ValueError("data-scaling multiples must be > 1 (1x is the ordinary run)")
+        return multiples
+
+
 class RunsSettings(ConfigModel):
     """What the DAG trains and evaluates: dvc.yaml's train/evaluate matrices read these lists."""
 
@@ -85,6 +121,7 @@ class RunsSettings(ConfigModel):
     seeds: list[int] = Field(
         default_factory=lambda: [0], min_length=1, description="seeds, one policy per method"
     )
+    data_scaling: DataScaling = Field(default_factory=DataScaling)
 
     @field_validator("methods")
     @classmethod
@@ -109,3 +146,15 @@ class RunsSettings(ConfigModel):
         from tagrpo.layout import policy_name
 
         return [policy_name(method, seed) for method in self.methods for seed in self.seeds]
+
+    def scaling_policies(self) -> list[str]:
+        """The data-scaling runs' policies, ``<method>_data<m>x-s<seed>``."""
+        from tagrpo.layout import policy_name
+
+        scaling = self.data_scaling
+        return [
+            policy_name(method, seed, multiple)
+            for method in scaling.methods
+            for multiple in scaling.multiples
+            for seed in scaling.seeds
+        ]

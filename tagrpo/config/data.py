@@ -49,7 +49,10 @@ def _default_synthetic_benchmarks() -> dict[str, SyntheticBenchmark]:
 
 class SyntheticSettings(ConfigModel):
     seed: int = Field(0, ge=0, description="seed of the generated mini world")
-    train_size: int = Field(200, ge=1, le=1_000_000, description="training questions generated")
+    train_size: int = Field(80, ge=1, le=1_000_000, description="training questions generated")
+    extra_size: int = Field(
+        120, ge=0, le=1_000_000, description="more questions for the data-scaling runs (pool)"
+    )
     benchmarks: dict[str, SyntheticBenchmark] = Field(
         default_factory=_default_synthetic_benchmarks,
         min_length=1,
@@ -96,8 +99,12 @@ class FileSourceSettings(ConfigModel):
         default_factory=lambda: {"math": {"keep_empty_boxed": True}, "gpqa_diamond": {"seed": 0}},
         description="loader options per source (e.g. the GPQA option-shuffle seed)",
     )
+    extra: list[str] = Field(
+        default_factory=list,
+        description="the data-scaling pool's sources (paper: openr1_math), shuffled by seed",
+    )
 
-    @field_validator("train", "benchmarks")
+    @field_validator("train", "benchmarks", "extra")
     @classmethod
     def _names(cls, names: list[str]) -> list[str]:
         return _check_source_names(names, "sources")
@@ -123,6 +130,7 @@ class DataSettings(ConfigModel):
     synthetic: SyntheticSettings = Field(default_factory=SyntheticSettings)
     local: FileSourceSettings = Field(default_factory=FileSourceSettings)
     hub: FileSourceSettings = Field(default_factory=FileSourceSettings)
+    extra_seed: int = Field(0, ge=0, description="order of the data-scaling pool (its chunks)")
     # Longest upstream problems: MATH train 4,309 characters, OlympiadBench 4,415.
     max_problem_chars: int = Field(
         8000, ge=1, description="reject longer problems (too_long) before any tokenizer sees them"

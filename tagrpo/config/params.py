@@ -62,8 +62,7 @@ class Params(ConfigModel):
 
         problems = []
         neighbour_methods = sorted(
-            {m for m in [*self.runs.methods, *self.train.data_scaling.methods]}
-            & {name for name, spec in METHODS.items() if spec.use_neighbours}
+            set(self.runs.methods) & {name for name, spec in METHODS.items() if spec.use_neighbours}
         )
         if neighbour_methods and self.train.n_neighbours == 0:
             problems.append(
@@ -77,14 +76,22 @@ class Params(ConfigModel):
                 f"train.n_neighbours ({self.train.n_neighbours}) exceeds rephrase.n "
                 f"({self.rephrase.n}): there are not that many rephrasings per question"
             )
-        if self.data.source == "synthetic" and self.train.questions is not None:
-            available = self.data.synthetic.train_size
-            largest = max([1.0, *self.train.data_scaling.multiples])
-            if round(largest * self.train.questions) > available:
+        if self.data.source == "synthetic":
+            base = self.data.synthetic.train_size
+            if self.train.questions is not None:
+                if self.train.questions > base:
+                    problems.append(
+                        f"train.questions ({self.train.questions}) exceeds "
+                        f"data.synthetic.train_size ({base}): an empty or short training set"
+                    )
+                base = min(base, self.train.questions)
+            largest = max([1.0, *self.runs.data_scaling.multiples])
+            needed = round((largest - 1.0) * base)
+            if needed > self.data.synthetic.extra_size:
                 problems.append(
-                    f"train.questions ({self.train.questions}) x data-scaling multiple "
-                    f"{largest:g} needs {round(largest * self.train.questions)} questions, but "
-                    f"data.synthetic.train_size is {available}"
+                    f"runs.data_scaling.multiples up to {largest:g} need {needed} extra questions "
+                    f"beyond the {base} of the 1x set, but data.synthetic.extra_size is "
+                    f"{self.data.synthetic.extra_size}"
                 )
         if self.diagnostics.n_neighbours > self.rephrase.n:
             problems.append(

@@ -24,32 +24,6 @@ class TrainProbe(ConfigModel):
     seed: int = Field(12345, ge=0, description="sampling seed (the same before and after)")
 
 
-class DataScaling(ConfigModel):
-    methods: list[str] = Field(
-        default_factory=lambda: ["grpo", "grpo_ds"], description="methods of the scaling runs"
-    )
-    multiples: list[float] = Field(
-        default_factory=lambda: [1.5, 2.0, 2.5], description="training-set multiples (> 1)"
-    )
-
-    @field_validator("methods")
-    @classmethod
-    def _known(cls, methods: list[str]) -> list[str]:
-        from tagrpo.algorithms import METHODS
-
-        unknown = [m for m in methods if m not in METHODS]
-        if unknown:
-            raise ValueError(f"unknown methods {unknown}; allowed: {sorted(METHODS)}")
-        return methods
-
-    @field_validator("multiples")
-    @classmethod
-    def _above_one(cls, multiples: list[float]) -> list[float]:
-        if any(m <= 1.0 for m in multiples):
-            raise ValueError("data-scaling multiples must be > 1 (1x is the ordinary run)")
-        return multiples
-
-
 class TrainSettings(ConfigModel):
     backend: Literal["local", "verl"] = Field(
         "local", description="local (tagrpo/training) | verl (section verl)"
@@ -62,7 +36,7 @@ class TrainSettings(ConfigModel):
     )
     model: str = Field("models/base", min_length=1, description="the starting policy's folder")
     questions: int | None = Field(
-        80, ge=1, description="the 1x training set: the first questions of input (null = all)"
+        None, ge=1, description="the 1x training set: the first questions of input (null = all)"
     )
     epochs: float = Field(2, gt=0, le=1000, description="passes over the training set")
     steps: int | None = Field(None, ge=1, description="overrides the epoch-based step count")
@@ -110,9 +84,6 @@ class TrainSettings(ConfigModel):
     )
     save_checkpoints: bool = Field(True, description="save the checkpoints as HF folders")
     probe: TrainProbe = Field(default_factory=TrainProbe)
-    # Data-scaling runs (paper 5.5): `--data-multiple X` trains on the first X*questions
-    # questions for the same number of epochs (the mini world's 200 questions allow 2.5x).
-    data_scaling: DataScaling = Field(default_factory=DataScaling)
 
     @field_validator("checkpoints")
     @classmethod

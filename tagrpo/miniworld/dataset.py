@@ -81,7 +81,8 @@ def _questions(
 def build_miniworld(
     synthetic: SyntheticSettings | None = None, world: MiniWorldSettings | None = None
 ) -> dict[str, LoadResult]:
-    """The training split (key ``"train"``) and each benchmark (its own name).
+    """The training split (key ``"train"``), the data-scaling pool (``"extra"``, if
+    ``extra_size``) and each benchmark (its own name).
 
     ``synthetic`` is ``data.synthetic`` (sizes, seed, benchmarks), ``world`` is
     ``common.miniworld`` (operand range, training operations); defaults: the embedded default.
@@ -103,5 +104,15 @@ def build_miniworld(
     problems = sample_problems(space, synthetic.train_size, seed=seed * 1000 + 999, exclude=used)
     families = assign_families(problems, PHRASING_FAMILIES, seed=seed * 1000 + 998)
     train = _questions("train", "miniworld-train", problems, families, False, seed=seed)
+    used |= {problem.key() for problem in problems}
+    # The data-scaling pool (paper 5.5): more training questions of the same distribution,
+    # drawn after the training split so that its size never changes the training set.
+    if synthetic.extra_size:
+        extra_problems = sample_problems(
+            space, synthetic.extra_size, seed=seed * 1000 + 997, exclude=used
+        )
+        extra_families = assign_families(extra_problems, PHRASING_FAMILIES, seed=seed * 1000 + 996)
+        extra = _questions("train", "miniworld-extra", extra_problems, extra_families, False, seed)
+        results["extra"] = LoadResult(SOURCE, "train", len(extra), extra, [])
     results["train"] = LoadResult(SOURCE, "train", len(train), train, [])
     return results

@@ -66,26 +66,46 @@ def plan_training(
     spec = get_method(method)
     if data_multiple < 1.0:
         raise ValueError(f"--data-multiple must be >= 1, got {data_multiple:g}")
+    if data_multiple > 1.0 and spec.use_neighbours:
+        raise ValueError(
+            f"{method} samples rephrasings, which the data-scaling pool lacks: the data-scaling "
+            "runs are the baselines' (paper 5.5)"
+        )
     settings = config.train
     policy = policy_name(spec.name, seed, data_multiple)
-    path = (root or project_root()) / settings.input
+    root = root or project_root()
+    path = root / settings.input
     if not path.exists():
         raise FileNotFoundError(
             f"train.input {settings.input} does not exist: run the DAG up to it"
         )
-    limit = None if settings.questions is None else round(data_multiple * settings.questions)
-    neighbours = settings.neighbours
-    questions = load_training_questions(path, settings.n_neighbours, neighbours, limit=limit)
+    questions = load_training_questions(
+        path, settings.n_neighbours, settings.neighbours, limit=settings.questions
+    )
     if not questions:
         raise ValueError(f"{settings.input} holds no training question")
-    if data_multiple > 1.0 and settings.questions is None:
-        raise ValueError(
-            "--data-multiple needs train.questions (the 1x set): with questions: null every "
-            "question is already used, there is nothing more to draw from"
-        )
+    if data_multiple > 1.0:
+        questions = questions + extra_questions(root, len(questions), data_multiple)
     per_step = settings.questions_per_step(spec.name)
     steps = settings.steps or math.ceil(settings.epochs * len(questions) / per_step)
     return TrainPlan(config, spec, seed, data_multiple, policy, questions, int(steps))
+
+
+def extra_questions(root: Path, base: int, data_multiple: float) -> list[TrainQuestion]:
+    """The data-scaling chunk for ``data_multiple``: the first ``round((m - 1) x base)``
+    questions of the data stage's pool (seeded order; no rephrasings)."""
+    from tagrpo.layout import data_outputs
+
+    pool = root / data_outputs()["processed"] / "extra.parquet"
+    needed = round((data_multiple - 1.0) * base)
+    available = load_training_questions(pool, 0, "none") if pool.exists() else []
+    if needed > len(available):
+        raise ValueError(
+            f"--data-multiple {data_multiple:g} needs {needed} questions beyond the {base} of "
+            f"the 1x set, but the data-scaling pool {pool.relative_to(root)} holds "
+            f"{len(available)} (data.synthetic.extra_size, or data.<source>.extra: [openr1_math])"
+        )
+    return available[:needed]
 
 
 def run_summary(

@@ -32,7 +32,7 @@ from tagrpo.data.sources.local import (
     normalise_records,
 )
 
-TRAIN_SOURCES = ("math",)
+TRAIN_SOURCES = ("math", "openr1_math")
 EVAL_SOURCES = (
     "math500",
     "amc23",

@@ -104,6 +104,8 @@ HUB_SOURCES: dict[str, tuple[HubSpec, ...]] = {
     ),
     "minerva_math": (HubSpec("math-ai/minervamath", "test", (None,), _question_as_problem),),
     "gpqa_diamond": (HubSpec("Idavidrein/gpqa", "train", ("gpqa_diamond",)),),
+    # The data-scaling pool (paper section 5.5); "default" holds the ~94k verified rows.
+    "openr1_math": (HubSpec("open-r1/OpenR1-Math-220k", "train", ("default",)),),
 }
 
 

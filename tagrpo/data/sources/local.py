@@ -44,6 +44,9 @@ REJECTION_REASONS: dict[str, str] = {
     "duplicate_id": "the id was already kept from an earlier row of the same file",
     "invalid_encoding": "the line is not valid UTF-8, or holds a lone surrogate",
     "too_long": "the problem text exceeds data.max_problem_chars",
+    "unsupported_question_type": "OpenR1-Math: a proof or multiple-choice row (no gradable answer)",
+    "unverified_answer": "OpenR1-Math: no generation of the row was verified correct",
+    "in_training_set": "a data-scaling pool question whose text is already a training question",
 }
 
 # (split, path under the data directory) per source.
@@ -56,6 +59,9 @@ SOURCE_FILES: dict[str, tuple[str, str]] = {
     "olympiadbench": ("test", "olympiadbench/test.jsonl"),
     "minerva_math": ("test", "minerva_math/test.jsonl"),
     "gpqa_diamond": ("test", "gpqa_diamond/test.jsonl"),
+    # OpenR1-Math-220k (default config, ~94k rows): the data-scaling pool (paper section 5.5).
+    # Not in ../shared/data: a user supplies it (jsonl or parquet) or loads it from the hub.
+    "openr1_math": ("train", "openr1_math/train.jsonl"),
 }
 
 # Field carrying the upstream id; sources without one get ``<source>-<row>``.
@@ -68,6 +74,7 @@ ID_FIELDS: dict[str, str] = {
     "olympiadbench": "id",
     "minerva_math": "idx",
     "gpqa_diamond": "Record ID",  # present on the Hugging Face copy only
+    "openr1_math": "uuid",
 }
 
 # Upstream option 0 is the correct answer.
@@ -488,6 +495,40 @@ def normalise_gpqa_diamond(
     )
 
 
+@_normaliser("openr1_math", "train")
+def normalise_openr1_math(record: Mapping[str, Any], row_index: int) -> Question:
+    """OpenR1-Math-220k: a word problem whose ``answer`` at least one generation reached, as
+    checked by its own verifiers (``correctness_math_verify``, else ``correctness_llama``)."""
+    question_id = _question_id("openr1_math", record, row_index)
+    problem = _problem(record)
+    kind = _optional_text(record, "question_type") or "math-word-problem"
+    if kind != "math-word-problem":
+        raise _Reject("unsupported_question_type", kind)
+    verified = [
+        bool(flag)
+        for field in ("correctness_math_verify", "correctness_llama")
+        for flag in (record.get(field) or [])
+    ]
+    if not any(verified):
+        raise _Reject("unverified_answer")
+    raw = record.get("answer")
+    if raw is None or not str(raw).strip():
+        raise _Reject("empty_answer")
+    answer = _answer_text(str(raw))
+    if not answer or answer.lower() in ("proof", "notfound"):
+        raise _Reject("empty_answer", str(raw))
+    return Question(
+        id=question_id,
+        source="openr1_math",
+        split="train",
+        problem=problem,
+        answer=answer,
+        solution=_optional_text(record, "solution"),
+        subject=_optional_text(record, "problem_type"),
+        meta=_compact({"origin": _optional_text(record, "source")}),
+    )
+
+
 NORMALISERS: dict[str, Normaliser] = {
     "math": normalise_math,
     "math500": normalise_math500,
@@ -497,6 +538,7 @@ NORMALISERS: dict[str, Normaliser] = {
     "olympiadbench": normalise_olympiadbench,
     "minerva_math": normalise_minerva_math,
     "gpqa_diamond": normalise_gpqa_diamond,
+    "openr1_math": normalise_openr1_math,
 }
 
 
@@ -619,10 +661,27 @@ def source_path(name: str, data_dir: Path) -> Path:
     return path
 
 
+def read_parquet_records(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    """``(row_index, record)`` per row of a parquet file (a user-supplied copy)."""
+    import pyarrow.parquet as pq
+
+    table = pq.ParquetFile(path)
+    row_index = 0
+    for batch in table.iter_batches(batch_size=4096):
+        for record in batch.to_pylist():
+            yield row_index, record
+            row_index += 1
+
+
 def _load(
     name: str, data_dir: Path, max_problem_chars: int | None = None, **options: Any
 ) -> LoadResult:
-    records = read_jsonl_records(source_path(name, data_dir))
+    jsonl = Path(data_dir) / SOURCE_FILES[name][1]
+    parquet = jsonl.with_suffix(".parquet")
+    if not jsonl.is_file() and parquet.is_file():
+        records: Iterator[Any] = read_parquet_records(parquet)
+    else:
+        records = read_jsonl_records(source_path(name, data_dir))
     return normalise_records(name, records, max_problem_chars=max_problem_chars, **options)
 
 
@@ -690,6 +749,11 @@ def load_gpqa_diamond(
     )
 
 
+def load_openr1_math(data_dir: Path, *, max_problem_chars: int | None = None) -> LoadResult:
+    """OpenR1-Math-220k (``openr1_math/train.jsonl`` or ``.parquet``, supplied by the user)."""
+    return _load("openr1_math", data_dir, max_problem_chars)
+
+
 LOCAL_SOURCES: dict[str, Callable[..., LoadResult]] = {
     "math": load_math,
     "math500": load_math500,
@@ -699,6 +763,7 @@ LOCAL_SOURCES: dict[str, Callable[..., LoadResult]] = {
     "olympiadbench": load_olympiadbench,
     "minerva_math": load_minerva_math,
     "gpqa_diamond": load_gpqa_diamond,
+    "openr1_math": load_openr1_math,
 }
 
 
