@@ -124,6 +124,9 @@ def report_outputs() -> Outputs:
             "claims": Path("reports/claims.md"),
             "scores": Path("reports/tables/scores.csv"),
             "differences": Path("reports/tables/differences.csv"),
+            "paper_scores": Path("reports/tables/paper_scores.csv"),
+            "table1": Path("reports/tables/table1.csv"),
+            "data_scaling": Path("reports/tables/data_scaling.csv"),
         },
         Path("metrics/report.json"),
     )

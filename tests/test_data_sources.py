@@ -477,9 +477,6 @@ def test_openr1_keeps_verified_word_problems_and_reads_parquet(tmp_path: Path) -
 
     rows = [json.loads(line) for line in (FIXTURES / "openr1_math" / "train.jsonl").open()]
     (tmp_path / "openr1_math").mkdir()
-    table = pa.Table.from_pylist(
-        [{k: json.dumps(v) if isinstance(v, list) else v for k, v in r.items()} for r in rows[:1]]
-    )
     pq.write_table(pa.Table.from_pylist(rows[:2]), tmp_path / "openr1_math" / "train.parquet")
     from_parquet = load_local("openr1_math", tmp_path)
     assert [q.id for q in from_parquet.questions] == ["openr1_math-u-1", "openr1_math-u-2"]

@@ -96,9 +96,10 @@ def test_splits_are_disjoint_by_arithmetic_and_rebuildable():
     # The pool is drawn after the training split: its size never changes the training set.
     smaller = build_miniworld(SyntheticSettings(extra_size=10))
     assert [q.id for q in smaller["train"].questions] == [q.id for q in built["train"].questions]
-    assert smaller["extra"].questions == built["extra"].questions[:10] or len(
-        smaller["extra"].questions
-    ) == 10
+    assert (
+        smaller["extra"].questions == built["extra"].questions[:10]
+        or len(smaller["extra"].questions) == 10
+    )
     for question in built["train"].questions[:20]:
         problem = problem_from_meta(question.meta)
         assert render(problem, question.meta["family"]) == question.problem

@@ -12,6 +12,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from scratch_project import ROOT, run_checked, scratch_project
@@ -36,7 +37,8 @@ def test_dvc_repro_runs_every_stage_and_reconciles(smoke_checkout) -> None:
     data = json.loads((checkout / "metrics" / "data.json").read_text())
     for counts in [*data["sources"].values(), data["total"]]:
         assert counts["rows_in"] == counts["kept"] + counts["rejected"]
-    assert data["sources"]["train/miniworld"]["kept"] == 16
+    assert data["sources"]["train/miniworld"]["kept"] == 8
+    assert data["sources"]["extra/miniworld"]["kept"] == 12  # the data-scaling pool
 
     base = json.loads((checkout / "metrics" / "base_model.json").read_text())
     assert base["probe/questions"] == 6.0
@@ -57,6 +59,23 @@ def test_dvc_repro_runs_every_stage_and_reconciles(smoke_checkout) -> None:
     assert 0.0 <= diagnostics["ta_grpo-s0/checkpoint-100/joint/zero_gradient_rate"] <= 1.0
     assert (checkout / "reports" / "diagnostics.png").stat().st_size > 1000
     assert (checkout / "reports" / "figures" / "passk_curves.png").stat().st_size > 1000
+    # The claims table, the statistics and every figure/table of the paper, generated.
+    assert "## The paper's claims, as this run measures them" in report
+    claims = (checkout / "reports" / "claims.md").read_text()
+    assert claims.splitlines()[0].startswith("| claim (paper) |") and claims.strip() in report
+    for figure in (
+        "figure5_passk",
+        "figure6_matched_budget",
+        "figure7_data_scaling",
+        "figure8_ablation",
+    ):
+        assert (checkout / "reports" / "figures" / f"{figure}.png").stat().st_size > 1000
+        assert f"figures/{figure}.png" in report
+    scaling = pd.read_csv(checkout / "reports" / "tables" / "data_scaling.csv")
+    assert sorted(set(scaling["data_multiple"])) == [1.0, 1.5, 2.0, 2.5]
+    scaled = json.loads((checkout / "metrics" / "train" / "grpo_data2.5x-s0.json").read_text())
+    one_x = json.loads((checkout / "metrics" / "train" / "grpo-s0.json").read_text())
+    assert scaled["steps"] > one_x["steps"]  # same epochs over 2.5x the questions
 
     # Every stage run is in the project's MLflow store, tagged with stage and commit.
     head = run_checked(["git", "rev-parse", "HEAD"], checkout, env).strip()

@@ -21,6 +21,7 @@ from tagrpo.layout import (
     data_outputs,
     diagnostics_outputs,
     evaluate_outputs,
+    policy_name,
     report_outputs,
 )
 from tagrpo.report.markdown import markdown_table, passk_curves, passk_long_table, table1
@@ -176,6 +177,119 @@ def statistics_sections(
     return table, section, headline
 
 
+def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
+    """The paper's Table 1 and Figures 5-8 (:mod:`tagrpo.report.paper`), beside its numbers
+    when the base model is one of the paper's."""
+    from tagrpo.layout import BASE_POLICY
+    from tagrpo.report import paper
+    from tagrpo.report.claims import load_policy_runs, load_seed_runs
+
+    ks = config.evaluate.ks
+    k = ks[-1]
+    n_resamples = config.evaluate.bootstrap_resamples
+    runs = {"base": load_policy_runs(root, [BASE_POLICY], ks)}
+    runs.update(load_seed_runs(root, config.runs.methods, config.runs.seeds, ks))
+    benchmarks = sorted(config.benchmark_names())
+    groups = dict(config.evaluate.groups)
+    columns = {b: [b] for b in benchmarks} | groups | {"average": benchmarks}
+    frame = paper.scores(runs, columns, n_resamples)
+    frame.to_csv(out["paper_scores"], index=False)
+    hub_id = config.base_model.hub.hub_id if config.base_model.kind == "hub" else None
+    model = paper.paper_model(hub_id)
+    ordered = [b for members in groups.values() for b in members]
+    ordered += [b for b in benchmarks if b not in ordered]
+    table_columns = []
+    for name, members in groups.items():
+        table_columns += [*members, name]
+    table_columns += [b for b in benchmarks if b not in table_columns]
+    table, wide = paper.table1(frame, table_columns, k, model)
+    wide.to_csv(out["table1"], index=False)
+    figures = out["figures"]
+    figures.mkdir(parents=True, exist_ok=True)
+    paper.curves_figure(
+        frame[frame["column"].isin(ordered)], ordered, figures / "figure5_passk.png"
+    )
+    averages = [*groups, "average"]
+    paper.bars_figure(
+        frame, paper.MATCHED, [*ordered, *averages], k, "Matched budget (paper Figure 6)",
+        figures / "figure6_matched_budget.png",
+    )  # fmt: skip
+    paper.bars_figure(
+        frame, paper.ABLATION, averages, k, "Ablation (paper Figure 8)",
+        figures / "figure8_ablation.png",
+    )  # fmt: skip
+    scaling = config.runs.data_scaling
+    scaled = {
+        (method, multiple): load_policy_runs(
+            root, [policy_name(method, s, multiple) for s in scaling.seeds], ks
+        )
+        for method in scaling.methods
+        for multiple in scaling.multiples
+    }
+    scaling_frame = paper.scaling_frame(
+        {m: r for m, r in runs.items() if m in (*scaling.methods, "ta_grpo")},
+        scaled,
+        benchmarks,
+        k,
+        n_resamples,
+    )
+    scaling_frame.to_csv(out["data_scaling"], index=False)
+    paper.scaling_figure(scaling_frame, scaling.methods, k, figures / "figure7_data_scaling.png")
+    link = out_link(out)
+    beside = (
+        f"The run's base model is {model}: the paper's Table 1 rows follow ours, with the "
+        "difference."
+        if model
+        else "The base model is not one of the paper's four, so no published row sits beside ours."
+    )
+    lines = [
+        f"## The paper's figures and tables (pass@{k} unless stated; percent, 95% intervals)",
+        "",
+        f"Table 1: pass@{k} per benchmark and the group averages. {beside}",
+        "",
+        table,
+        "",
+        "Figure 5: pass@k curves per benchmark, every method (shaded: 95% intervals).",
+        "",
+        f"![Figure 5]({link}/figure5_passk.png)",
+        "",
+        "Figure 6: the matched response budget ((N+1)xGRPO, with and without DS).",
+        "",
+        f"![Figure 6]({link}/figure6_matched_budget.png)",
+        "",
+        f"Figure 7: data scaling: {', '.join(scaling.methods)} on 1x to "
+        f"{max(scaling.multiples, default=1.0):g}x training questions against TA-GRPO on 1x "
+        "(average over all benchmarks).",
+        "",
+        markdown_table(
+            ["method", "data", f"average pass@{k} [95% CI]"],
+            [
+                [r.method, f"{r.data_multiple:g}x", f"{r.value:.1f} [{r.low:.1f}, {r.high:.1f}]"]
+                for r in scaling_frame.itertuples()
+            ],
+        ),
+        "",
+        f"![Figure 7]({link}/figure7_data_scaling.png)",
+        "",
+        "Figure 8: the ablation: GRPO, TA-GRPO* (rephrasings, per-rephrasing groups and "
+        "ratios), unanchored TA-GRPO (joint groups, own-prompt ratios), TA-GRPO.",
+        "",
+        f"![Figure 8]({link}/figure8_ablation.png)",
+    ]
+    quoted = paper.quoted_numbers(model)
+    if quoted:
+        lines += ["", f"The paper's other figures for {model}:", "", quoted]
+    return "\n".join(lines)
+
+
+def out_link(out: dict[str, Path]) -> str:
+    """The figures folder as linked from the report."""
+    import os
+
+    layout = report_outputs()
+    return Path(os.path.relpath(layout["figures"], layout["report"].parent)).as_posix()
+
+
 def _interval(value: float, low: float, high: float) -> str:
     return f"{100 * value:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
 
@@ -227,6 +341,7 @@ def build_report(
     link_path = Path(os.path.relpath(layout["figures"] / curves.name, layout["report"].parent))
     link = link_path.as_posix()
     claims, statistics, headline = statistics_sections(config, root, out)
+    paper_figures = paper_sections(config, root, out)
     sections = [
         f"# {config.report.title}",
         "",
@@ -239,6 +354,8 @@ def build_report(
         claims,
         "",
         statistics,
+        "",
+        paper_figures,
         "",
         data_section(counts),
         "",

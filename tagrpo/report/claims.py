@@ -47,22 +47,35 @@ class Claim:
         return [self.claim, self.measure, value, self.estimate.verdict]
 
 
+def load_policy_runs(root: Path, policies: Sequence[str], ks: Sequence[int]) -> SeedRuns:
+    """Per-problem pass@k of the given policies (one method's seeds), from their evaluations."""
+    from tagrpo.layout import evaluate_outputs
+
+    counts = []
+    for policy in policies:
+        path = root / evaluate_outputs(policy)["responses"]
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing: run the evaluate stage of {policy}")
+        counts.append(problem_counts(pd.read_parquet(path, columns=_COLUMNS)))
+    return seed_runs(counts, ks)
+
+
 def load_seed_runs(
-    root: Path, methods: Sequence[str], seeds: Sequence[int], ks: Sequence[int]
+    root: Path,
+    methods: Sequence[str],
+    seeds: Sequence[int],
+    ks: Sequence[int],
+    data_multiple: float = 1.0,
 ) -> dict[str, SeedRuns]:
     """Each method's per-problem pass@k over its seeds, from ``evals/<method>-s<seed>``."""
-    from tagrpo.layout import evaluate_outputs, policy_name
+    from tagrpo.layout import policy_name
 
-    runs = {}
-    for method in methods:
-        counts = []
-        for seed in seeds:
-            path = root / evaluate_outputs(policy_name(method, seed))["responses"]
-            if not path.exists():
-                raise FileNotFoundError(f"{path} is missing: run the evaluate stage")
-            counts.append(problem_counts(pd.read_parquet(path, columns=_COLUMNS)))
-        runs[method] = seed_runs(counts, ks)
-    return runs
+    return {
+        method: load_policy_runs(
+            root, [policy_name(method, seed, data_multiple) for seed in seeds], ks
+        )
+        for method in methods
+    }
 
 
 _COLUMNS = ["benchmark", "question_id", "correct"]
