@@ -70,8 +70,11 @@ class ConsistencyConfig(ConfigModel):
 
 class ConsistencySettings(ConsistencyConfig):
     enabled: bool = Field(True, description="answer-consistency solve")
-    solver: Literal["local", "openai"] = Field(
-        "local", description="local (a transformers model) | openai (an endpoint)"
+    # The base policy as solver rejects exactly the rephrasings it fails on, i.e. the signal
+    # TA-GRPO exploits; an independent solver is the default wherever one exists.
+    solver: Literal["miniworld", "local", "openai"] = Field(
+        "miniworld",
+        description="miniworld (exact, mini world only) | local (a model) | openai (an endpoint)",
     )
     local: LocalSolverSettings = Field(default_factory=LocalSolverSettings)
     openai: SolverEndpoint = Field(default_factory=SolverEndpoint)
@@ -81,6 +84,14 @@ class ConsistencySettings(ConsistencyConfig):
         return ConsistencyConfig(
             **{name: getattr(self, name) for name in ConsistencyConfig.model_fields}
         )
+
+
+class DifficultyProbe(ConfigModel):
+    """The policy's success on each candidate, split by verdict: does the check keep the
+    rephrasings the policy already solves (a shift of the training set's difficulty)?"""
+
+    enabled: bool = Field(True, description="sample consistency.local.model on every candidate")
+    k: int = Field(8, ge=1, le=1024, description="samples per candidate")
 
 
 class PolicyConfig(ConfigModel):
@@ -112,4 +123,5 @@ class CheckEquivalenceSettings(ConfigModel):
     consistency: ConsistencySettings = Field(default_factory=ConsistencySettings)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     controls: ControlsSettings = Field(default_factory=ControlsSettings)
+    difficulty_probe: DifficultyProbe = Field(default_factory=DifficultyProbe)
     report_examples: int = Field(6, ge=0, le=1000, description="examples shown in the report")

@@ -248,7 +248,11 @@ def make_solver(
     cache: Any = None,
     torch_threads: int | None = None,
 ) -> Solver:
-    """The solver named by ``settings.solver`` (``local`` or ``openai``)."""
+    """The solver named by ``settings.solver`` (``miniworld``, ``local`` or ``openai``)."""
+    if settings.solver == "miniworld":
+        from tagrpo.miniworld.solver import MiniWorldSolver
+
+        return MiniWorldSolver()
     if settings.solver == "local":
         model = Path(settings.local.model)
         return LocalSolver(

@@ -169,6 +169,19 @@ def report_section(
             "A padded slot makes TA-GRPO sample q0 again in that slot.",
             "",
         ]
+    difficulty = summary.get("difficulty")
+    if difficulty:
+        lines += [
+            f"Solver for the answer-consistency check: `{settings.get('solver', 'n/a')}`. The "
+            f"policy `{difficulty['policy']}` (k = {difficulty['k']}) solves "
+            f"{_percent(difficulty['success_all'])} of all {difficulty['candidates']} checked "
+            f"rephrasings and {_percent(difficulty['success_accepted'])} of the accepted ones "
+            f"(shift {difficulty['shift_points']:+.1f} points; rejected: "
+            f"{_percent(difficulty['success_rejected'])}). A solver that is the policy itself "
+            "keeps the rephrasings it already solves and shifts the training set toward easy "
+            "ones; an independent solver should show no shift.",
+            "",
+        ]
     lines.append(
         f"Backend `{settings['backend']}`, N = {settings['n']} rephrasings per question, up to "
         f"{settings['max_rounds']} regeneration rounds, fallback `{settings['fallback']}`. "

@@ -53,6 +53,45 @@ def run_controls(checker: Any, questions: list[Any], config: Params) -> list:
     return verdicts
 
 
+def difficulty_probe(
+    config: Params, root: Path, verdicts: list[Any], by_id: dict[str, Any], grade: Any
+) -> dict[str, Any]:
+    """The policy's success on every checked candidate, by verdict (see the config's help)."""
+    from tagrpo.equivalence.consistency import LocalSolver, solve_and_grade
+    from tagrpo.equivalence.policy import _solve_item
+
+    section = config.check_equivalence
+    probe = section.difficulty_probe
+    candidates = [v for v in verdicts if v.kind == "candidate" and v.text]
+    model = Path(section.consistency.local.model)
+    solver = LocalSolver(
+        model if model.is_absolute() else root / model,
+        section.consistency.rule(),
+        seed=config.common.seed + 1,
+        max_batch_sequences=section.consistency.local.max_batch_sequences,
+    )
+    items = [_solve_item(by_id[v.question_id], v.text) for v in candidates]
+    stats = solve_and_grade(solver, items, probe.k, grade)
+    rates = {"accepted": [], "rejected": []}
+    for verdict, stat in zip(candidates, stats, strict=True):
+        if stat is not None:
+            rates["accepted" if verdict.accepted else "rejected"].append(stat.correct / stat.k)
+    every = rates["accepted"] + rates["rejected"]
+
+    def mean(values: list[float]) -> float:
+        return float(sum(values) / len(values)) if values else float("nan")
+
+    return {
+        "policy": str(section.consistency.local.model),
+        "k": probe.k,
+        "candidates": len(every),
+        "success_all": mean(every),
+        "success_accepted": mean(rates["accepted"]),
+        "success_rejected": mean(rates["rejected"]),
+        "shift_points": 100 * (mean(rates["accepted"]) - mean(every)),
+    }
+
+
 def check_rephrasings(
     config: Params, root: Path, train_path: Path, candidates_path: Path, out: dict[str, Path]
 ) -> dict[str, Any]:
@@ -93,6 +132,7 @@ def check_rephrasings(
         config.rephrase, needed=config.rephrase.backend != "rules" or endpoint_solver
     )
     rephraser = None
+    difficulty = None
     try:
         if settings.consistency_enabled:
             from tagrpo.equivalence.consistency import make_solver
@@ -100,7 +140,8 @@ def check_rephrasings(
             solver = make_solver(
                 section.consistency, seed, root, cache=cache, torch_threads=section.torch_threads
             )
-        with _grader(config, settings.consistency_enabled) as grade:
+        needs_grader = settings.consistency_enabled or section.difficulty_probe.enabled
+        with _grader(config, needs_grader) as grade:
             checker = EquivalenceChecker(settings, scorer, solver, grade)
             if section.policy.max_rounds > 0:
                 rephraser = make_rephraser(config.rephrase, seed, cache=cache, root=root)
@@ -112,6 +153,11 @@ def check_rephrasings(
             controls_started = time.perf_counter()
             control_verdicts = run_controls(checker, questions, config)
             timings["controls_s"] = time.perf_counter() - controls_started
+            if section.difficulty_probe.enabled:
+                probe_started = time.perf_counter()
+                by_id = {q.id: q for q in questions}
+                difficulty = difficulty_probe(config, root, result.verdicts, by_id, grade)
+                timings["difficulty_probe_s"] = time.perf_counter() - probe_started
     finally:
         if cache is not None:
             cache.close()
@@ -134,6 +180,14 @@ def check_rephrasings(
     unfilled = int(result.outcome.get("unfilled_slots", 0))
     summary["unfilled_slot_share"] = unfilled / slots if slots else 0.0
     summary["solver_samples"] = checker.solver_samples
+    if difficulty is not None:
+        summary["difficulty"] = difficulty
+        print(
+            f"[check_equivalence] the policy solves {100 * difficulty['success_all']:.1f}% of "
+            f"all checked rephrasings, {100 * difficulty['success_accepted']:.1f}% of the accepted "
+            f"(shift {difficulty['shift_points']:+.1f} points), "
+            f"{100 * difficulty['success_rejected']:.1f}% of the rejected"
+        )
     if rephraser is not None:
         summary["regeneration"] = rephraser.metrics()
     timings["total_s"] = time.perf_counter() - started
@@ -165,6 +219,7 @@ def check_rephrasings(
                 "n": config.rephrase.n,
                 "max_rounds": section.policy.max_rounds,
                 "fallback": section.policy.fallback,
+                "solver": section.consistency.solver if settings.consistency_enabled else "off",
                 "consistency": section.consistency.model_dump(mode="json"),
             },
             examples=section.report_examples,
