@@ -48,7 +48,7 @@ class _Rejection:
 
 def _parse_grade_line(number: int, line: str) -> _GradeRequest | _Rejection:
     """One input line -> a request, or a rejection that says what is wrong with it."""
-    from tagrpo.grading.verify import ANSWER_KINDS, answer_kind_for
+    from tagrpo.grading.kinds import ANSWER_KINDS, answer_kind_for
 
     if not line.strip():
         return _Rejection(number, None, "empty line")
