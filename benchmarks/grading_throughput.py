@@ -14,7 +14,7 @@ Pairs (all real, built from the shared data directory: ``--data-dir``, else
 * cross-problem negatives: each solution against the gold of another problem of the same source
   whose gold differs (value for plain numbers, else the whitespace-free string);
 * perturbed negatives: each solution with its final box changed, twice: one number of the
-  answer off by one in its last digit, and the answer plus one.
+  answer off by one in its last digit, and the answer x replaced by ``2 (x) + 1``.
 
 A negative is "expected wrong" by construction; a few constructions can still be right (a
 perturbed exponent of 1, say), so the script lists each grader's false positives for review.
@@ -59,7 +59,7 @@ SOURCES = ("math_test", "math500", "minerva_math", "olympiadbench")
 @dataclass(frozen=True)
 class Pair:
     source: str
-    kind: str  # positive | cross | perturbed_digit | perturbed_plus_one
+    kind: str  # positive | cross | perturbed_digit | perturbed_affine
     response: str
     gold: str
 
@@ -226,9 +226,12 @@ def build_pairs(positives: list[Pair], seed: int) -> list[Pair]:
                 text = _replace_last_box(pair.response, changed)
                 if text is not None:
                     pairs.append(Pair(source, "perturbed_digit", text, pair.gold))
-            text = _replace_last_box(pair.response, f"{boxed} + 1")
-            if text is not None and boxed:
-                pairs.append(Pair(source, "perturbed_plus_one", text, pair.gold))
+            # 2x + 1 differs from x at any tolerance (unless x = -1): unlike x + 1, which a
+            # gold of 4.5e33 (two digits shown) rightly accepts.
+            if boxed and _label_key(pair.gold) != -1:
+                text = _replace_last_box(pair.response, f"2 ({boxed}) + 1")
+                if text is not None:
+                    pairs.append(Pair(source, "perturbed_affine", text, pair.gold))
     return pairs
 
 
@@ -453,8 +456,8 @@ def main(argv: list[str] | None = None) -> int:
     sources = Counter(pair.source for pair in pairs if pair.expected)
     print(f"pairs: {len(pairs)} = {kinds['positive']} positives "
           f"({', '.join(f'{s} {n}' for s, n in sources.items())}) + {kinds['cross']} cross + "
-          f"{kinds['perturbed_digit']} digit-perturbed + {kinds['perturbed_plus_one']} "
-          "plus-one negatives")  # fmt: skip
+          f"{kinds['perturbed_digit']} digit-perturbed + {kinds['perturbed_affine']} "
+          "2x+1 negatives")  # fmt: skip
 
     runners: list[tuple[str, Callable[[], Run]]] = [
         ("tagrpo1", lambda: run_tagrpo(pairs, 1)),

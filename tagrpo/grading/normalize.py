@@ -166,7 +166,9 @@ _THOUSANDS = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _MIXED_NUMBER = re.compile(r"(-?)(\d+)\s*\\frac\{(\d+)\}\{(\d+)\}")
 # A bare variable on the left of "x = 3", "x_1 = 3", "\theta = 3": the only left-hand side that
 # may be dropped (an equation such as "x - 3z = 0" or "3 = 4" keeps its sides).
-_SIMPLE_LHS = re.compile(r"\s*+(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?[A-Za-z0-9]+\}?)?+\s*+")
+_SIMPLE_LHS = re.compile(
+    r"\s*+(?:[A-Za-z]|\\[A-Za-z]+)(?:_(?:\{[A-Za-z0-9]+\}|[A-Za-z0-9]+))?+\s*+"
+)
 _WHOLE_BOX = re.compile(r"\\(?:boxed|fbox)\s*+\{")
 # Spacing commands; "(?<!\\)" keeps the row separator "\\" of matrices ("\\ 0", "\\,") intact.
 _SPACING = re.compile(r"(?<!\\)\\[!,;:>]|\\displaystyle|\\textstyle")

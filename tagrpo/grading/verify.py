@@ -220,8 +220,16 @@ def _as_mp(value: Any) -> Any:
     return value
 
 
+class _CloseCall(Exception):
+    """Two irrational closed forms agree to 48 digits: only symbolic simplification can tell."""
+
+
 def numbers_match(pred: NumberValue, gold: NumberValue) -> bool:
-    """The numeric tolerance rule (module docstring): exact, gold's digits, or relative 1e-6."""
+    """The numeric tolerance rule (module docstring): exact, gold's digits, or relative 1e-6.
+
+    Raises :class:`_CloseCall` for two irrational closed forms whose values agree to 48 of
+    60 digits: equal or not, that is for math-verify's symbolic check to decide.
+    """
     if isinstance(pred.value, Fraction) and isinstance(gold.value, Fraction):
         difference = abs(pred.value - gold.value)
         magnitude = abs(gold.value)
@@ -238,11 +246,14 @@ def numbers_match(pred: NumberValue, gold: NumberValue) -> bool:
         pred_value, gold_value = _as_mp(pred.value), _as_mp(gold.value)
         difference = abs(pred_value - gold_value)
         magnitude = max(abs(pred_value), abs(gold_value))
+        if pred.exact and gold.exact and not (pred.decimal or gold.decimal):
+            # Closed forms that differ in their first 48 digits differ; closer ones are not
+            # called equal here (2^2005 sqrt(2) + 1 is not 2^2005 sqrt(2)): see CLOSE_CALL.
+            if difference > mpmath.mpf(10) ** (12 - _WORKING_DIGITS) * magnitude:
+                return False
+            raise _CloseCall
         if difference == 0:
             return True
-        if pred.exact and gold.exact and not (pred.decimal or gold.decimal):
-            # Closed forms: equal values agree to all 60 digits but the last few.
-            return bool(difference <= mpmath.mpf(10) ** (12 - _WORKING_DIGITS) * magnitude)
         if gold.decimal and pred.decimal and gold.half_unit is not None:
             tolerance = max(_as_mp(gold.half_unit), abs(gold_value) * mpmath.mpf("1e-6"))
             return bool(difference <= tolerance)
@@ -258,6 +269,12 @@ def _sympy_number(expr: Any) -> NumberValue | None:
         return None
     if expr.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan):
         return None
+    if expr.is_rational and not expr.atoms(sympy.Float):
+        # Integer arithmetic, however large (2^{2005} + 1, 100!/2^{50}): exact. The parse is
+        # unevaluated; doit() computes it (within the item's CPU budget).
+        value = expr if expr.is_Rational else expr.doit()
+        if value.is_Rational:
+            return NumberValue(Fraction(int(value.p), int(value.q)), False, True)
     try:
         evaluated = expr.evalf(_WORKING_DIGITS)
         real, imaginary = evaluated.as_real_imag()
@@ -316,13 +333,27 @@ def _math_verify(pred: str, gold: str) -> bool:
         plain_gold = plain_number(gold)
         if plain_gold is not None:
             gold_number = plain_gold  # keeps the digits the gold shows
-        if numbers_match(pred_number, gold_number):
-            return True
-        # Every number pair is decided here, never by math-verify's rounding to 6 decimals,
-        # with one exception: against an exact zero, a closed form whose 60-digit value is a
-        # rounding residue may still be zero, which only math-verify's simplification can tell.
-        if not (_is_zero(gold_number) or _is_zero(pred_number)):
-            return False
+        # Number pairs are decided here, never by math-verify's rounding to 6 decimals, with
+        # two exceptions left to its symbolic check: two irrational closed forms that agree to
+        # 48 digits, and a closed form whose 60-digit value is a rounding residue against an
+        # exact zero (it may be zero).
+        try:
+            if numbers_match(pred_number, gold_number):
+                return True
+            if not (_is_zero(gold_number) or _is_zero(pred_number)):
+                return False
+        except _CloseCall:
+            # sympy's evalf raises its precision through cancellation: a difference it can
+            # resolve to 30 digits is not zero unless it is exactly 0 (2^{2005} sqrt(2) + 1 is
+            # not 2^{2005} sqrt(2)); one it cannot resolve (PrecisionExhausted) may be zero,
+            # and goes on to math-verify's simplification.
+            from sympy.core.evalf import PrecisionExhausted
+
+            try:
+                difference = (pred_parsed.items[0] - gold_parsed.items[0]).evalf(30, strict=True)
+                return bool(difference == 0)  # exactly zero when sympy cancelled it outright
+            except PrecisionExhausted:
+                pass
     return bool(
         _math_verify_api().verify(
             list(gold_parsed.items),
@@ -451,11 +482,9 @@ def grade_answer(extracted: str | None, answer: str, answer_kind: str = "math") 
         same = compact(pred.text) == compact(gold.text)
         return GradeResult(same, boxed, "exact" if same else "mismatch")
     if "=" in boxed and "=" in answer:
-        # Both sides name a variable ("y = 3" vs "x = 3"): compare the equations themselves.
-        gold_equation = _normalized_gold(answer, keep_lhs=True)
-        pred_equation = normalize_full(boxed, keep_lhs=True)
-        if gold_equation.text != gold.text and pred_equation.text != pred.text:
-            gold, pred = gold_equation, pred_equation
+        # Both sides are equations ("y = 3" vs "x = 3", "x = 3z" vs "x - 3z = 0"): compare the
+        # equations themselves, left-hand sides kept.
+        gold, pred = _normalized_gold(answer, keep_lhs=True), normalize_full(boxed, keep_lhs=True)
     pred_units, gold_units = measurement_units(pred.units), measurement_units(gold.units)
     if pred_units and gold_units and pred_units != gold_units:
         return GradeResult(False, boxed, "mismatch")  # 5 cm is not 5 m
