@@ -45,7 +45,7 @@ itself is the pool's (:mod:`tagrpo.grading.pool`).
 Safety: math-verify is used with ``LatexExtractionConfig`` only. ``ExprExtractionConfig`` hands
 text to sympy's ``parse_expr``, which calls Python's ``eval``; model output must never reach
 it. The LaTeX path has one such call too (``sympy.Number(token)`` for numeric tokens, which
-goes through ``sympify``); :func:`_install_safe_number_parsing` replaces it with ``int``/
+goes through ``sympify``); :func:`_math_verify_api` replaces it with ``int``/
 ``Float`` construction, so no model text is ever evaluated as code. math-verify's own
 ``signal.alarm`` timeouts are switched off (they only work in a main thread and would fight
 ours).
@@ -126,10 +126,6 @@ def _math_verify_api() -> Any:
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     latex2sympy2._Latex2Sympy.parse_number = _safe_parse_number
     return math_verify
-
-
-def _install_safe_number_parsing() -> None:
-    _math_verify_api()
 
 
 def _latex_only() -> tuple[Any, ...]:
