@@ -27,7 +27,11 @@ from typing import Any
 # --- grade -----------------------------------------------------------------------------------
 
 GRADE_REQUIRED_FIELDS = ("id", "response", "answer")
+_STRING_FIELDS = ("id", "response", "answer", "benchmark", "answer_kind")
 _MAX_ERRORS_SHOWN = 10
+# Below this many answers the grading pool starts cold: the forkserver's warm-up (grading a
+# built-in corpus, about two seconds) costs more than it saves on a few answers.
+_WARM_POOL_MIN_ITEMS = 200
 
 
 @dataclass(frozen=True)
@@ -46,25 +50,59 @@ class _Rejection:
     error: str
 
 
+class _NonStandardConstant(ValueError):
+    """NaN or Infinity: Python's json reads them, but they are not JSON."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NonStandardConstant(name)
+
+
+def _lone_surrogate(record: dict[str, Any]) -> str | None:
+    """The first string field holding a lone surrogate (valid JSON, not encodable as UTF-8)."""
+    for name in _STRING_FIELDS:
+        value = record.get(name)
+        if not isinstance(value, str):
+            continue
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as error:
+            code = ord(value[error.start])
+            return f"{name} holds a lone surrogate (U+{code:04X} at index {error.start})"
+    return None
+
+
+def _id_key(record_id: Any) -> tuple[str, Any]:
+    """Ids 1 and 1.0 are one number; the string "1" is another id."""
+    return ("string", record_id) if isinstance(record_id, str) else ("number", record_id)
+
+
 def _parse_grade_line(number: int, line: str) -> _GradeRequest | _Rejection:
-    """One input line -> a request, or a rejection that says what is wrong with it."""
-    from tagrpo.grading.verify import ANSWER_KINDS, answer_kind_for
+    """One decoded input line -> a request, or a rejection that says what is wrong with it."""
+    from tagrpo.grading.kinds import ANSWER_KINDS, answer_kind_for
 
     if not line.strip():
         return _Rejection(number, None, "empty line")
     try:
-        record = json.loads(line)
+        record = json.loads(line, parse_constant=_refuse_constant)
+    except _NonStandardConstant as error:
+        return _Rejection(number, None, f"invalid JSON ({error} is not a JSON value)")
     except json.JSONDecodeError as error:
         return _Rejection(number, None, f"invalid JSON ({error.msg} at column {error.colno})")
     if not isinstance(record, dict):
         return _Rejection(number, None, "not a JSON object")
+    surrogate = _lone_surrogate(record)
     record_id = record.get("id")
+    if surrogate is not None:  # caught here: it would only fail when the output is written
+        shown_id = record_id if _is_valid_id(record_id) and surrogate[:3] != "id " else None
+        return _Rejection(number, shown_id, surrogate)
     missing = [name for name in GRADE_REQUIRED_FIELDS if record.get(name) is None]
     if "response" in record and record["response"] is None:
         missing.remove("response")  # a null response is an empty one: graded "no_answer"
     if missing:
-        return _Rejection(number, record_id, f"missing field(s): {', '.join(missing)}")
-    if isinstance(record_id, (bool, dict, list)):
+        shown_id = record_id if _is_valid_id(record_id) else None
+        return _Rejection(number, shown_id, f"missing field(s): {', '.join(missing)}")
+    if not _is_valid_id(record_id):
         return _Rejection(number, None, "id must be a string or a number")
     response, answer = record["response"] or "", record["answer"]
     if not isinstance(response, str):
@@ -84,6 +122,45 @@ def _parse_grade_line(number: int, line: str) -> _GradeRequest | _Rejection:
     )
 
 
+def _is_valid_id(record_id: Any) -> bool:
+    return isinstance(record_id, (str, int, float)) and not isinstance(record_id, bool)
+
+
+def _read_grade_input(path: Path) -> list[_GradeRequest | _Rejection]:
+    """Every line of ``path``, decoded on its own: a bad line is rejected with its number.
+
+    Lines end at ``\n`` only (JSON strings cannot hold a raw line break); a UTF-8 byte-order
+    mark on the first line is ignored. Repeated ids are rejected after their first line.
+    """
+    parsed: list[_GradeRequest | _Rejection] = []
+    first_line_of: dict[tuple[str, Any], int] = {}
+    with path.open("rb") as stream:
+        for number, raw in enumerate(stream, 1):
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                byte = raw[error.start]
+                parsed.append(
+                    _Rejection(
+                        number,
+                        None,
+                        f"not valid UTF-8 (byte 0x{byte:02x} at byte {error.start + 1} of the "
+                        "line)",
+                    )
+                )
+                continue
+            row = _parse_grade_line(number, line)
+            if isinstance(row, _GradeRequest):
+                key = _id_key(row.id)
+                first = first_line_of.setdefault(key, number)
+                if first != number:
+                    row = _Rejection(number, row.id, f"duplicate id (first on line {first})")
+            parsed.append(row)
+    return parsed
+
+
 def _write_jsonl_atomically(path: Path, rows: list[dict[str, Any]]) -> None:
     """Write all rows or nothing: a crash never leaves a half-written output behind."""
     directory = path.parent if str(path.parent) else Path(".")
@@ -91,7 +168,7 @@ def _write_jsonl_atomically(path: Path, rows: list[dict[str, Any]]) -> None:
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             for row in rows:
-                stream.write(json.dumps(row, ensure_ascii=False) + "\n")
+                stream.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -101,9 +178,8 @@ def _write_jsonl_atomically(path: Path, rows: list[dict[str, Any]]) -> None:
 def _cmd_grade(args: argparse.Namespace) -> int:
     input_path, output_path = Path(args.input), Path(args.output)
     try:
-        with input_path.open(encoding="utf-8") as stream:
-            parsed = [_parse_grade_line(number, line) for number, line in enumerate(stream, 1)]
-    except (OSError, UnicodeDecodeError) as error:
+        parsed = _read_grade_input(input_path)
+    except OSError as error:
         print(f"tagrpo grade: cannot read {input_path}: {error}", file=sys.stderr)
         return 2
 
@@ -125,11 +201,15 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     requests = [row for row in parsed if isinstance(row, _GradeRequest)]
     results = []
     restarts = 0
-    if requests:
+    if requests:  # the pool (and its processes) start only when there is something to grade
         from tagrpo.grading.pool import GradeItem, GradingPool
 
         items = [GradeItem(r.response, r.answer, r.answer_kind) for r in requests]
-        with GradingPool(workers=args.workers, item_timeout_s=args.item_timeout) as pool:
+        with GradingPool(
+            workers=min(args.workers, len(items)),
+            item_timeout_s=args.item_timeout,
+            warm_up=len(items) >= _WARM_POOL_MIN_ITEMS,
+        ) as pool:
             results = pool.grade(items)
             restarts = pool.restarts
     verdicts = dict(zip((r.line for r in requests), results, strict=True))
@@ -160,8 +240,9 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     share = f" ({correct / len(results):.1%})" if results else ""
     print(
         f"lines in {len(parsed)} = graded {len(results)} + rejected {len(rejections)}; "
-        f"correct {correct}/{len(results)}{share}; timeouts {reasons['timeout']}, "
-        f"errors {reasons['error']}, worker restarts {restarts}; wrote {output_path}"
+        f"correct {correct}/{len(results)}{share}; timeouts {reasons['timeout']} (CPU budget) "
+        f"+ {reasons['wall_timeout']} (wall clock), errors {reasons['error']}, worker restarts "
+        f"{restarts}; wrote {output_path}"
     )
     return 0
 
@@ -243,7 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--item-timeout",
         type=_positive_float,
         default=5.0,
-        help="hard time limit per answer in seconds (default 5)",
+        help="CPU-time budget per answer in seconds (default 5); the wall clock only backs it "
+        "up, at 3x the budget + 10 s",
     )
     grade.add_argument(
         "--skip-invalid",

@@ -7,17 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tagrpo.grading.extract import all_boxed, extract_choice, last_boxed
+    from tagrpo.grading.kinds import MULTIPLE_CHOICE_BENCHMARKS, answer_kind_for
     from tagrpo.grading.normalize import normalize_answer
     from tagrpo.grading.pool import GradeItem, GradingPool, grade_many
-    from tagrpo.grading.verify import (
-        MULTIPLE_CHOICE_BENCHMARKS,
-        GradeResult,
-        answer_kind_for,
-        grade_response,
-    )
+    from tagrpo.grading.verify import GradeResult, grade_response
 
-# Exports resolve lazily: ``tagrpo.grading.extract`` is used by the data loaders, which should
-# not pay for importing sympy and math-verify (about a second) just to find a box.
+# Exports resolve lazily, and sympy and math-verify (about two seconds) load only when an answer
+# needs them: the data loaders use ``tagrpo.grading.extract`` just to find a box.
 _EXPORTS = {
     "all_boxed": "extract",
     "extract_choice": "extract",
@@ -26,9 +22,9 @@ _EXPORTS = {
     "GradeItem": "pool",
     "GradingPool": "pool",
     "grade_many": "pool",
-    "MULTIPLE_CHOICE_BENCHMARKS": "verify",
+    "MULTIPLE_CHOICE_BENCHMARKS": "kinds",
     "GradeResult": "verify",
-    "answer_kind_for": "verify",
+    "answer_kind_for": "kinds",
     "grade_response": "verify",
 }
 

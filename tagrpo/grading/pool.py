@@ -1,23 +1,39 @@
-"""Grading in worker processes with a hard per-item time limit.
+"""Grading in worker processes with a per-item CPU-time budget.
 
 Why processes: math-verify and sympy are CPU-bound (threads give no speed-up), and a time limit
 can only interrupt Python code through a signal, which works in a process's main thread only:
 never in a thread pool or a Prefect task thread. The parent side uses no signals, so a pool can
-be driven from any thread.
+be driven from any thread. The parent never grades: it does not even extract answers.
 
-Two layers enforce the limit:
+The limit is CPU time, so that a verdict does not depend on how busy the machine is (a wall
+clock limit turns the same pair into ``timeout`` whenever other work steals the CPU). Three
+layers enforce it:
 
-1. In the worker, an interval timer (``signal.setitimer``) raises :class:`ItemTimeout` when an
-   item runs past ``item_timeout_s``; the item is graded incorrect with reason ``timeout``.
-   ``ItemTimeout`` is a ``BaseException`` so that the ``except Exception`` blocks inside
-   math-verify cannot swallow it.
-2. In the parent, a watchdog reads each worker's current item and its start time from shared
-   memory and SIGKILLs a worker stuck past ``item_timeout_s + kill_grace_s`` (C code that never
-   returns to the interpreter, where no signal handler can run). That item is graded
-   ``timeout``, the rest of the worker's chunk is re-queued and a fresh worker replaces it.
+1. In the worker, a CPU-time interval timer (``signal.setitimer(ITIMER_PROF)``, which counts
+   only this process's CPU time) raises :class:`ItemTimeout` when an item, extraction included,
+   has used ``item_timeout_s`` CPU-seconds; the item is graded incorrect with reason
+   ``timeout``. ``ItemTimeout`` is a ``BaseException`` so that the ``except Exception`` blocks
+   inside math-verify cannot swallow it.
+2. In the parent, a watchdog reads each worker's current item and CPU clock at its start from
+   shared memory, and the worker's CPU clock now from ``/proc``; it SIGKILLs a worker whose item
+   has used ``item_timeout_s + kill_grace_s`` CPU-seconds (C code that never returns to the
+   interpreter, where no signal handler can run). That item is graded ``timeout`` with an empty
+   ``pred``, the rest of the worker's chunk is re-queued and a fresh worker replaces it.
+3. A wall-clock backstop, ``wall_timeout_s`` (default ``3 * item_timeout_s + 10``), catches a
+   worker that makes no progress without using CPU (stopped, swapping). Such a kill says
+   nothing about the item, so the item is retried once on a fresh worker and only then graded
+   ``wall_timeout``.
+
+The timeout memo: an answer (extracted pred, gold, kind) that ran out of its CPU budget would
+again, so later identical samples are graded ``timeout`` at once. Only CPU-budget timeouts are
+remembered; a wall-clock kill never is, so load cannot turn into a permanent wrong answer.
 
 Workers are forked by a ``forkserver`` that has already imported :mod:`tagrpo.grading.verify`
-(sympy, math-verify), so a replacement starts in a fraction of a second. Items travel in chunks
+and, for a ``warm_up`` pool (the default), graded a warm-up corpus (sympy, math-verify, the
+LaTeX parser's caches), so a replacement starts warm in a fraction of a second. A pool made
+with ``warm_up=False`` starts in well under a second and imports sympy only in a worker that
+meets an answer needing it (for small jobs such as a one-line ``tagrpo grade``). The forkserver
+is per process: the first pool to start it decides whether it is warm. Items travel in chunks
 (one message per chunk each way) so that IPC stays far below the grading cost; a question's
 samples stay in one chunk where possible, since each worker caches parsed gold answers.
 
@@ -29,6 +45,7 @@ workers.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import multiprocessing as mp
 import os
@@ -41,22 +58,24 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any, NamedTuple
 
-from tagrpo.grading.verify import (
-    ANSWER_KINDS,
-    WARM_UP_ON_IMPORT_ENV,
-    GradeResult,
-    extract_pred,
-    grade_response,
-)
+from tagrpo.grading.kinds import ANSWER_KINDS
+from tagrpo.grading.verify import WARM_UP_ON_IMPORT_ENV, GradeResult
 
 _PRELOAD = ["tagrpo.grading.verify"]
-# Test-only answer kind: block SIGALRM and sleep, i.e. a hang the in-worker timer cannot end.
-# Honoured only by pools built with ``enable_test_hooks=True``.
+# Test-only answer kinds, honoured only by pools built with ``enable_test_hooks=True``:
+# a hang that burns CPU with the CPU timer's signal blocked (what C code looks like: only a
+# SIGKILL ends it), a hang that sleeps with that signal blocked (only the wall-clock backstop
+# sees it), and an item that burns ``float(answer)`` CPU-seconds and is then graded correct.
 TEST_HANG_KIND = "_test_hang"
+TEST_SLEEP_KIND = "_test_sleep"
+TEST_BURN_KIND = "_test_burn"
+_TEST_KINDS = (TEST_HANG_KIND, TEST_SLEEP_KIND, TEST_BURN_KIND)
 _START_TIMEOUT_S = 120.0
 _MAX_WAIT_S = 0.25  # the watchdog's polling period while items are in flight
+_MEMO_LIMIT = 10_000  # remembered timeouts per worker (and in the parent)
 _ENV_LOCK = threading.Lock()
 _PLAIN_INTEGER = re.compile(r"-?\d+")
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class GradeItem(NamedTuple):
@@ -66,56 +85,100 @@ class GradeItem(NamedTuple):
 
 
 class ItemTimeout(BaseException):
-    """Raised inside a worker when an item exceeds its time limit."""
+    """Raised inside a worker when an item exceeds its CPU-time budget."""
+
+
+def _cpu_clock() -> float:
+    """This process's user + system CPU seconds, on the same clock as ``/proc/<pid>/stat``."""
+    times = os.times()
+    return times.user + times.system
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a live process from ``/proc`` (Linux); None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _item_key(item: tuple[str, str, str]) -> tuple[str, str, str]:
+    """A memo key for a whole item: the response hashed (it may be 100 KB), gold and kind."""
+    response, answer, kind = item
+    digest = hashlib.blake2b(response.encode("utf-8", "surrogatepass"), digest_size=16)
+    return digest.hexdigest(), answer, kind
 
 
 # --- worker side -----------------------------------------------------------------------------
 
 
-def _on_alarm(signum: int, frame: object) -> None:
+def _on_cpu_timer(signum: int, frame: object) -> None:
     raise ItemTimeout
 
 
-def _test_hang(pid_file: str) -> None:
-    """Hang the way C code does: SIGALRM blocked, so only a SIGKILL ends it."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
-    if pid_file:
-        with open(pid_file, "w", encoding="utf-8") as handle:
+def _test_hook(kind: str, answer: str) -> tuple[bool, str, str]:
+    if kind == TEST_BURN_KIND:
+        deadline = time.process_time() + float(answer)
+        while time.process_time() < deadline:
+            pass
+        return True, "burned", "exact"
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPROF})
+    if answer:  # a file for the test to read this worker's pid from
+        with open(answer, "w", encoding="utf-8") as handle:
             handle.write(str(os.getpid()))
-    time.sleep(3600)
+    if kind == TEST_SLEEP_KIND:
+        time.sleep(3600)
+    while True:  # TEST_HANG_KIND: burn CPU until killed
+        pass
 
 
-def _grade_with_limit(
-    item: tuple[str, str, str],
-    limit_s: float,
-    test_hooks: bool,
-    timed_out: set[tuple[str, str, str]],
-) -> tuple[bool, str, str]:
+class _WorkerState:
+    """What a worker remembers between items: timed-out answers and items."""
+
+    def __init__(self, limit_s: float, test_hooks: bool, known_items: list[Any]) -> None:
+        self.limit_s = limit_s
+        self.test_hooks = test_hooks
+        self.timed_out_preds: set[tuple[str | None, str, str]] = set()
+        self.timed_out_items: set[tuple[str, str, str]] = set(known_items)
+
+
+def _grade_with_limit(item: tuple[str, str, str], state: _WorkerState) -> tuple[bool, str, str]:
+    """Extract and grade one item within its CPU budget; the result as a plain tuple."""
+    from tagrpo.grading.verify import extract_answer, grade_answer
+
     response, answer, kind = item
-    if kind == TEST_HANG_KIND and test_hooks:
-        _test_hang(answer)
-    # Samples of one question often repeat an answer: one that ran out of time once would
-    # again, so it is not given another full time limit. Checked only once there is one.
-    if timed_out and _timeout_key(item) in timed_out:
-        return False, extract_pred(response, kind), "timeout"
+    if state.timed_out_items and _item_key(item) in state.timed_out_items:
+        return False, "", "timeout"  # the watchdog had to kill a worker for this very item
+    extracted: str | None = None
+    extraction_done = False
     try:
-        signal.setitimer(signal.ITIMER_REAL, limit_s)
+        signal.setitimer(signal.ITIMER_PROF, state.limit_s)
         try:
-            result = grade_response(response, answer, kind)
+            if kind in _TEST_KINDS and state.test_hooks:
+                return _test_hook(kind, answer)
+            extracted = extract_answer(response, kind)
+            extraction_done = True
+            # Samples of one question often repeat an answer: one that ran out of time once
+            # would again, so it is not given another full budget.
+            if (extracted, answer, kind) in state.timed_out_preds:
+                return False, extracted or "", "timeout"
+            result = grade_answer(extracted, answer, kind)
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.setitimer(signal.ITIMER_PROF, 0)
     except ItemTimeout:
-        if len(timed_out) < 10_000:
-            timed_out.add(_timeout_key(item))
-        return False, extract_pred(response, kind), "timeout"
+        if extraction_done:
+            memo: set[Any] = state.timed_out_preds
+            key: Any = (extracted, answer, kind)
+        else:
+            memo, key = state.timed_out_items, _item_key(item)
+        if len(memo) < _MEMO_LIMIT:
+            memo.add(key)
+        return False, extracted or "", "timeout"
     except Exception:  # one bad item must not end the batch: record it and go on
-        return False, extract_pred(response, kind), "error"
+        return False, extracted or "", "error"
     return result.correct, result.pred, result.reason
-
-
-def _timeout_key(item: tuple[str, str, str]) -> tuple[str, str, str]:
-    response, answer, kind = item
-    return extract_pred(response, kind), answer, kind
 
 
 def _set_parent_death_signal() -> None:
@@ -133,24 +196,26 @@ def _worker_main(
     limit_s: float,
     memory_limit_mb: int | None,
     test_hooks: bool,
-    known_timeouts: list[tuple[str, str, str]],
+    known_items: list[tuple[str, str, str]],
 ) -> None:
     """Worker loop: receive a chunk, grade it item by item, send its results back.
 
-    ``slot[0]`` is the position of the current item in the chunk and ``slot[1]`` its start time
-    (``time.monotonic``, system-wide); ``slot[1] == 0`` means idle or mid-update.
+    ``slot[0]`` is the position of the current item in the chunk, ``slot[1]`` its start time
+    (``time.monotonic``, system-wide; 0 means idle or mid-update) and ``slot[2]`` this
+    process's CPU clock at its start. Each result carries the item's wall and CPU seconds;
+    each message, this process's CPU clock (so that the pool can account for all its CPU).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
-    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.signal(signal.SIGPROF, _on_cpu_timer)
     _set_parent_death_signal()
-    timed_out = set(known_timeouts)  # (pred, gold, kind) that ran out of time before
+    state = _WorkerState(limit_s, test_hooks, known_items)
     if memory_limit_mb:
         import resource
 
         limit = memory_limit_mb * 1024 * 1024
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    conn.send(("ready", os.getpid()))
+    conn.send(("ready", os.getpid(), _cpu_clock()))
     while True:
         try:
             chunk = conn.recv()
@@ -162,27 +227,37 @@ def _worker_main(
         for position, item in enumerate(chunk):
             slot[1] = 0.0
             slot[0] = float(position)
-            slot[1] = time.monotonic()
-            results.append(_grade_with_limit(item, limit_s, test_hooks, timed_out))
+            cpu_start = _cpu_clock()
+            slot[2] = cpu_start
+            wall_start = time.monotonic()
+            slot[1] = wall_start
+            try:
+                outcome = _grade_with_limit(item, state)
+            except ItemTimeout:  # the budget ran out between the last step and the disarm
+                outcome = (False, "", "timeout")
+            results.append((*outcome, time.monotonic() - wall_start, _cpu_clock() - cpu_start))
         slot[1] = 0.0
-        conn.send(("results", results))
+        conn.send(("results", results, _cpu_clock()))
 
 
 # --- parent side -----------------------------------------------------------------------------
 
 
-def _ensure_warm_forkserver() -> None:
-    """Start this process's forkserver (once) so that it imports and warms up the grader.
+def _ensure_forkserver(warm_up: bool) -> None:
+    """Start this process's forkserver (once); a warm one imports and warms up the grader.
 
     The forkserver inherits the environment at its start; the variable tells the preloaded
     :mod:`tagrpo.grading.verify` to run :func:`~tagrpo.grading.verify.warm_up`. If some other
-    code started the forkserver first, workers simply start with colder caches.
+    code started the forkserver first, workers start as that forkserver was made.
     """
     from multiprocessing import forkserver
 
     with _ENV_LOCK:
         previous = os.environ.get(WARM_UP_ON_IMPORT_ENV)
-        os.environ[WARM_UP_ON_IMPORT_ENV] = "1"
+        if warm_up:
+            os.environ[WARM_UP_ON_IMPORT_ENV] = "1"
+        else:
+            os.environ.pop(WARM_UP_ON_IMPORT_ENV, None)
         try:
             forkserver.ensure_running()
         finally:
@@ -194,7 +269,7 @@ def _ensure_warm_forkserver() -> None:
 
 class _Worker:
     def __init__(self, context: Any, pool: GradingPool) -> None:
-        self.slot = context.RawArray("d", 2)
+        self.slot = context.RawArray("d", 3)
         self.conn, child_conn = context.Pipe(duplex=True)
         self.process = context.Process(
             target=_worker_main,
@@ -214,14 +289,18 @@ class _Worker:
         self.ready = False
         self.chunk: list[int] | None = None
         self.chunks_done = 0
+        self.reported_cpu = 0.0  # the worker's CPU clock in its last message
 
-    def current(self) -> tuple[int, float] | None:
-        """(position in chunk, start time) of the item being graded, None if unknown."""
+    def current(self) -> tuple[int, float, float] | None:
+        """(position in chunk, wall start, CPU clock at start) of the item being graded."""
         started = self.slot[1]
-        position = self.slot[0]
+        position, cpu_start = self.slot[0], self.slot[2]
         if started <= 0.0 or self.slot[1] != started:
             return None  # idle, or the worker is moving to its next item
-        return int(position), started
+        return int(position), started, cpu_start
+
+    def cpu_now(self) -> float | None:
+        return process_cpu_seconds(self.process.pid) if self.process.pid else None
 
     def stop(self) -> None:
         if self.process.is_alive():
@@ -233,9 +312,13 @@ class _Worker:
 class GradingPool:
     """A persistent pool of grading processes; use as a context manager.
 
-    ``grade(items)`` returns one :class:`GradeResult` per item, in input order. No item takes
-    longer than ``item_timeout_s`` (+ ``kill_grace_s`` for hangs only a kill can end). The pool
-    may be used from any thread of the parent; calls are serialised.
+    ``grade(items)`` returns one :class:`GradeResult` per item, in input order. Each item gets
+    ``item_timeout_s`` CPU-seconds (+ ``kill_grace_s`` for hangs only a kill can end); the wall
+    clock only backs that up (``wall_timeout_s``). The pool may be used from any thread of the
+    parent; calls are serialised.
+
+    After each ``grade`` call: ``last_timings`` holds ``(wall_s, cpu_s)`` per item (input
+    order) and ``worker_cpu_s`` the CPU seconds the workers spent on the call.
     """
 
     def __init__(
@@ -246,19 +329,28 @@ class GradingPool:
         chunk_size: int | None = None,
         memory_limit_mb: int | None = 2048,
         enable_test_hooks: bool = False,
+        wall_timeout_s: float | None = None,
+        warm_up: bool = True,
     ) -> None:
         if workers < 1:
             raise ValueError("workers must be >= 1")
         if item_timeout_s <= 0 or kill_grace_s < 0:
             raise ValueError("item_timeout_s must be > 0 and kill_grace_s >= 0")
+        wall = 3 * float(item_timeout_s) + 10.0 if wall_timeout_s is None else wall_timeout_s
+        if wall <= 0:
+            raise ValueError("wall_timeout_s must be > 0")
         self.workers = workers
         self.item_timeout_s = float(item_timeout_s)
         self.kill_grace_s = float(kill_grace_s)
+        self.wall_timeout_s = float(wall)
         self.chunk_size = chunk_size
         self.memory_limit_mb = memory_limit_mb
         self.enable_test_hooks = enable_test_hooks
+        self.warm_up = warm_up
         self.restarts = 0  # workers replaced after a kill or a crash
         self.startup_s: float | None = None  # time start() took
+        self.last_timings: list[tuple[float, float]] = []
+        self.worker_cpu_s = 0.0
         self._context = mp.get_context("forkserver")
         # Takes effect when this process's forkserver starts (its first use).
         self._context.set_forkserver_preload(_PRELOAD)
@@ -266,7 +358,7 @@ class GradingPool:
         self._lock = threading.RLock()  # close() may run inside grade() on an error
         self._closed = False
         self._deaths_before_work = 0
-        # Answers whose worker the watchdog had to kill; replacements skip them at once.
+        # Items whose worker the watchdog had to kill for CPU; replacements skip them at once.
         self._known_timeouts: set[tuple[str, str, str]] = set()
 
     # -- lifecycle --
@@ -279,7 +371,7 @@ class GradingPool:
         self.close()
 
     def start(self) -> None:
-        """Start the workers and wait until each has warmed up (idempotent)."""
+        """Start the workers and wait until each is ready (idempotent)."""
         with self._lock:
             self._start()
 
@@ -289,7 +381,7 @@ class GradingPool:
         if self._pool:
             return
         began = time.monotonic()
-        _ensure_warm_forkserver()
+        _ensure_forkserver(self.warm_up)
         self._pool = [_Worker(self._context, self) for _ in range(self.workers)]
         deadline = began + _START_TIMEOUT_S
         while not all(worker.ready for worker in self._pool):
@@ -299,13 +391,15 @@ class GradingPool:
             for conn in wait([worker.conn for worker in waiting], timeout=1.0):
                 worker = next(w for w in waiting if w.conn is conn)
                 try:
-                    worker.ready = conn.recv()[0] == "ready"
+                    message = conn.recv()
                 except (EOFError, OSError):
                     self.close()
                     raise RuntimeError(
                         "a grading worker died while starting (is the calling script "
                         "importable and guarded by `if __name__ == '__main__':`?)"
                     ) from None
+                worker.ready = message[0] == "ready"
+                worker.reported_cpu = message[2]
         self.startup_s = time.monotonic() - began
 
     def close(self) -> None:
@@ -330,6 +424,7 @@ class GradingPool:
         """Grade ``(response, answer[, answer_kind])`` items; results in input order."""
         payload = [self._checked(item) for item in items]
         if not payload:
+            self.last_timings, self.worker_cpu_s = [], 0.0
             return []
         with self._lock:
             self._start()
@@ -340,14 +435,15 @@ class GradingPool:
                 # must not be read as another call's, so the pool ends here.
                 self.close()
                 raise
-        return [GradeResult(*result) for result in raw]
+        self.last_timings = [(result[3], result[4]) for result in raw]
+        return [GradeResult(*result[:3]) for result in raw]
 
     def _checked(self, item: GradeItem | tuple[str, ...]) -> tuple[str, str, str]:
         if len(item) == 2:
             (response, answer), kind = item, "math"
         else:
             response, answer, kind = item
-        if kind not in ANSWER_KINDS and not (self.enable_test_hooks and kind == TEST_HANG_KIND):
+        if kind not in ANSWER_KINDS and not (self.enable_test_hooks and kind in _TEST_KINDS):
             raise ValueError(f"answer_kind must be one of {ANSWER_KINDS}, got {kind!r}")
         return (response or "", answer or "", kind)
 
@@ -381,10 +477,12 @@ class GradingPool:
             chunk.append(pending.popleft())
         return chunk
 
-    def _run(self, payload: list[tuple[str, str, str]]) -> list[tuple[bool, str, str]]:
-        results: list[tuple[bool, str, str] | None] = [None] * len(payload)
+    def _run(self, payload: list[tuple[str, str, str]]) -> list[tuple[Any, ...]]:
+        results: list[tuple[Any, ...] | None] = [None] * len(payload)
         pending = self._affinity_order(payload)
         remaining = len(payload)
+        wall_retried: set[int] = set()  # items already given a second chance after a wall kill
+        self.worker_cpu_s = 0.0
         while remaining:
             for worker in list(self._pool):
                 if worker.ready and worker.chunk is None and pending:
@@ -401,15 +499,19 @@ class GradingPool:
                 if handle in by_conn:
                     worker = by_conn[handle]
                     try:
-                        kind, body = handle.recv()
+                        message = handle.recv()
                     except (EOFError, OSError):
                         dead.append(worker)
                         continue
-                    if kind == "ready":
+                    if message[0] == "ready":
                         worker.ready = True
+                        worker.reported_cpu = message[2]
                     elif worker.chunk is not None:
+                        _, body, cpu_clock = message
                         for index, result in zip(worker.chunk, body, strict=True):
                             results[index] = result
+                        self.worker_cpu_s += max(cpu_clock - worker.reported_cpu, 0.0)
+                        worker.reported_cpu = cpu_clock
                         remaining -= len(worker.chunk)
                         worker.chunk = None
                         worker.chunks_done += 1
@@ -425,39 +527,62 @@ class GradingPool:
             now = time.monotonic()
             for worker in list(self._pool):
                 current = worker.current() if worker.chunk is not None else None
-                if current and now - current[1] > self.item_timeout_s + self.kill_grace_s:
+                if current is None:
+                    continue
+                position, wall_start, cpu_start = current
+                cpu_now = worker.cpu_now()
+                cpu_used = cpu_now - cpu_start if cpu_now is not None else None
+                if cpu_used is not None and cpu_used > self.item_timeout_s + self.kill_grace_s:
                     remaining -= self._replace(
-                        worker, payload, results, pending, "timeout", current
+                        worker, payload, results, pending, "timeout", current, cpu_now
+                    )
+                elif now - wall_start > self.wall_timeout_s:
+                    index = worker.chunk[position] if worker.chunk else -1
+                    retry = index >= 0 and index not in wall_retried
+                    wall_retried.add(index)
+                    remaining -= self._replace(
+                        worker, payload, results, pending, "wall_timeout", current, cpu_now, retry
                     )
         return results  # type: ignore[return-value]  # every slot is filled when remaining == 0
 
     def _wait_timeout(self) -> float:
-        """Sleep until the next possible watchdog deadline, but poll at least every 0.25 s."""
+        """Sleep until the next possible wall deadline, but poll at least every 0.25 s.
+
+        CPU deadlines cannot be predicted from here (a busy machine slows the CPU clock down);
+        the polling period bounds how late the watchdog notices one.
+        """
         timeout = _MAX_WAIT_S
-        limit = self.item_timeout_s + self.kill_grace_s
         for worker in self._pool:
             current = worker.current() if worker.chunk is not None else None
             if current:
-                timeout = min(timeout, current[1] + limit - time.monotonic())
+                timeout = min(timeout, current[1] + self.wall_timeout_s - time.monotonic())
         return max(timeout, 0.005)
 
     def _replace(
         self,
         worker: _Worker,
         payload: list[tuple[str, str, str]],
-        results: list[tuple[bool, str, str] | None],
+        results: list[tuple[Any, ...] | None],
         pending: deque[int],
         reason: str,
-        current: tuple[int, float] | None = None,
+        current: tuple[int, float, float] | None = None,
+        cpu_now: float | None = None,
+        retry: bool = False,
     ) -> int:
         """Kill ``worker`` and start another; returns how many items that settled.
 
-        The item it was grading gets ``reason`` (``timeout`` from the watchdog, ``error`` for a
-        worker that died by itself, so a crashing input cannot loop forever); the rest of its
-        chunk, graded or not (their results died with it), goes back to the queue front.
+        The item it was grading gets ``reason`` with an empty pred (``timeout`` from the CPU
+        watchdog, ``wall_timeout`` from the wall-clock backstop, ``error`` for a worker that
+        died by itself, so a crashing input cannot loop forever), or goes back to the queue
+        (``retry``). The rest of its chunk, graded or not (their results died with it), goes
+        back to the queue front. No grading happens here.
         """
         current = current or worker.current()  # the watchdog passes the item it timed
+        if cpu_now is None:
+            cpu_now = worker.cpu_now()
         worker.stop()
+        if cpu_now is not None:
+            self.worker_cpu_s += max(cpu_now - worker.reported_cpu, 0.0)
         if reason == "error" and worker.chunks_done == 0:
             self._deaths_before_work += 1
             if self._deaths_before_work > 3 * self.workers:
@@ -465,13 +590,17 @@ class GradingPool:
         settled = 0
         chunk = worker.chunk or []
         if current is not None and 0 <= current[0] < len(chunk):
-            index = chunk[current[0]]
-            response, _, kind = payload[index]
-            results[index] = (False, extract_pred(response, kind), reason)
-            if reason == "timeout" and len(self._known_timeouts) < 10_000:
-                self._known_timeouts.add(_timeout_key(payload[index]))
-            settled = 1
-            chunk = chunk[: current[0]] + chunk[current[0] + 1 :]
+            position, wall_start, cpu_start = current
+            index = chunk[position]
+            chunk = chunk[:position] + chunk[position + 1 :]
+            if retry:
+                pending.appendleft(index)
+            else:
+                cpu_used = cpu_now - cpu_start if cpu_now is not None else float("nan")
+                results[index] = (False, "", reason, time.monotonic() - wall_start, cpu_used)
+                if reason == "timeout" and len(self._known_timeouts) < _MEMO_LIMIT:
+                    self._known_timeouts.add(_item_key(payload[index]))
+                settled = 1
         pending.extendleft(reversed(chunk))
         self._pool[self._pool.index(worker)] = _Worker(self._context, self)
         self.restarts += 1
@@ -486,4 +615,13 @@ def grade_many(
         return pool.grade(items)
 
 
-__all__ = ["TEST_HANG_KIND", "GradeItem", "GradingPool", "ItemTimeout", "grade_many"]
+__all__ = [
+    "TEST_BURN_KIND",
+    "TEST_HANG_KIND",
+    "TEST_SLEEP_KIND",
+    "GradeItem",
+    "GradingPool",
+    "ItemTimeout",
+    "grade_many",
+    "process_cpu_seconds",
+]
