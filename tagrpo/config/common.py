@@ -32,8 +32,15 @@ class TrackingSettings(ConfigModel):
 
 class GradingSettings(ConfigModel):
     workers: int = Field(2, ge=1, le=256, description="grading processes")
+    # CPU time, not wall time: a verdict must not depend on how busy the machine is.
     item_timeout_s: float = Field(
-        5.0, gt=0, le=600, description="time limit per graded answer, seconds"
+        5.0, gt=0, le=600, description="CPU-seconds per graded answer (extraction included)"
+    )
+    kill_grace_s: float = Field(
+        1.0, ge=0, le=600, description="extra CPU-seconds before a stuck worker is killed"
+    )
+    wall_timeout_s: float | None = Field(
+        None, gt=0, description="wall-clock backstop per item (null = 3 x item_timeout_s + 10)"
     )
 
 

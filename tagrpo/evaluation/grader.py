@@ -11,9 +11,19 @@ from tagrpo.grading.pool import GradeItem, GradingPool
 
 
 @contextlib.contextmanager
-def make_grade_fn(workers: int = 2, item_timeout_s: float = 5.0) -> Iterator[GradeFn]:
+def make_grade_fn(
+    workers: int = 2,
+    item_timeout_s: float = 5.0,
+    kill_grace_s: float = 1.0,
+    wall_timeout_s: float | None = None,
+) -> Iterator[GradeFn]:
     """Yield ``grade(responses, answers, kinds) -> [(correct, pred, reason)]`` over a pool."""
-    with GradingPool(workers=workers, item_timeout_s=item_timeout_s) as pool:
+    with GradingPool(
+        workers=workers,
+        item_timeout_s=item_timeout_s,
+        kill_grace_s=kill_grace_s,
+        wall_timeout_s=wall_timeout_s,
+    ) as pool:
 
         def grade(
             responses: Sequence[str], answers: Sequence[str], kinds: Sequence[str]
@@ -29,4 +39,6 @@ def make_grade_fn(workers: int = 2, item_timeout_s: float = 5.0) -> Iterator[Gra
 
 def grade_fn_for(grading: GradingSettings) -> contextlib.AbstractContextManager[GradeFn]:
     """:func:`make_grade_fn` with the ``common.grading`` settings."""
-    return make_grade_fn(workers=grading.workers, item_timeout_s=grading.item_timeout_s)
+    return make_grade_fn(
+        grading.workers, grading.item_timeout_s, grading.kill_grace_s, grading.wall_timeout_s
+    )
