@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         key=policy,
         tags={"policy": policy, "method": args.method or policy, "seed": str(seed)},
         dvc_name=(
-            dvc_stage_name("evaluate", args.method, seed, args.data_multiple)
+            dvc_stage_name(
+                "evaluate", args.method, seed, args.data_multiple, config.runs.one_seed_methods
+            )
             if args.method
             else "evaluate_base"
         ),

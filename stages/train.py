@@ -46,7 +46,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         log_sections=("train", backend),
         run_params={"run": {"steps": plan.steps, "questions": len(plan.questions)}},
         metrics_prefix="summary/",
-        dvc_name=dvc_stage_name("train", plan.spec.name, seed, args.data_multiple),
+        dvc_name=dvc_stage_name(
+            "train", plan.spec.name, seed, args.data_multiple, config.runs.one_seed_methods
+        ),
     ) as ctx:
         if backend == "local":
             summary = train_local(

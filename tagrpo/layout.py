@@ -21,11 +21,20 @@ def policy_name(method: str, seed: int, data_multiple: float = 1.0) -> str:
     return f"{method}{scale}-s{seed}"
 
 
-def dvc_stage_name(stage: str, method: str, seed: int, data_multiple: float = 1.0) -> str:
-    """DVC's name of a matrix stage item: ``train@grpo-0``, ``train_scaling@grpo-1.5-0``."""
-    if data_multiple == 1.0:
-        return f"{stage}@{method}-{seed}"
-    return f"{stage}_scaling@{method}-{float(data_multiple)}-{seed}"
+def dvc_stage_name(
+    stage: str,
+    method: str,
+    seed: int,
+    data_multiple: float = 1.0,
+    one_seed_methods: tuple[str, ...] | list[str] = (),
+) -> str:
+    """DVC's name of a matrix stage item: ``train@grpo-0``, ``train_one_seed@avspo-0``,
+    ``train_scaling@grpo-1.5-0``."""
+    if data_multiple != 1.0:
+        return f"{stage}_scaling@{method}-{float(data_multiple)}-{seed}"
+    if method in one_seed_methods:
+        return f"{stage}_one_seed@{method}-{seed}"
+    return f"{stage}@{method}-{seed}"
 
 
 def checkpoint_name(fraction: float) -> str:
@@ -139,10 +148,10 @@ def model_dir(policy: str) -> Path:
 
 def stage_outputs(stage: str, **item: str) -> Outputs:
     """The outputs of a dvc.yaml stage; ``item`` holds a matrix stage's values."""
-    if stage in ("train", "train_scaling"):
+    if stage in ("train", "train_one_seed", "train_scaling"):
         multiple = float(item.get("multiple", 1.0))
         return train_outputs(policy_name(item["method"], int(item["seed"]), multiple))
-    if stage in ("evaluate", "evaluate_scaling"):
+    if stage in ("evaluate", "evaluate_one_seed", "evaluate_scaling"):
         multiple = float(item.get("multiple", 1.0))
         return evaluate_outputs(policy_name(item["method"], int(item["seed"]), multiple))
     if stage == "evaluate_base":

@@ -185,7 +185,9 @@ def test_overrides_and_config_with_follow_the_same_rules() -> None:
         apply_overrides(raw, ["train.learning_rte=2e-4"])
     with pytest.raises(ConfigError, match=r"key\.path=value"):
         apply_overrides(raw, ["train.learning_rate"])
-    moved = config_with({"runs.seeds": [3], "diagnostics.policies": ["grpo-s3"]})
+    moved = config_with(
+        {"runs.seeds": [3], "runs.one_seed": [3], "diagnostics.policies": ["grpo-s3"]}
+    )
     assert moved.runs.policies()[0] == "grpo-s3"
     with pytest.raises(KeyError):
         config_with({"runs.sedes": [3]})

@@ -75,10 +75,15 @@ class CommonSettings(ConfigModel):
     miniworld: MiniWorldSettings = Field(default_factory=MiniWorldSettings)
 
 
+# Methods the embedded default trains once (seed runs.seeds[0]): baselines that are not in the
+# claims' main comparisons; the seeds3 profile gives them every seed too.
+ONE_SEED_DEFAULT = ("grpo_ds", "grpo_x4_ds", "avspo")
+
+
 def _registered_methods() -> list[str]:
     from tagrpo.algorithms import METHODS
 
-    return list(METHODS)
+    return [name for name in METHODS if name not in ONE_SEED_DEFAULT]
 
 
 class DataScaling(ConfigModel):
@@ -123,14 +128,24 @@ class RunsSettings(ConfigModel):
     methods: list[str] = Field(
         default_factory=lambda: _registered_methods(),
         min_length=1,
-        description="training methods (names in tagrpo.algorithms.METHODS)",
+        description="methods trained with every seed of `seeds` (tagrpo.algorithms.METHODS)",
     )
     seeds: list[int] = Field(
-        default_factory=lambda: [0], min_length=1, description="seeds, one policy per method"
+        default_factory=lambda: [0, 1, 2], min_length=1, description="seeds of `methods`"
+    )
+    one_seed_methods: list[str] = Field(
+        default_factory=lambda: list(ONE_SEED_DEFAULT),
+        description="methods trained with the first seed only (cost); [] to give all seeds",
+    )
+    one_seed: list[int] = Field(
+        default_factory=lambda: [0],
+        min_length=1,
+        max_length=1,
+        description="the seed of one_seed_methods (a list: dvc.yaml's matrix reads it)",
     )
     data_scaling: DataScaling = Field(default_factory=DataScaling)
 
-    @field_validator("methods")
+    @field_validator("methods", "one_seed_methods")
     @classmethod
     def _known_methods(cls, methods: list[str]) -> list[str]:
         from tagrpo.algorithms import METHODS
@@ -146,13 +161,30 @@ class RunsSettings(ConfigModel):
     def _distinct_seeds(self) -> RunsSettings:
         if len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
             raise ValueError("seeds must be distinct and >= 0")
+        both = sorted(set(self.methods) & set(self.one_seed_methods))
+        if both:
+            raise ValueError(f"{both} are in both methods and one_seed_methods")
+        if self.one_seed[0] not in self.seeds:
+            raise ValueError(f"one_seed {self.one_seed} must be one of seeds {self.seeds}")
         return self
+
+    def all_methods(self) -> list[str]:
+        """Every method the DAG trains (multi-seed ones first)."""
+        return [*self.methods, *self.one_seed_methods]
+
+    def seeds_of(self, method: str) -> list[int]:
+        """The seeds a method is trained with."""
+        if method in self.methods:
+            return list(self.seeds)
+        if method in self.one_seed_methods:
+            return list(self.one_seed)
+        raise KeyError(f"{method} is not trained by this run (runs.methods, one_seed_methods)")
 
     def policies(self) -> list[str]:
         """Every trained policy, ``<method>-s<seed>``."""
         from tagrpo.layout import policy_name
 
-        return [policy_name(method, seed) for method in self.methods for seed in self.seeds]
+        return [policy_name(m, seed) for m in self.all_methods() for seed in self.seeds_of(m)]
 
     def scaling_policies(self) -> list[str]:
         """The data-scaling runs' policies, ``<method>_data<m>x-s<seed>``."""

@@ -62,7 +62,8 @@ class Params(ConfigModel):
 
         problems = []
         neighbour_methods = sorted(
-            set(self.runs.methods) & {name for name, spec in METHODS.items() if spec.use_neighbours}
+            set(self.runs.all_methods())
+            & {name for name, spec in METHODS.items() if spec.use_neighbours}
         )
         if neighbour_methods and self.train.n_neighbours == 0:
             problems.append(

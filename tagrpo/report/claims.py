@@ -61,20 +61,17 @@ def load_policy_runs(root: Path, policies: Sequence[str], ks: Sequence[int]) -> 
 
 
 def load_seed_runs(
-    root: Path,
-    methods: Sequence[str],
-    seeds: Sequence[int],
-    ks: Sequence[int],
-    data_multiple: float = 1.0,
+    root: Path, seeds: Mapping[str, Sequence[int]], ks: Sequence[int], data_multiple: float = 1.0
 ) -> dict[str, SeedRuns]:
-    """Each method's per-problem pass@k over its seeds, from ``evals/<method>-s<seed>``."""
+    """Each method's per-problem pass@k over its seeds (``seeds[method]``), from
+    ``evals/<method>-s<seed>``."""
     from tagrpo.layout import policy_name
 
     return {
         method: load_policy_runs(
-            root, [policy_name(method, seed, data_multiple) for seed in seeds], ks
+            root, [policy_name(method, seed, data_multiple) for seed in method_seeds], ks
         )
-        for method in methods
+        for method, method_seeds in seeds.items()
     }
 
 
