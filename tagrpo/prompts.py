@@ -13,7 +13,9 @@ MULTIPLE_CHOICE_INSTRUCTION = (
     "in the box: \\boxed{}."
 )
 
-CHOICE_LETTERS = ("A", "B", "C", "D")
+# Option letters in order; GPQA-Diamond uses the first four, the mini world's multiple-choice
+# benchmark up to all 26 (tagrpo/miniworld/tasks.choice_options).
+CHOICE_LETTERS = tuple("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
 def format_question(problem: str, choices: list[str] | None = None) -> str:

@@ -86,6 +86,46 @@ def test_sampling_is_seeded_counted_and_split_across_batches(tiny_policy: Path) 
             assert completion.finished or completion.num_tokens == 6
 
 
+def test_prompts_read_once_draw_the_same_tokens_as_generate_with_repeated_prompts(
+    tiny_policy: Path,
+) -> None:
+    """The backend prefills each prompt once and copies its cache to the samples; the tokens
+    drawn for a seed are those of ``generate(num_return_sequences=n)`` (left padding too)."""
+    model, tokenizer = load_causal_lm(tiny_policy)
+    backend = HFBackend(model, tokenizer, max_batch_sequences=64)
+    prompts = [backend.prompt_ids(chat_messages(p)) for p in PROBLEMS]
+    assert len({len(ids) for ids in prompts}) > 1  # some rows are left-padded
+    sampling = SamplingParams(n=5, temperature=1.0, max_new_tokens=10, seed=0)
+    torch.manual_seed(11)
+    ours = backend._sample(prompts, 5, sampling)
+
+    width = max(len(ids) for ids in prompts)
+    input_ids = torch.full((len(prompts), width), tokenizer.pad_token_id)
+    attention = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, ids in enumerate(prompts):
+        input_ids[row, width - len(ids) :] = torch.tensor(ids)
+        attention[row, width - len(ids) :] = 1
+    torch.manual_seed(11)
+    with torch.no_grad():
+        reference = model.generate(
+            input_ids=input_ids,
+            attention_mask=attention,
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=None,
+            max_new_tokens=10,
+            num_return_sequences=5,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    expected = [
+        [t for t in row if t != tokenizer.pad_token_id] for row in reference[:, width:].tolist()
+    ]
+    got = [[t for t in c.token_ids if t != tokenizer.pad_token_id] for c in ours]
+    assert got == expected
+
+
 def test_backend_rejects_an_empty_batch_budget(tiny_policy: Path) -> None:
     model, tokenizer = load_causal_lm(tiny_policy)
     with pytest.raises(ValueError, match="max_batch_sequences"):

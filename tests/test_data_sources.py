@@ -274,7 +274,7 @@ def test_gpqa_gold_letters_balanced_on_many_questions() -> None:
     letters = collections.Counter(
         CHOICE_LETTERS[gpqa_permutation(f"synthetic question {i}", 0).index(0)] for i in range(800)
     )
-    assert set(letters) == set(CHOICE_LETTERS)
+    assert set(letters) == set(CHOICE_LETTERS[:4])
     assert all(150 <= count <= 250 for count in letters.values()), letters
 
 

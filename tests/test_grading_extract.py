@@ -54,7 +54,11 @@ def test_all_boxed_and_iter_boxed_keep_text_order():
         ("\\boxed{A} ... so Answer: B", "B"),
         ("Answer: B ... final: \\boxed{\\text{(D)}}", "D"),
         ("The answer is a prime number.", None),  # "a" is an article here
-        ("Answer: E", None),  # options are A-D
+        # Letters run to Z (the mini world's 20-option benchmark); past a question's last
+        # option a letter is simply a wrong answer.
+        ("Answer: E", "E"),
+        ("\\boxed{T}", "T"),
+        ("The answer is I think (B)", "I"),  # an upper-case letter is taken as given
         ("\\boxed{42}", None),
         ("no letter here", None),
         ("", None),
@@ -67,7 +71,7 @@ def test_extract_choice(text, expected):
 
 @pytest.mark.parametrize(
     ("gold", "expected"),
-    [("B", "B"), ("(c)", "C"), ("\\text{(A)}", "A"), (" D ", "D"), ("E", None), ("12", None)],
+    [("B", "B"), ("(c)", "C"), ("\\text{(A)}", "A"), (" D ", "D"), ("T", "T"), ("12", None)],
 )
 def test_choice_letter_of_gold(gold, expected):
     assert choice_letter(gold) == expected

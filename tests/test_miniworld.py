@@ -70,6 +70,24 @@ def test_choice_options_hold_the_answer_at_the_gold_letter():
     assert len(set(options)) == 4
     assert options["ABCD".index(letter)] == "17"
     assert choice_options(problem, seed=3) == (options, letter)
+    many, many_letter = choice_options(problem, seed=3, count=20)
+    values = sorted(int(option) for option in many)
+    assert values == list(range(values[0], values[0] + 20))  # consecutive, answer inside
+    assert many["ABCDEFGHIJKLMNOPQRST".index(many_letter)] == "17"
+
+
+def test_choice_options_do_not_give_the_answer_away_by_its_rank():
+    # The answer's rank among the options is spread out (not always the middle or an end),
+    # except where the window is clamped at 0.
+    ranks = []
+    for operands in [(a, b) for a in range(5, 10) for b in range(5, 10)]:
+        problem = MiniProblem("add", operands)
+        options, _ = choice_options(problem, seed=0, count=20)
+        values = sorted(int(option) for option in options)
+        ranks.append(values.index(problem.answer))
+    assert len(set(ranks)) >= 10
+    with pytest.raises(ValueError, match=r"count must be 2\.\.26"):
+        choice_options(MiniProblem("add", (1, 2)), seed=0, count=27)
 
 
 def test_sampling_is_seeded_distinct_and_respects_exclusions():

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from transformers import DynamicCache
 
 from tagrpo.backends.base import Completion, Messages, SamplingParams
 from tagrpo.progress import bar
@@ -89,6 +90,22 @@ class HFBackend:
                 "responses"
             )
 
+    def _prefilled_cache(
+        self, input_ids: torch.Tensor, attention: torch.Tensor, copies: int
+    ) -> DynamicCache:
+        """The KV cache of the (left-padded) prompts, each repeated ``copies`` times."""
+        cache = DynamicCache(config=self.model.config)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)  # as generate() numbers them
+        self.model(
+            input_ids=input_ids,
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+        )
+        cache.batch_repeat_interleave(copies)
+        return cache
+
     def _sample(
         self, prompts: list[list[int]], count: int, sampling: SamplingParams
     ) -> list[Completion]:
@@ -100,18 +117,35 @@ class HFBackend:
             input_ids[row, width - len(ids) :] = torch.tensor(ids)
             attention[row, width - len(ids) :] = 1
         greedy = sampling.temperature == 0
-        output = self.model.generate(
-            input_ids=input_ids.to(self.model.device),
-            attention_mask=attention.to(self.model.device),
+        device = self.model.device
+        input_ids, attention = input_ids.to(device), attention.to(device)
+        options = dict(
             do_sample=not greedy,
             temperature=None if greedy else sampling.temperature,
             top_p=None if greedy else sampling.top_p,
             top_k=None,
             max_new_tokens=sampling.max_new_tokens,
-            num_return_sequences=count,
             pad_token_id=pad_id,
             eos_token_id=self.tokenizer.eos_token_id,
         )
+        if count > 1 and width > 1 and not greedy:
+            # Each prompt is read once and its KV cache copied to its `count` samples;
+            # `num_return_sequences` would run the prompt `count` times (measured: half the
+            # time of a 64-sample evaluation). The tokens drawn are the same for a given seed.
+            cache = self._prefilled_cache(input_ids[:, :-1], attention[:, :-1], count)
+            output = self.model.generate(
+                input_ids=input_ids.repeat_interleave(count, dim=0),
+                attention_mask=attention.repeat_interleave(count, dim=0),
+                past_key_values=cache,
+                **options,
+            )
+        else:
+            output = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention,
+                num_return_sequences=count,
+                **options,
+            )
         new_tokens = output[:, width:].cpu()
         completions = []
         for row in new_tokens.tolist():

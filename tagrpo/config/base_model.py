@@ -61,6 +61,9 @@ class WarmStartCorpus(ConfigModel):
     choice_fraction: float = Field(
         0.1, ge=0.0, le=1.0, description="share of examples posed as multiple choice"
     )
+    choice_options: int = Field(
+        20, ge=2, le=26, description="options per multiple-choice example (letters A-Z)"
+    )
 
     @field_validator("family_weights", "misconceptions")
     @classmethod

@@ -22,6 +22,9 @@ class SyntheticBenchmark(ConfigModel):
         description="phrasing families problems are posed in",
     )
     multiple_choice: bool = Field(False, description="pose problems as multiple choice")
+    options: int = Field(
+        4, ge=2, le=26, description="options per multiple-choice question (letters A-Z)"
+    )
 
     @field_validator("operations")
     @classmethod
@@ -43,7 +46,9 @@ def _default_synthetic_benchmarks() -> dict[str, SyntheticBenchmark]:
         "mini_arith": SyntheticBenchmark(size=96, operations=dict(weights)),
         "mini_multistep": SyntheticBenchmark(size=48, operations={"add3": 0.5, "addsub": 0.5}),
         "mini_unseen": SyntheticBenchmark(size=48, operations=dict(weights), families=["unseen"]),
-        "mini_choice": SyntheticBenchmark(size=48, operations=dict(weights), multiple_choice=True),
+        "mini_choice": SyntheticBenchmark(
+            size=48, operations=dict(weights), multiple_choice=True, options=20
+        ),
     }
 
 

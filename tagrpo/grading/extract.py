@@ -111,21 +111,24 @@ def last_boxed(text: str | None) -> str | None:
 
 # --- multiple choice -------------------------------------------------------------------------
 
-CHOICE_LETTERS = "ABCD"
+# Option letters: GPQA has four options, the mini world's multiple-choice benchmark up to 26 (so
+# that guessing cannot reach its pass@32). A letter past a question's last option is wrong anyway,
+# so one letter set serves both.
+CHOICE_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 # Possessive quantifiers (*+, ?+) throughout: each piece takes what it can and never gives it
 # back, so a long run of spaces, newlines or "*" is read once instead of in every split.
 # A box (or a gold answer) that holds just a letter: "B", "(B)", "\text{(B)}", "\textbf{B}.".
 _CHOICE_ALONE = re.compile(
-    r"\s*+\$?+\s*+(?:\\(?:text|textbf|textrm|mathrm|mathbf)\s*+\{\s*+)?+\(?+\s*+([A-Da-d])"
+    r"\s*+\$?+\s*+(?:\\(?:text|textbf|textrm|mathrm|mathbf)\s*+\{\s*+)?+\(?+\s*+([A-Za-z])"
     r"\s*+\)?+\s*+\}?+\s*+\$?+\s*+[.:]?+\s*+"
 )
 # A box that starts with an upper-case option and goes on with its text: "B) 10 eV", "C: 4".
-_CHOICE_LEADING = re.compile(r"\s*+\(?+([A-D])[).:]\s++\S")
+_CHOICE_LEADING = re.compile(r"\s*+\(?+([A-Z])[).:]\s++\S")
 # "Answer: C", "**Answer:** (b)", "the answer is (B)", "The correct answer is option C".
 _CHOICE_STATEMENT = re.compile(
     r"(?i:\banswer\b)[*_]*+(?:\s++(?i:is)\b)?+[*_]*+\s*+[:：]?+[*_]*+\s*+\$?+\s*+"
-    r"(?:(?i:option|choice)\s++)?+(?P<open>\()?+\s*+(?P<letter>[A-Da-d])"
+    r"(?:(?i:option|choice)\s++)?+(?P<open>\()?+\s*+(?P<letter>[A-Za-z])"
     r"(?:\s*+(?P<close>\)))?+(?![A-Za-z0-9])"
 )
 _LETTER_ENDS_PHRASE = re.compile(r"\s*+(?:$|[.,;:!*)\]\n])")

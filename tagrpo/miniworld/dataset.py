@@ -54,13 +54,14 @@ def _questions(
     families: list[str],
     multiple_choice: bool,
     seed: int,
+    options: int = 4,
 ) -> list[Question]:
     questions = []
     for index, (problem, family) in enumerate(zip(problems, families, strict=True)):
         meta = problem_meta(problem, family)
         choices, answer, kind = None, str(problem.answer), "math"
         if multiple_choice:
-            choices, answer, kind = *choice_options(problem, seed), "multiple_choice"
+            choices, answer, kind = *choice_options(problem, seed, options), "multiple_choice"
         questions.append(
             Question(
                 id=f"{benchmark}-{index:04d}",
@@ -98,7 +99,9 @@ def build_miniworld(
         problems = sample_problems(space, spec.size, seed=seed * 1000 + offset, exclude=used)
         used |= {problem.key() for problem in problems}
         families = assign_families(problems, tuple(spec.families), seed=seed * 1000 + 500 + offset)
-        questions = _questions("test", name, problems, families, spec.multiple_choice, seed=seed)
+        questions = _questions(
+            "test", name, problems, families, spec.multiple_choice, seed=seed, options=spec.options
+        )
         results[name] = LoadResult(SOURCE, "test", len(questions), questions, [])
     space = ProblemSpace(operations=dict(world.train_operations), max_operand=world.max_operand)
     problems = sample_problems(space, synthetic.train_size, seed=seed * 1000 + 999, exclude=used)

@@ -18,6 +18,8 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from tagrpo.prompts import CHOICE_LETTERS
+
 OPERATIONS = ("add", "sub", "add3", "addsub")
 # Single-digit operands keep the arithmetic learnable on CPU in a minute; two-operand problems
 # are few (100 sums, 55 differences), so most problems take two steps.
@@ -157,16 +159,22 @@ def render(problem: MiniProblem, family: str) -> str:
         ) from None
 
 
-def choice_options(problem: MiniProblem, seed: int) -> tuple[list[str], str]:
-    """Four numeric options (the answer and three near misses) and the gold letter."""
-    rng = random.Random(f"{seed}:{problem.key()}")
+def choice_options(problem: MiniProblem, seed: int, count: int = 4) -> tuple[list[str], str]:
+    """``count`` numeric options (a window of consecutive values around the answer), shuffled,
+    and the gold letter.
+
+    The answer's place in the window is drawn (windows start at 0 at the lowest), so the
+    options' range gives nothing away; with 20 options a guesser's pass@32 is
+    1 - 0.95^32 = 81% (with four: 99.99%, the saturation this avoids).
+    """
+    if not 2 <= count <= len(CHOICE_LETTERS):
+        raise ValueError(f"count must be 2..{len(CHOICE_LETTERS)}, got {count}")
+    rng = random.Random(f"{seed}:{count}:{problem.key()}")
     answer = problem.answer
-    offsets = [delta for delta in (-10, -2, -1, 1, 2, 10) if answer + delta >= 0]
-    distractors = [answer + delta for delta in rng.sample(offsets, 3)]
-    options = [answer, *distractors]
+    start = max(0, answer - rng.randrange(count))
+    options = list(range(start, start + count))
     rng.shuffle(options)
-    letter = "ABCD"[options.index(answer)]
-    return [str(option) for option in options], letter
+    return [str(option) for option in options], CHOICE_LETTERS[options.index(answer)]
 
 
 def flipped_result(problem: MiniProblem) -> int:

@@ -36,7 +36,7 @@ from tagrpo.miniworld.tasks import (
 )
 from tagrpo.miniworld.tokenizer import train_tokenizer
 from tagrpo.progress import track
-from tagrpo.prompts import chat_messages
+from tagrpo.prompts import CHOICE_LETTERS, chat_messages
 from tagrpo.schedule import warmup_cosine
 
 
@@ -46,6 +46,7 @@ class SftExample:
     response: str
     problem: MiniProblem
     misread: bool = False
+    choices: tuple[str, ...] = ()  # the options of a multiple-choice example
 
 
 def build_corpus(
@@ -68,7 +69,9 @@ def build_corpus(
         family = rng.choices(families, weights=weights)[0]
         misread = rng.random() < misread_probability(problem, family, config.misconceptions)
         as_choice = rng.random() < config.choice_fraction
-        corpus.append(make_example(problem, family, as_choice, index, misread))
+        corpus.append(
+            make_example(problem, family, as_choice, index, misread, config.choice_options)
+        )
     return corpus
 
 
@@ -83,18 +86,24 @@ def misread_probability(
 
 
 def make_example(
-    problem: MiniProblem, family: str, as_choice: bool, seed: int, misread: bool = False
+    problem: MiniProblem,
+    family: str,
+    as_choice: bool,
+    seed: int,
+    misread: bool = False,
+    choice_count: int = 4,
 ) -> SftExample:
     text = render(problem, family)
     if not as_choice:
         return SftExample(
             chat_messages(text), reference_response(problem, misread=misread), problem, misread
         )
-    options, letter = choice_options(problem, seed)
+    options, letter = choice_options(problem, seed, choice_count)
     if misread:  # the misread result if it is an option, else the first distractor
+        lettered = list(zip(CHOICE_LETTERS, options, strict=False))
         wrong = str(flipped_result(problem))
-        candidates = [x for x, option in zip("ABCD", options, strict=True) if option == wrong] or [
-            x for x, option in zip("ABCD", options, strict=True) if option != str(problem.answer)
+        candidates = [x for x, option in lettered if option == wrong] or [
+            x for x, option in lettered if option != str(problem.answer)
         ]
         letter = candidates[0]
     return SftExample(
@@ -102,6 +111,7 @@ def make_example(
         reference_response(problem, letter, misread=misread),
         problem,
         misread,
+        tuple(options),
     )
 
 
@@ -168,7 +178,14 @@ def warm_start(
         (chat_text(example) for example in corpus), vocab_size=model_config.vocab_size
     )
     model = build_model(tokenizer, model_config)
-    encoded = [encode_example(tokenizer, example) for example in corpus]
+    # Batches hold one kind of example: a multiple-choice prompt lists its options and is ~3x
+    # longer than an open one, and padding every mixed batch to it would triple each step.
+    pools = [
+        [encode_example(tokenizer, e) for e in corpus if bool(e.choices) == as_choice]
+        for as_choice in (False, True)
+    ]
+    pools = [pool for pool in pools if pool]
+    pool_weights = [len(pool) for pool in pools]
 
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
@@ -182,7 +199,10 @@ def warm_start(
     model.train()
     started = time.perf_counter()
     for step in track(range(config.steps), "base_model: SFT", unit="step"):
-        batch = _collate(rng.sample(encoded, config.batch_size), tokenizer.pad_token_id)
+        pool = rng.choices(pools, weights=pool_weights)[0]
+        batch = _collate(
+            rng.sample(pool, min(config.batch_size, len(pool))), tokenizer.pad_token_id
+        )
         loss = model(**batch).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -435,6 +435,9 @@ def normalise_minerva_math(record: Mapping[str, Any], row_index: int) -> Questio
     )
 
 
+GPQA_OPTIONS = 4  # one correct answer and three distractors per question
+
+
 def gpqa_permutation(question_text: str, seed: int) -> tuple[int, ...]:
     """Option order for one GPQA question: ``perm[k]`` = index of the upstream option at letter k.
 
@@ -443,7 +446,7 @@ def gpqa_permutation(question_text: str, seed: int) -> tuple[int, ...]:
     version and platform, and independent of row order.
     """
     digest = hashlib.sha256(f"{seed}\x00{question_text}".encode()).digest()
-    permutations = list(itertools.permutations(range(len(CHOICE_LETTERS))))
+    permutations = list(itertools.permutations(range(GPQA_OPTIONS)))
     return permutations[int.from_bytes(digest, "big") % len(permutations)]
 
 
