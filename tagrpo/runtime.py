@@ -26,6 +26,7 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -44,9 +45,15 @@ class StageBusyError(RuntimeError):
     """Another process is running the same stage."""
 
 
+_SHELLS = frozenset({"sh", "dash", "bash", "zsh", "ksh", "fish"})
+
+
 def die_with_parent() -> None:
     """Ask the kernel to SIGTERM this process when its parent dies; SIGTERM ends it cleanly.
 
+    DVC runs a stage through ``$SHELL -c`` (``/bin/sh`` when unset). bash replaces itself with
+    the command, dash does not, and a shell survives the ``kill -9`` of dvc: so when the parent
+    is a shell, the stage also watches the nearest ancestor that is not one (dvc, the flow).
     No-op off Linux. If the parent is already gone (re-parented to init), exit at once.
     """
     signal.signal(signal.SIGTERM, _terminate)
@@ -58,6 +65,42 @@ def die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if parent == 1 or os.getppid() != parent:
         raise SystemExit("the parent process is gone: not starting the stage")
+    launcher = _launcher_beyond_shells(parent)
+    if launcher is not None and launcher[0] != parent:
+        threading.Thread(
+            target=_watch, args=launcher, name="die-with-launcher", daemon=True
+        ).start()
+
+
+def _proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """``(command name, parent pid, start time)`` of a live process, from ``/proc/<pid>/stat``."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    name = text[text.index("(") + 1 : text.rindex(")")]
+    fields = text[text.rindex(")") + 2 :].split()  # fields from the 3rd (state) on
+    return name, int(fields[1]), int(fields[19])
+
+
+def _launcher_beyond_shells(pid: int) -> tuple[int, int] | None:
+    """The nearest ancestor (from ``pid`` up) that is not a shell: ``(pid, start time)``."""
+    for _ in range(16):
+        stat = _proc_stat(pid)
+        if stat is None or pid <= 1:
+            return None
+        name, parent, started = stat
+        if name not in _SHELLS:
+            return pid, started
+        pid = parent
+    return None
+
+
+def _watch(pid: int, started: int) -> None:
+    # The start time guards against the pid being reused by an unrelated process.
+    while (stat := _proc_stat(pid)) is not None and stat[2] == started:
+        time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _terminate(signum: int, frame: Any) -> None:

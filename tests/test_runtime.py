@@ -150,9 +150,13 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_killing_dvc_stops_the_stage_and_its_run_ends_killed(project: Path) -> None:
+@pytest.mark.parametrize("shell", ["/bin/sh", "/bin/bash"])
+def test_killing_dvc_stops_the_stage_and_its_run_ends_killed(project: Path, shell: str) -> None:
     """The drill: `kill -9` of `dvc repro` must not leave its stage running (writing outputs,
-    holding a RUNNING MLflow run), and a second copy of a running stage refuses to start."""
+    holding a RUNNING MLflow run), and a second copy of a running stage refuses to start.
+
+    DVC runs the command through ``$SHELL -c``: bash execs the stage, dash (``/bin/sh``, used
+    when SHELL is unset, as on many CI machines) stays between dvc and the stage."""
     import mlflow
 
     (project / "stage.py").write_text(STAGE)
@@ -164,6 +168,7 @@ def test_killing_dvc_stops_the_stage_and_its_run_ends_killed(project: Path) -> N
         "PYTHONPATH": str(SOURCE),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "DVC_NO_ANALYTICS": "1",
+        "SHELL": shell,
     }
     for command in (["git", "init", "-q"], ["dvc", "init", "-q"]):
         subprocess.run(command, cwd=project, env=env, check=True)

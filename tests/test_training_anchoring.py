@@ -30,12 +30,13 @@ def policy():
 
 
 def _record_inputs(model) -> tuple[list[list[int]], Callable[[], None]]:
-    """Rows (right padding stripped) of every forward call outside ``generate``."""
+    """Rows (right padding stripped) of every forward call outside sampling: ``generate`` and
+    the sampler's prompt prefill (the only forward that fills a KV cache; scoring never does)."""
     seen: list[list[int]] = []
     state = {"generating": False}
 
     def hook(module, args, kwargs):
-        if state["generating"]:
+        if state["generating"] or kwargs.get("past_key_values") is not None:
             return
         ids, mask = kwargs["input_ids"], kwargs["attention_mask"]
         for row, keep in zip(ids.tolist(), mask.tolist(), strict=True):

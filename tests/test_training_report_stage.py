@@ -14,7 +14,7 @@ from tagrpo.training.run import run_summary
 def test_policy_names() -> None:
     assert policy_name("ta_grpo", 0) == "ta_grpo-s0"
     assert policy_name("grpo", 2, 2.5) == "grpo_data2.5x-s2"
-    assert policy_name("grpo_ds", 0, 2.0) == "grpo_ds_data2x-s0"
+    assert policy_name("grpo_ds", 0, 2.0) == "grpo_ds_data2.0x-s0"
 
 
 def test_run_summary_means_and_quarters() -> None:

@@ -14,6 +14,7 @@ import torch
 from transformers import DynamicCache
 
 from tagrpo.backends.base import Completion, Messages, SamplingParams
+from tagrpo.backends.kv_cache import sampling_cache
 from tagrpo.progress import bar
 
 PROGRESS_MIN_SEQUENCES = 2048
@@ -94,7 +95,9 @@ class HFBackend:
         self, input_ids: torch.Tensor, attention: torch.Tensor, copies: int
     ) -> DynamicCache:
         """The KV cache of the (left-padded) prompts, each repeated ``copies`` times."""
-        cache = DynamicCache(config=self.model.config)
+        cache = sampling_cache(self.model.config)
+        if input_ids.shape[1] == 0:
+            return cache
         positions = (attention.cumsum(-1) - 1).clamp(min=0)  # as generate() numbers them
         self.model(
             input_ids=input_ids,
@@ -128,24 +131,17 @@ class HFBackend:
             pad_token_id=pad_id,
             eos_token_id=self.tokenizer.eos_token_id,
         )
-        if count > 1 and width > 1 and not greedy:
-            # Each prompt is read once and its KV cache copied to its `count` samples;
-            # `num_return_sequences` would run the prompt `count` times (measured: half the
-            # time of a 64-sample evaluation). The tokens drawn are the same for a given seed.
-            cache = self._prefilled_cache(input_ids[:, :-1], attention[:, :-1], count)
-            output = self.model.generate(
-                input_ids=input_ids.repeat_interleave(count, dim=0),
-                attention_mask=attention.repeat_interleave(count, dim=0),
-                past_key_values=cache,
-                **options,
-            )
-        else:
-            output = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=attention,
-                num_return_sequences=count,
-                **options,
-            )
+        # Each prompt is read once and its KV cache copied to its `count` samples
+        # (`num_return_sequences` would run the prompt `count` times), and the cache grows in
+        # place (kv_cache.py). Measured: ~2x each on CPU; the tokens drawn for a seed are the
+        # same as plain `generate(num_return_sequences=count)`.
+        cache = self._prefilled_cache(input_ids[:, :-1], attention[:, :-1], count)
+        output = self.model.generate(
+            input_ids=input_ids.repeat_interleave(count, dim=0),
+            attention_mask=attention.repeat_interleave(count, dim=0),
+            past_key_values=cache,
+            **options,
+        )
         new_tokens = output[:, width:].cpu()
         completions = []
         for row in new_tokens.tolist():

@@ -52,9 +52,9 @@ class WarmStartCorpus(ConfigModel):
     # almost always wrong: the all-wrong groups that TA-GRPO's rephrasings are meant to rescue.
     misconceptions: dict[str, Misconception] = Field(
         default_factory=lambda: {
-            "words": Misconception(when="even_first", rate=0.8),
-            "imperative": Misconception(when="small_first", rate=0.8),
-            "story": Misconception(when="item_subset", rate=0.9),
+            "words": Misconception(when="even_first", rate=0.95),
+            "imperative": Misconception(when="small_first", rate=0.95),
+            "story": Misconception(when="item_subset", rate=0.97),
         },
         description="per family: when its worked answers misread, and how often",
     )
