@@ -20,6 +20,7 @@ from tagrpo.evaluation.runner import evaluate_policy
 from tagrpo.layout import data_outputs, evaluate_outputs, model_dir, policy_name
 from tagrpo.paths import project_root
 from tagrpo.runtime import running_stage
+from tagrpo.tracking_assets import log_datasets, log_passk_intervals
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -45,7 +46,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         log_sections=("evaluate", config.evaluate.backend),
     ) as ctx:
         benchmarks = ctx.root / data_outputs()["processed"] / "benchmarks"
+        log_datasets(sorted(benchmarks.glob("*.parquet")), "evaluation")
         result = evaluate_policy(config, model, benchmarks)
+        log_passk_intervals(result.passk)
         result.responses.to_parquet(ctx.path("responses"), index=False)
         result.passk.assign(policy=policy).to_csv(ctx.path("passk"), index=False)
         ctx.set_metrics(result.summary)

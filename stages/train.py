@@ -16,6 +16,7 @@ import argparse
 from tagrpo.config.params import load_config
 from tagrpo.layout import policy_name, train_outputs
 from tagrpo.runtime import running_stage
+from tagrpo.tracking_assets import log_datasets, log_policy_model
 from tagrpo.training.run import legacy_train_params, plan_training, run_summary, train_local
 
 
@@ -63,6 +64,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 summarize=run_summary,
                 outputs={role: ctx.path(role) for role in ("model", "rollouts", "history")},
             )
+        log_datasets([ctx.root / config.train.input], "training")
+        log_policy_model(ctx.path("model"), plan.policy, ctx.final("model"))
         ctx.set_metrics(summary)
     return summary
 

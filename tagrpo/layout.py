@@ -109,7 +109,15 @@ def diagnostics_outputs() -> Outputs:
 
 def report_outputs() -> Outputs:
     return Outputs(
-        {"report": Path("reports/report.md"), "figures": Path("reports/figures")},
+        {
+            "report": Path("reports/report.md"),
+            "figures": Path("reports/figures"),
+            # Long-form data of dvc.yaml's plots (tagrpo/report/plot_data.py).
+            "passk_plot": Path("plots/passk.csv"),
+            "training_plot": Path("plots/training.csv"),
+            "zero_gradient_plot": Path("plots/zero_gradient.csv"),
+            "data_scaling_plot": Path("plots/data_scaling.csv"),
+        },
         Path("metrics/report.json"),
     )
 
