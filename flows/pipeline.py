@@ -49,6 +49,7 @@ from tagrpo.rerun import (
     RUNS_DIR,
     RerunRequest,
     changed_leaves,
+    dvc_binary,
     prepare_scratch,
     profile_names,
     read_yaml_mapping,
@@ -67,11 +68,6 @@ Mode = Literal["scratch", "experiment", "workspace"]
 # A progress bar redraws with carriage returns: log its latest state at most this often.
 _PROGRESS_EVERY_S = 15.0
 _TAIL_LINES = 60
-
-
-def _dvc_binary() -> str:
-    local = Path(sys.executable).with_name("dvc")
-    return str(local) if local.exists() else "dvc"
 
 
 def _stage_env(parent_run_id: str | None) -> dict[str, str]:
@@ -148,7 +144,7 @@ def stream_command(command: list[str], cwd: Path, env: dict[str, str], logger: A
 @task(name="dvc-stage", task_run_name="{stage}", retries=1, retry_delay_seconds=10)
 def dvc_stage(stage: str, root: str, parent_run_id: str | None, force: bool = False) -> str:
     """``dvc repro -s <stage>``: "ran" or "unchanged" (DVC found nothing to redo)."""
-    command = [_dvc_binary(), "repro", "--single-item", *(["--force"] if force else []), stage]
+    command = [dvc_binary(), "repro", "--single-item", *(["--force"] if force else []), stage]
     tail = stream_command(command, Path(root), _stage_env(parent_run_id), get_run_logger())
     text = "\n".join(tail)
     unchanged = "didn't change, skipping" in text or "is cached - skipping" in text
@@ -158,7 +154,7 @@ def dvc_stage(stage: str, root: str, parent_run_id: str | None, force: bool = Fa
 @task(name="dvc-experiment", task_run_name="dvc exp run {name}")
 def dvc_experiment(name: str, root: str, set_args: list[str], parent_run_id: str) -> str:
     """``dvc exp run --temp -n <name> -S ...`` in the checkout (its params.yaml untouched)."""
-    command = [_dvc_binary(), "exp", "run", "--temp", "-n", name, *set_args]
+    command = [dvc_binary(), "exp", "run", "--temp", "-n", name, *set_args]
     stream_command(command, Path(root), _stage_env(parent_run_id), get_run_logger())
     return name
 
@@ -172,7 +168,7 @@ def scratch_copy(source: str, target: str, resolved: dict[str, Any], message: st
 
 @task(name="dvc-dag")
 def planned_stages(root: str) -> list[str]:
-    return stage_order(Path(root), _dvc_binary())
+    return stage_order(Path(root))
 
 
 def _yaml(params: dict[str, Any]) -> str:

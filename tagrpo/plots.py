@@ -96,8 +96,10 @@ def _faceted(field: str, layer: list[dict[str, Any]], columns: int = 4) -> dict[
 def passk_template() -> dict[str, Any]:
     """pass@k against k (log2 axis), a panel per benchmark or group, a colour per method, a
     line per policy (seed), bootstrap 95% CI bars; ``rev`` dashes compare revisions."""
+    axes = _axes(x_scale={"type": "log", "base": 2})
+    axes["x"]["axis"] = {"values": [2**i for i in range(16)]}  # powers of 2 only (as in the paper)
     encoding = {
-        **_axes(x_scale={"type": "log", "base": 2}),
+        **axes,
         "color": _colour(),
         "detail": {"field": "policy", "type": "nominal"},
         "strokeDash": {"field": "rev", "type": "nominal", "title": "revision"},
@@ -298,9 +300,18 @@ def write_offline_template(root: Path | None = None) -> Path:
     return target
 
 
+def dvc_root(start: Path | None = None) -> Path:
+    """The DVC repository holding ``start`` (default: the working directory)."""
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / ".dvc").is_dir():
+            return candidate
+    return project_root(start)
+
+
 def dvc_plots(args: list[str], root: Path | None = None) -> int:
     """``dvc plots <args>`` with the offline page template (built first if missing)."""
-    root = root or project_root()
+    root = root or dvc_root()
     template = root / OFFLINE_TEMPLATE
     if not template.is_file():
         write_offline_template(root)

@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,8 +90,25 @@ def resolve_params(root: Path, request: RerunRequest) -> dict[str, Any]:
             raise ConfigError("seeds", ["an empty seed list trains nothing"])
         subsets.append(f"runs.seeds={json.dumps(list(request.seeds))}")
     resolved = apply_overrides(raw, [*subsets, *request.overrides])
-    validate_params(resolved, f"rerun ({request.describe()})")
+    typed = validate_params(resolved, f"rerun ({request.describe()})").model_dump(mode="json")
+    # Each override's value as the schema reads it: YAML 1.1 leaves "2e-4" a string, which
+    # would reach params.yaml (and dvc's -S) quoted.
+    for assignment in request.overrides:
+        path = assignment.partition("=")[0].strip().split(".")
+        _set(resolved, path, _get(typed, path))
     return resolved
+
+
+def _get(tree: Mapping[str, Any], path: list[str]) -> Any:
+    for part in path:
+        tree = tree[part]
+    return tree
+
+
+def _set(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    for part in path[:-1]:
+        tree = tree[part]
+    tree[path[-1]] = value
 
 
 def changed_leaves(
@@ -177,10 +195,16 @@ def topological(nodes: list[str], edges: list[tuple[str, str]]) -> list[str]:
     return order
 
 
-def stage_order(root: Path, dvc: str = "dvc") -> list[str]:
+def dvc_binary() -> str:
+    """This environment's dvc (the stages must run with its python), else the PATH's."""
+    local = Path(sys.executable).with_name("dvc")
+    return str(local) if local.exists() else "dvc"
+
+
+def stage_order(root: Path) -> list[str]:
     """Every stage of ``root``'s pipeline in an order ``dvc repro -s`` can run them."""
     result = subprocess.run(
-        [dvc, "dag", "--dot"], cwd=root, capture_output=True, text=True, check=False
+        [dvc_binary(), "dag", "--dot"], cwd=root, capture_output=True, text=True, check=False
     )
     if result.returncode != 0:
         raise RuntimeError(f"dvc dag failed in {root}:\n{result.stderr[-4000:]}")
@@ -255,6 +279,7 @@ def prepare_scratch(source: Path, target: Path, resolved: Mapping[str, Any], mes
     cache.mkdir(parents=True, exist_ok=True)
     # Outputs the rerun produces land in the checkout's cache: `dvc checkout` can bring them
     # into the checkout later, and DVC's run cache is shared.
+    (target / ".dvc").mkdir(exist_ok=True)
     (target / ".dvc" / "config.local").write_text(f"[cache]\n    dir = {cache.resolve()}\n")
     return _git(["rev-parse", "HEAD"], target).strip()
 

@@ -60,6 +60,8 @@ def log_datasets(
         with warnings.catch_warnings():
             # A local path matches MLflow's local-artifact source twice (same class): noise.
             warnings.filterwarnings("ignore", message="The specified dataset source")
+            # Schema inference's advice about integer columns: these files have no missing ids.
+            warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer")
             dataset = mlflow.data.from_pandas(
                 frame,
                 source=str(Path(final).resolve()),
@@ -87,12 +89,20 @@ def _folder_bytes(folder: Path) -> int:
     )
 
 
-def log_policy_model(model_dir: Path, policy: str, final_dir: Path | None = None) -> str:
+def log_policy_model(
+    model_dir: Path,
+    policy: str,
+    final_dir: Path | None = None,
+    base_model: str = "",
+    license_id: str = "other",
+) -> str:
     """The trained policy as an MLflow model of the transformers flavour (copied), or, above
     :data:`MODEL_COPY_MAX_BYTES`, an external logged model linked to its DVC output folder.
 
     ``model_dir`` is where the folder is now (the stage's staging area), ``final_dir`` where it
-    will live (the link recorded). Returns the logged model's id ("" without an active run).
+    will live (the link recorded); ``base_model`` and ``license_id`` (an SPDX-style id, "other"
+    when the base model's own license applies) go into the model card. Returns the logged
+    model's id ("" without an active run).
     """
     import mlflow
 
@@ -123,11 +133,25 @@ def log_policy_model(model_dir: Path, policy: str, final_dir: Path | None = None
             name=policy,
             task="text-generation",
             tags=tags,
+            model_card=_model_card(policy, base_model, license_id),
             # MLflow's default list names torchvision, which this stack does not install.
             pip_requirements=_model_requirements(),
         )
     mlflow.set_tag("tagrpo.model_link", str(final))
     return info.model_id
+
+
+def _model_card(policy: str, base_model: str, license_id: str) -> Any:
+    """A card of our own: MLflow otherwise asks the Hugging Face hub for one (offline: a
+    warning per policy)."""
+    from huggingface_hub import ModelCard
+
+    origin = f"fine-tuned from {base_model}" if base_model else "trained by tagrpo"
+    note = "" if license_id != "other" else "\nThe base model's license applies.\n"
+    return ModelCard(
+        f"---\nlicense: {license_id}\nlibrary_name: transformers\n---\n# {policy}\n\n"
+        f"A tagrpo policy ({origin}); its DVC output is models/{policy}.\n{note}"
+    )
 
 
 def _model_requirements() -> list[str]:
