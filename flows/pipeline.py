@@ -280,6 +280,9 @@ def pipeline(
         description="The exact params this run used (secrets masked)",
     )
     client, parent = _open_parent_run(request, mode, resolved, changes)
+    # Stages in a copy would otherwise open the copy's own store (the default is a SQLite file
+    # in the checkout they run in): every run of this flow goes to the checkout's store.
+    os.environ["MLFLOW_TRACKING_URI"] = client.tracking_uri
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     name = f"{stamp}-{flow_run.get_name() or 'run'}"
     root = source

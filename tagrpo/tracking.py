@@ -345,9 +345,12 @@ def _stage_backend(stage: str, config: Any) -> str:
 
 
 def _dvc_name(stage: str, key: str | None) -> str:
-    """DVC's name of a matrix item: ``train`` + ``grpo-s0`` -> ``train@grpo-0``."""
+    """DVC's name of a matrix item: ``train`` + ``grpo-s0`` -> ``train@grpo-0``; the base
+    policy's evaluation is its own stage, ``evaluate_base``."""
     if not key:
         return stage
+    if stage == "evaluate" and key == "base":
+        return "evaluate_base"
     if stage in ("train", "evaluate") and "-s" in key:
         method, _, seed = key.rpartition("-s")
         if seed.isdigit() and "_data" not in method:

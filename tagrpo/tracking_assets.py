@@ -24,6 +24,7 @@ MODEL_COPY_MAX_BYTES = 512 * 1024**2
 # A policy folder also holds checkpoints/ (the diagnostics stage reads them); the MLflow model
 # is the final policy only.
 _MODEL_SKIP = {"checkpoints"}
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 
 def _active() -> Any:
@@ -68,7 +69,7 @@ def log_datasets(
                 name=_dataset_name(Path(final)),
                 digest=file_md5(path),
             )
-        mlflow.log_input(dataset, context=context)
+            mlflow.log_input(dataset, context=context)  # infers the schema: inside the filter
     return len(paths)
 
 
@@ -112,14 +113,21 @@ def log_policy_model(
     final = Path(final_dir or model_dir).resolve()
     size = _folder_bytes(model_dir)
     tags = {"policy": policy, "dvc_output": str(final)}
+    linked_because = ""
     if size > MODEL_COPY_MAX_BYTES:
+        linked_because = f"{size / 1024**2:.0f} MB (copies stop at {MODEL_COPY_MAX_BYTES >> 20} MB)"
+    elif not any((Path(model_dir) / name).is_file() for name in _TOKENIZER_FILES):
+        # The transformers flavour needs the tokenizer beside the weights.
+        linked_because = "no tokenizer files in the folder"
+    if linked_because:
         model = mlflow.create_external_model(
             name=policy,
             source_run_id=run.info.run_id,
             model_type="transformers",
-            tags={**tags, "bytes": str(size)},
+            tags={**tags, "bytes": str(size), "linked_because": linked_because},
         )
         mlflow.set_tag("tagrpo.model_link", str(final))
+        print(f"[tracking] policy {policy} linked to {final}, not copied: {linked_because}")
         return model.model_id
     with tempfile.TemporaryDirectory(prefix="tagrpo-model-") as scratch:
         # The final policy only: top-level files, linked (MLflow copies them).

@@ -79,7 +79,7 @@ def test_stage_run_tags_commit_stage_and_logs_params(
     assert stored.info.status == "FINISHED"
     assert stored.data.tags["stage"] == "evaluate"
     assert stored.data.tags["policy"] == "base"
-    assert stored.data.tags["tagrpo.dvc_stage"] == "evaluate@base"
+    assert stored.data.tags["tagrpo.dvc_stage"] == "evaluate_base"  # DVC's name of that stage
     assert stored.data.tags["tagrpo.pid"] == str(os.getpid())
     assert stored.data.tags["git_commit"] == expected_sha
     assert stored.data.tags["git_dirty"] in {"true", "false"}
