@@ -24,7 +24,6 @@ run nests under it.
         make prefect-server; PREFECT_API_URL=http://127.0.0.1:4200/api (make prefect-deploy)
 """
 
-from __future__ import annotations
 
 import argparse
 import json
@@ -244,7 +243,7 @@ def pipeline(
     """Run the DVC pipeline with the given params; the checkout's params.yaml is never edited.
 
     Args:
-        profile: params.yaml as it is ("current"), or merged with profiles/<name>.yaml.
+        profile: params.yaml as it is ("current"), or merged with profiles/NAME.yaml.
         methods: train and evaluate only these methods (runs.methods); empty: as the profile.
         seeds: train and evaluate only these seeds (runs.seeds); empty: as the profile.
         overrides: params to change, one "key.path=value" each (value in YAML, e.g.

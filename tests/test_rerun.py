@@ -183,3 +183,18 @@ def test_the_deployment_form_has_typed_parameters_with_help() -> None:
     assert fields["overrides"]["items"]["pattern"]
     assert fields["mode"]["default"] == "scratch"
     assert all(field["description"] for field in fields.values())
+
+
+def test_the_flow_loaded_from_its_entrypoint_validates_parameters() -> None:
+    """Loaded from its file as a deployment does, the flow refuses values outside the form's
+    choices. (That a served run resolves the types is checked with a real server in
+    tests/test_pipeline_smoke.py: with string annotations it did not.)"""
+    from prefect.exceptions import ParameterTypeError
+    from prefect.flows import load_flow_from_entrypoint
+
+    loaded = load_flow_from_entrypoint(str(ROOT / "flows" / "pipeline.py") + ":pipeline")
+    valid = loaded.validate_parameters({"profile": "smoke", "methods": ["grpo"], "seeds": [1]})
+    assert valid["methods"] == ["grpo"] and valid["mode"] == "scratch"
+    for wrong in ({"profile": "nope"}, {"methods": ["sgd"]}, {"overrides": ["no-equals"]}):
+        with pytest.raises(ParameterTypeError):
+            loaded.validate_parameters(wrong)
