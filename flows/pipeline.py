@@ -24,7 +24,6 @@ run nests under it.
         make prefect-server; PREFECT_API_URL=http://127.0.0.1:4200/api (make prefect-deploy)
 """
 
-
 import argparse
 import json
 import os

@@ -39,9 +39,23 @@ _PLACEHOLDERS = ("{plot_divs}", "{scripts}", "{refresh_tag}")  # dvc-render's, r
 BASE_COLOUR = "#7f7f7f"
 # Tableau 10 without its grey (the base policy's), then Tableau 20's light tones.
 PALETTE = (
-    "#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#e15759", "#edc948", "#9c755f",
-    "#ff9da7", "#a0cbe8", "#ffbe7d", "#8cd17d", "#d4a6c8", "#86bcb6", "#f1ce63", "#d7b5a6",
-)  # fmt: skip
+    "#4e79a7",
+    "#f28e2b",
+    "#59a14f",
+    "#b07aa1",
+    "#76b7b2",
+    "#e15759",
+    "#edc948",
+    "#9c755f",
+    "#ff9da7",
+    "#a0cbe8",
+    "#ffbe7d",
+    "#8cd17d",
+    "#d4a6c8",
+    "#86bcb6",
+    "#f1ce63",
+    "#d7b5a6",
+)
 _SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"  # an identifier, never fetched
 
 
@@ -130,19 +144,43 @@ def passk_template() -> dict[str, Any]:
     )
 
 
-def curves_template(facet: str | None = None) -> dict[str, Any]:
-    """A training curve per policy against steps, coloured by method (a panel per ``facet``)."""
+def curves_template(facet: str | None = None, window: int = 5) -> dict[str, Any]:
+    """Training curves against steps, coloured by method, a line per policy: each step faint,
+    a ``window``-step moving mean bold (per-step rates over a few questions are noisy)."""
+    axes = _axes()
+    lines = {
+        # Full-strength swatches: the faint per-step layer would otherwise set their look.
+        "color": {**_colour(), "legend": {"symbolOpacity": 1, "symbolStrokeWidth": 3}},
+        "detail": {"field": "policy", "type": "nominal"},
+        "strokeDash": {"field": "rev", "type": "nominal", "title": "revision"},
+    }
+    half = window // 2
     layer = [
         {
-            "mark": {"type": "line", "point": False, "interpolate": "monotone"},
+            "transform": [
+                {
+                    "window": [{"op": "mean", "field": "<DVC_METRIC_Y>", "as": "moving_mean"}],
+                    "frame": [-half, half],
+                    "groupby": ["policy", "rev"],
+                    "sort": [{"field": "<DVC_METRIC_X>"}],
+                }
+            ],
+            "mark": {"type": "line", "strokeWidth": 2},
             "encoding": {
-                **_axes(),
-                "color": _colour(),
-                "detail": {"field": "policy", "type": "nominal"},
-                "strokeDash": {"field": "rev", "type": "nominal", "title": "revision"},
-                "tooltip": _tooltip("policy", "<DVC_METRIC_X>", "<DVC_METRIC_Y>", "rev"),
+                "x": axes["x"],
+                "y": {
+                    "field": "moving_mean",
+                    "type": "quantitative",
+                    "title": "<DVC_METRIC_Y_LABEL>",
+                },
+                **lines,
+                "tooltip": _tooltip("policy", "<DVC_METRIC_X>", "<DVC_METRIC_Y>", "moving_mean"),
             },
-        }
+        },
+        {
+            "mark": {"type": "line", "opacity": 0.25, "strokeWidth": 1},
+            "encoding": {**axes, **lines},
+        },
     ]
     if facet:
         return _faceted(facet, layer)
