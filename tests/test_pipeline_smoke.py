@@ -19,7 +19,6 @@ import time
 import urllib.error
 from pathlib import Path
 
-import mlflow
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
@@ -114,10 +113,8 @@ def test_dvc_repro_runs_every_stage_and_reconciles(smoke_checkout) -> None:
     training = client.search_runs([experiment], "tags.method = 'ta_grpo' and tags.stage = 'train'")[
         0
     ]
-    models = mlflow.search_logged_models(
-        experiment_ids=[experiment],
-        filter_string=f"source_run_id = '{training.info.run_id}'",
-        output_format="list",
+    models = client.search_logged_models(
+        [experiment], filter_string=f"source_run_id = '{training.info.run_id}'"
     )
     assert [m.name for m in models] == ["ta_grpo-s0"]
     assert {"rephrased/train"} == {d.dataset.name for d in training.inputs.dataset_inputs}
