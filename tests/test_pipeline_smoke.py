@@ -24,7 +24,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 from prefect_server import prefect_server
 from scratch_project import ROOT, run_checked, scratch_project
-from test_plots import check_rendered
+from test_plots import check_rendered, vega_libraries
 
 from tagrpo.tracking_assets import file_md5
 
@@ -147,6 +147,7 @@ def _ended(client, run_id: str, timeout: float = 180) -> str:
 def test_dvc_plots_page_of_the_run_renders_offline(smoke_checkout) -> None:
     """`tagrpo plots show` on the run's outputs: one self-contained page, every plot drawn."""
     checkout, env = smoke_checkout
+    vega_libraries()
     run_checked([sys.executable, "-m", "tagrpo.cli", "plots", "show"], checkout, env)
     plots = len(yaml.safe_load((checkout / "dvc.yaml").read_text())["plots"])
     shots = os.environ.get("TAGRPO_SCREENSHOTS")
