@@ -34,6 +34,7 @@ PIPELINE_KEY_TAG = "tagrpo.pipeline_key"
 ORIGIN_TAG = "tagrpo.origin"
 ROOT_TAG = "tagrpo.root"
 _POLL_SECONDS = 1.0
+_CHILD_GRACE_SECONDS = 120.0
 # dvc's entry point appears within the first arguments (``dvc repro``, ``python .../dvc repro``,
 # ``python -m dvc repro``); deeper positions are arguments of something else.
 _MAX_DVC_ARGV_INDEX = 3
@@ -223,13 +224,24 @@ def finish_run(client: Any, run_id: str) -> str:
     """End a pipeline parent run from its children's states; returns the status set."""
     from tagrpo.tracking import mark_dead_runs_killed
 
-    children = client.search_runs(
-        [client.get_run(run_id).info.experiment_id],
-        filter_string=f"tags.mlflow.parentRunId = '{run_id}'",
-    )
-    mark_dead_runs_killed(client, [c for c in children if c.info.status == "RUNNING"])
-    statuses = [client.get_run(c.info.run_id).info.status for c in children]
-    status = "FAILED" if "FAILED" in statuses else "KILLED" if "KILLED" in statuses else "FINISHED"
+    experiment_id = client.get_run(run_id).info.experiment_id
+    query = f"tags.mlflow.parentRunId = '{run_id}'"
+    # A stage that dvc's death just signalled may still be ending its run: give it time.
+    deadline = time.monotonic() + _CHILD_GRACE_SECONDS
+    while True:
+        children = client.search_runs([experiment_id], filter_string=query)
+        running = [c for c in children if c.info.status == "RUNNING"]
+        mark_dead_runs_killed(client, running)
+        statuses = [client.get_run(c.info.run_id).info.status for c in children]
+        if "RUNNING" not in statuses or time.monotonic() > deadline:
+            break
+        time.sleep(_POLL_SECONDS)
+    if "FAILED" in statuses:
+        status = "FAILED"
+    elif "KILLED" in statuses or "RUNNING" in statuses:  # a stage outlived dvc: not a success
+        status = "KILLED"
+    else:
+        status = "FINISHED"
     client.log_metric(run_id, "stages_run", float(len(statuses)))
     client.log_metric(run_id, "stages_failed", float(sum(s != "FINISHED" for s in statuses)))
     root = client.get_run(run_id).data.tags.get(ROOT_TAG, "")
