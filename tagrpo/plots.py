@@ -269,21 +269,26 @@ def write_templates(root: Path | None = None) -> list[Path]:
 
 
 def node_modules(root: Path | None = None) -> Path:
-    """Where ``npm ci`` put the charting libraries: ``TAGRPO_NODE_MODULES``, the checkout's
-    ``node_modules``, or the source tree's (a scratch copy of the checkout has none)."""
+    """Where ``npm ci`` put the charting libraries: ``TAGRPO_NODE_MODULES``, else the nearest
+    ``node_modules`` from the checkout upwards (a Prefect scratch copy or a ``dvc exp`` copy
+    lives inside the checkout), else beside the Python environment (``make install`` puts
+    ``.venv`` and ``node_modules`` in the same checkout; a test's scratch copy has neither)."""
+    start = (root or project_root()).resolve()
     candidates = [
-        Path(os.environ["TAGRPO_NODE_MODULES"]) if os.environ.get("TAGRPO_NODE_MODULES") else None,
-        (root or project_root()) / "node_modules",
-        Path(__file__).resolve().parents[1] / "node_modules",
+        *(
+            [Path(os.environ["TAGRPO_NODE_MODULES"])]
+            if os.environ.get("TAGRPO_NODE_MODULES")
+            else []
+        ),
+        *(folder / "node_modules" for folder in (start, *start.parents)),
+        Path(sys.prefix).resolve().parent / "node_modules",
     ]
     for candidate in candidates:
-        if candidate is not None and all(
-            (candidate / p / b).is_file() for p, b in VENDORED.items()
-        ):
+        if all((candidate / p / b).is_file() for p, b in VENDORED.items()):
             return candidate
     raise FileNotFoundError(
-        "vega, vega-lite and vega-embed are not installed (looked in "
-        f"{[str(c) for c in candidates if c is not None]}): run `make install` (npm ci)"
+        f"vega, vega-lite and vega-embed are not installed (looked in node_modules from {start} "
+        f"upwards and beside {sys.prefix}): run `make install` (npm ci)"
     )
 
 
