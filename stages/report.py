@@ -14,6 +14,7 @@ from tagrpo.config.params import load_config
 from tagrpo.layout import data_outputs, evaluate_outputs, report_outputs
 from tagrpo.paths import project_root
 from tagrpo.report.build import build_report
+from tagrpo.report.plot_data import PLOT_DATA_ROLES, write_plot_data
 from tagrpo.runtime import require_inputs, running_stage
 from tagrpo.tracking import git_state
 
@@ -30,6 +31,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with running_stage("report", report_outputs(), config, log_sections=("report",)) as ctx:
         out = {role: ctx.path(role) for role in report_outputs().outs}
         metrics = build_report(config, ctx.root, out, git_state())
+        metrics |= write_plot_data(config, ctx.root, {r: out[r] for r in PLOT_DATA_ROLES})
         if ctx.run is not None:
             import mlflow
 

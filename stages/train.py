@@ -14,8 +14,10 @@ from __future__ import annotations
 import argparse
 
 from tagrpo.config.params import load_config
-from tagrpo.layout import dvc_stage_name, policy_name, train_outputs
+from tagrpo.layout import data_outputs, dvc_stage_name, policy_name, train_outputs
 from tagrpo.runtime import running_stage
+from tagrpo.tracking import model_label
+from tagrpo.tracking_assets import log_datasets, log_policy_model
 from tagrpo.training.run import legacy_train_params, plan_training, run_summary, train_local
 
 
@@ -66,6 +68,19 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 summarize=run_summary,
                 outputs={role: ctx.path(role) for role in ("model", "rollouts", "history")},
             )
+        inputs = [ctx.root / config.train.input]
+        if args.data_multiple > 1.0:  # the data-scaling pool the extra questions come from
+            inputs.append(ctx.root / data_outputs()["processed"] / "extra.parquet")
+        log_datasets(inputs, "training")
+        log_policy_model(
+            ctx.path("model"),
+            plan.policy,
+            ctx.final("model"),
+            base_model=model_label(config),
+            # The warm-started base policy is this project's own (Apache-2.0); otherwise the
+            # base model's license applies.
+            license_id="apache-2.0" if config.base_model.kind == "warmstart" else "other",
+        )
         ctx.set_metrics(summary)
     return summary
 

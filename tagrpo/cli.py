@@ -5,6 +5,9 @@
     tagrpo params apply PROFILE.yaml [--params params.yaml]
     tagrpo params check [FILE]
     tagrpo params explain [KEY] [--file params.yaml]
+    tagrpo plots show|diff [DVC PLOTS ARGS]   (offline page: dvc_plots/index.html)
+    tagrpo compare [--method M ...] [--k K ...] [--benchmark B ...] [--profile P]
+                   [--experiment NAME] [--tracking-uri URI] [--format text|markdown|csv]
 
 Adding a command: write ``_cmd_<name>(args) -> int`` (the exit status) and one ``add_parser``
 block in :func:`build_parser` that ends with ``set_defaults(handler=_cmd_<name>)``. Import heavy
@@ -288,6 +291,53 @@ def _cmd_params_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- compare ---------------------------------------------------------------------------------
+
+
+def _default_experiment() -> str:
+    from tagrpo.config.params import ConfigError, load_config
+
+    try:
+        return load_config().common.tracking.experiment
+    except (ConfigError, OSError):
+        return "tagrpo"
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from mlflow.tracking import MlflowClient
+
+    from tagrpo.compare import compare, latest_evaluations, render
+    from tagrpo.tracking import tracking_uri
+
+    uri = args.tracking_uri or tracking_uri()
+    client = MlflowClient(tracking_uri=uri)
+    experiment = args.experiment or _default_experiment()
+    try:
+        profile, runs = latest_evaluations(client, experiment, args.profile)
+        table = compare(runs, profile, args.method, args.k, args.benchmark)
+    except LookupError as error:
+        print(f"tagrpo compare: {error} ({uri})", file=sys.stderr)
+        return 2
+    if not table.rows:
+        print(f"tagrpo compare: no pass@k matches the filters ({uri})", file=sys.stderr)
+        return 2
+    print(render(table, args.format))
+    return 0
+
+
+# --- plots -----------------------------------------------------------------------------------
+
+
+def _cmd_plots(args: argparse.Namespace) -> int:
+    from tagrpo.plots import dvc_plots
+
+    try:
+        return dvc_plots([args.action, *args.dvc_args])
+    except (FileNotFoundError, ValueError) as error:
+        print(f"tagrpo plots: {error}", file=sys.stderr)
+        return 2
+
+
 # --- parser ----------------------------------------------------------------------------------
 
 
@@ -352,6 +402,34 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("key", nargs="?", default="", help="e.g. train.learning_rate, or train")
     explain.add_argument("--file", default=None, help="params file for the current value")
     explain.set_defaults(handler=_cmd_params_explain)
+
+    compare = commands.add_parser(
+        "compare",
+        help="pass@k with intervals of each method's latest evaluation, from MLflow",
+        description="Queries the tracking store for each policy's latest finished evaluate run "
+        "(one profile: by default that of the most recent evaluation) and prints pass@k per "
+        "benchmark and group with 95%% intervals, one column per method.",
+    )
+    compare.add_argument("--method", action="append", help="only these methods (repeatable)")
+    compare.add_argument("--k", type=_positive_int, action="append", help="only these k")
+    compare.add_argument("--benchmark", action="append", help="only these benchmarks/groups")
+    compare.add_argument("--profile", help="default: the most recent evaluation's profile")
+    compare.add_argument("--experiment", help="default: common.tracking.experiment")
+    compare.add_argument(
+        "--tracking-uri", help="default: MLFLOW_TRACKING_URI, else the checkout's mlflow.db"
+    )
+    compare.add_argument("--format", choices=("text", "markdown", "csv"), default="text")
+    compare.set_defaults(handler=_cmd_compare)
+
+    plots = commands.add_parser(
+        "plots",
+        help="dvc plots show/diff with the offline page template (no CDN)",
+        description="Runs `dvc plots show|diff ARGS --html-template .dvc/plots/offline.html`, "
+        "building that template from the npm packages first if it is missing.",
+    )
+    plots.add_argument("action", choices=("show", "diff"))
+    plots.add_argument("dvc_args", nargs=argparse.REMAINDER, help="passed to dvc plots")
+    plots.set_defaults(handler=_cmd_plots)
     return parser
 
 

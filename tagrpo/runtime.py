@@ -12,7 +12,10 @@
    is renamed into place, metrics last (renames are atomic: no half-written output ever carries
    its final name);
 5. an MLflow run tagged with the stage, its DVC name, the dependency hash, host and pid; runs of
-   the same stage left RUNNING by a killed process are marked KILLED first.
+   the same stage left RUNNING by a killed process are marked KILLED first. It nests under the
+   pipeline's parent run: the Prefect flow's (``TAGRPO_PARENT_RUN_ID``) or the one the first
+   stage of a ``dvc repro``/``dvc exp run`` opens for that dvc process
+   (:mod:`tagrpo.pipeline_run`, via :func:`tagrpo.tracking.stage_run`).
 """
 
 from __future__ import annotations

@@ -5,10 +5,20 @@ stages in temporary copies, so a relative URI would scatter runs). When a Prefec
 orchestrates ``dvc repro`` it opens a parent run and passes its id in
 ``TAGRPO_PARENT_RUN_ID``; stage runs then nest under it across processes.
 
+A plain ``dvc repro`` gets a parent run too: the first stage opens one keyed by the dvc
+process and later stages nest under it (:mod:`tagrpo.pipeline_run`).
+
 Each run carries what ties it to its DVC outputs (``tagrpo.dvc_stage``, the DVC name such as
 ``train@grpo-0``, and ``tagrpo.deps_hash``, a hash of the stage's dependencies and params) and
 which process ran it (``tagrpo.host``, ``tagrpo.pid``): a run left RUNNING by a killed process is
-marked KILLED the next time that stage starts. Key-shaped values are never logged.
+marked KILLED the next time that stage starts. Runs are tagged ``stage``, ``profile``, ``model``
+and ``backend`` (and ``method``/``seed``/``policy`` for train and evaluate), so one filter such as
+``tags.method = 'ta_grpo' and tags.stage = 'evaluate'`` finds a method's runs across seeds.
+
+Only a short list of key params (:data:`KEY_PARAMS`) is logged as MLflow params, so the compare
+view stays readable; every value of the stage's sections is in the run's ``params.json``
+artifact. pass@k metrics are namespaced ``pass_at_k/<benchmark or group>/<k>``. Key-shaped
+values are never logged.
 """
 
 from __future__ import annotations
@@ -30,6 +40,39 @@ from tagrpo.paths import home_root, project_root, resolve_path
 PARENT_RUN_ENV = "TAGRPO_PARENT_RUN_ID"
 DEFAULT_EXPERIMENT = "tagrpo"
 REDACTED = "***"
+PARAMS_ARTIFACT = "params.json"
+# The params shown as columns in MLflow (when the stage logs their section); the rest of the
+# stage's sections goes to the params.json artifact. Dotted names as in params.yaml.
+KEY_PARAMS: tuple[str, ...] = (
+    "common.profile",
+    "common.seed",
+    "data.source",
+    "base_model.kind",
+    "rephrase.backend",
+    "rephrase.n",
+    "train.backend",
+    "train.learning_rate",
+    "train.epochs",
+    "train.steps",
+    "train.questions",
+    "train.batch_questions",
+    "train.group_size",
+    "train.n_neighbours",
+    "train.kl_coef",
+    "train.max_new_tokens",
+    "evaluate.backend",
+    "evaluate.n",
+    "evaluate.ks",
+    "evaluate.temperature",
+    "evaluate.top_p",
+    "evaluate.max_new_tokens",
+    "diagnostics.backend",
+    "diagnostics.questions",
+    "diagnostics.group_size",
+    "diagnostics.n_neighbours",
+)
+# ``<benchmark or group>/pass@<k>`` (the metrics files' keys) -> ``pass_at_k/<name>/<k>``.
+_PASS_AT_K = re.compile(r"^(?P<name>.+)/pass@(?P<k>\d+)$")
 # Keys whose values are secrets whatever they look like.
 _SECRET_KEY = re.compile(r"(api[_-]?key|secret|password|token)$", re.IGNORECASE)
 
@@ -78,6 +121,43 @@ def git_state(cwd: Path | None = None) -> dict[str, str]:
 def redact(value: Any) -> Any:
     """A value as it may be logged: key-shaped strings replaced."""
     return REDACTED if looks_like_secret(value) else value
+
+
+def redact_tree(value: Any, key: str = "") -> Any:
+    """A nested params value as it may be logged: secrets masked at every depth."""
+    if _SECRET_KEY.search(key) and not isinstance(value, Mapping):
+        return REDACTED
+    if isinstance(value, Mapping):
+        return {k: redact_tree(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_tree(item) for item in value]
+    return redact(value)
+
+
+def log_params_artifact(client: Any, run_id: str, params: Mapping[str, Any], name: str) -> None:
+    """Every value of ``params`` (redacted) as a JSON artifact of the run."""
+    client.log_dict(run_id, redact_tree(params), name)
+
+
+def model_label(config: Any) -> str:
+    """What the ``model`` tag says: the base policy every method starts from."""
+    settings = config.base_model
+    if settings.kind == "warmstart":
+        width = settings.warmstart.model
+        return f"warmstart-llama-h{width.hidden_size}-l{width.num_layers}"
+    if settings.kind == "gguf_package":
+        return f"{settings.gguf_package.package}/{settings.gguf_package.gguf_file}"
+    if settings.kind == "hub":
+        return settings.hub.hub_id
+    return settings.local.path
+
+
+def metric_name(key: str) -> str:
+    """The MLflow name of a metrics-file key: pass@k namespaced, '@' replaced (not allowed)."""
+    match = _PASS_AT_K.match(key)
+    if match:
+        return f"pass_at_k/{match['name']}/{match['k']}"
+    return key.replace("@", "_at_")
 
 
 def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -160,12 +240,17 @@ def _pid_alive(pid: int) -> bool:
 
 def mark_stale_runs_killed(client: Any, experiment_id: str, dvc_name: str) -> int:
     """Runs of this stage left RUNNING by a process that is gone, set to KILLED."""
-    host = socket.gethostname()
-    stale = 0
     runs = client.search_runs(
         [experiment_id],
         filter_string=f"tags.`tagrpo.dvc_stage` = '{dvc_name}' and attributes.status = 'RUNNING'",
     )
+    return mark_dead_runs_killed(client, runs)
+
+
+def mark_dead_runs_killed(client: Any, runs: list[Any]) -> int:
+    """Of ``runs``, those whose process (tagged host and pid) is gone, set to KILLED."""
+    host = socket.gethostname()
+    stale = 0
     for run in runs:
         tags = run.data.tags
         if tags.get("tagrpo.host") != host:
@@ -219,6 +304,8 @@ def stage_run(
     run_tags = {
         "stage": stage,
         "profile": config.common.profile,
+        "model": model_label(config),
+        "backend": _stage_backend(stage, config),
         "tagrpo.dvc_stage": dvc_key,
         "tagrpo.deps_hash": deps_hash(dvc_key),
         "tagrpo.host": socket.gethostname(),
@@ -226,14 +313,20 @@ def stage_run(
         **git_state(),
         **(tags or {}),
     }
-    parent = os.environ.get(PARENT_RUN_ENV)
+    from tagrpo.pipeline_run import parent_run_for_stage
+
+    parent = parent_run_for_stage(client, experiment.experiment_id, config)
     run = mlflow.start_run(run_name=run_name or dvc_key, parent_run_id=parent, tags=run_tags)
     try:
         logged = {"common": config.common.model_dump(mode="json")}
         for section in log_sections:
             logged[section] = config.section(section).model_dump(mode="json")
-        logged.update(run_params or {})
-        mlflow.log_params(flatten_params(logged))
+        flat = flatten_params(logged)
+        columns = {name: flat[name] for name in KEY_PARAMS if name in flat}
+        # Run-specific values (a policy's step count...) are few: all of them are columns.
+        columns.update(flatten_params(dict(run_params or {})))
+        mlflow.log_params(columns)
+        log_params_artifact(client, run.info.run_id, logged, PARAMS_ARTIFACT)
         yield run
     except (KeyboardInterrupt, SystemExit):
         mlflow.end_run(status="KILLED")
@@ -245,19 +338,25 @@ def stage_run(
         mlflow.end_run(status="FINISHED")
 
 
+def _stage_backend(stage: str, config: Any) -> str:
+    """The engine a stage's numbers come from: its section's ``backend`` where it has one
+    (train: local | verl; evaluate, diagnostics: hf | vllm; rephrase), else ``local``."""
+    if stage in ("train", "evaluate", "diagnostics", "rephrase"):
+        return str(config.section(stage).backend)
+    return "local"
+
+
 def log_metrics(metrics: Mapping[str, Any], step: int | None = None) -> None:
     """Log the numeric metrics (nested mappings flattened) to the active run.
 
-    MLflow keys may not contain '@'; NaN is dropped.
+    Names as :func:`metric_name` gives them (pass@k namespaced); NaN is dropped.
     """
     import mlflow
 
     if mlflow.active_run() is None:
         return
     clean = {
-        key.replace("@", "_at_"): value
-        for key, value in flatten_numbers(metrics).items()
-        if value == value
+        metric_name(key): value for key, value in flatten_numbers(metrics).items() if value == value
     }
     if clean:
         mlflow.log_metrics(clean, step=step)

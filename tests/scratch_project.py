@@ -57,10 +57,13 @@ def scratch_project(target: Path, profile: str | None = None) -> dict[str, str]:
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)
+    # The user's tracking, DVC and tagrpo settings stay out; where the npm packages of the plots
+    # page live (TAGRPO_NODE_MODULES, tagrpo/plots.py) is the machine's, not the project's.
     env = {
         key: value
         for key, value in os.environ.items()
         if not key.startswith(("MLFLOW_", "TAGRPO_", "DVC_", "VIRTUAL_ENV"))
+        or key == "TAGRPO_NODE_MODULES"
     }
     # Stage commands call `python`: this interpreter's environment, as `make` arranges.
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"

@@ -49,6 +49,26 @@ def test_dvc_yaml_declares_exactly_the_outputs_the_stages_write() -> None:
         assert declared == expected, (stage.name, declared ^ expected, plots)
 
 
+def test_dvc_yaml_plots_read_outputs_of_the_layout() -> None:
+    """Every file a dvc.yaml plot draws is an output some stage writes (tagrpo/layout.py)."""
+    import yaml
+
+    root = project_root()
+    written = {
+        str(path)
+        for stage in load_stages(root).values()
+        for path in stage_outputs(stage.stage, **stage.item).all()
+    }
+    plots = yaml.safe_load((root / "dvc.yaml").read_text())["plots"]
+    files = set()
+    for plot in plots:
+        ((name, definition),) = plot.items()
+        y = definition.get("y") if isinstance(definition, dict) else None
+        files |= set(y) if isinstance(y, dict) else {name}
+    assert files
+    assert files <= written, sorted(files - written)
+
+
 def test_pipeline_outputs_of_a_folder_without_dvc_yaml_is_empty(tmp_path: Path) -> None:
     assert pipeline_outputs(tmp_path) == set()
 

@@ -7,15 +7,29 @@ the DAG in about five minutes on 2 cores; its numbers mean nothing, their bookke
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import os
+import re
 import sqlite3
+import subprocess
 import sys
+import time
+import urllib.error
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
+from mlflow.tracking import MlflowClient
+from prefect_server import prefect_server
 from scratch_project import ROOT, run_checked, scratch_project
+from test_plots import check_rendered, vega_libraries
+
+from tagrpo.compare import method_order
+from tagrpo.rerun import stage_order
+from tagrpo.tracking_assets import file_md5
 
 pytestmark = pytest.mark.slow
 
@@ -90,32 +104,245 @@ def test_dvc_repro_runs_every_stage_and_reconciles(smoke_checkout) -> None:
     assert {"data", "base_model", "train", "evaluate", "diagnostics", "report"} <= stage_tags
     assert {tags.get("git_commit") for tags in by_run.values()} == {head}
 
-    # Nothing changed: the second repro reruns nothing.
+    # One parent run for that `dvc repro`, every stage run nested under it, ended FINISHED by
+    # its watcher once dvc exited; runs of a method across seeds found by one filter.
+    client = MlflowClient(f"sqlite:///{checkout / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("tagrpo").experiment_id
+    parents = client.search_runs([experiment], "tags.`tagrpo.origin` = 'dvc'")
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.data.tags["tagrpo.command"] == "dvc repro"
+    assert parent.data.tags["profile"] == "smoke" and parent.data.tags["model"]
+    children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    assert len(children) == len(by_run) - 1  # every stage run
+    assert _ended(client, parent.info.run_id) == "FINISHED"
+    evaluations = client.search_runs(
+        [experiment], "tags.method = 'ta_grpo' and tags.stage = 'evaluate'"
+    )
+    assert [run.data.tags["seed"] for run in evaluations] == ["0"]
+    evaluation = evaluations[0]
+    assert evaluation.data.tags["backend"] == "hf" and evaluation.data.tags["model"]
+    assert "pass_at_k/mini_arith/4" in evaluation.data.metrics
+    assert "pass_at_k/competition/4" in evaluation.data.metrics
+    assert "pass_at_k_ci/mini_arith/4/low" in evaluation.data.metrics
+    assert len(evaluation.data.params) < 20  # key params only; the rest in params.json
+    assert "params.json" in {a.path for a in client.list_artifacts(evaluation.info.run_id)}
+    inputs = {d.dataset.name: d for d in evaluation.inputs.dataset_inputs}
+    assert "processed/benchmarks/mini_arith" in inputs
+    benchmark = checkout / "data" / "processed" / "benchmarks" / "mini_arith.parquet"
+    assert inputs["processed/benchmarks/mini_arith"].dataset.digest == file_md5(benchmark)
+    training = client.search_runs([experiment], "tags.method = 'ta_grpo' and tags.stage = 'train'")[
+        0
+    ]
+    models = client.search_logged_models(
+        [experiment], filter_string=f"source_run_id = '{training.info.run_id}'"
+    )
+    assert [m.name for m in models] == ["ta_grpo-s0"]
+    assert {"rephrased/train"} == {d.dataset.name for d in training.inputs.dataset_inputs}
+
+    # tagrpo compare reads that store: every method's pass@k with its interval.
+    compared = run_checked(
+        [sys.executable, "-m", "tagrpo.cli", "compare", "--k", "4"], checkout, env
+    )
+    header = next(line for line in compared.splitlines() if line.startswith("benchmark"))
+    runs = yaml.safe_load((checkout / "params.yaml").read_text())["runs"]
+    scaling = runs["data_scaling"]
+    columns = [
+        "base",
+        *runs["methods"],
+        *runs["one_seed_methods"],
+        *(f"{m}_data{float(x)}x" for m in scaling["methods"] for x in scaling["multiples"]),
+    ]
+    assert header.split()[2:] == method_order(columns)  # scaled policies: columns of their own
+    assert re.search(r"mini_arith\s+4\s+\d+\.\d \[\d+\.\d, \d+\.\d\]", compared)
+
+    # Nothing changed: the second repro reruns nothing (and opens no parent run).
     again = run_checked(["dvc", "repro"], checkout, env)
     assert "Data and pipelines are up to date" in again
+    assert len(client.search_runs([experiment], "tags.`tagrpo.origin` = 'dvc'")) == 1
 
 
-def test_prefect_pipeline_flow_runs_dvc_under_a_parent_run(smoke_checkout) -> None:
-    """The Prefect flow (ephemeral server, offline) drives dvc and nests stage runs."""
+def _ended(client, run_id: str, timeout: float = 180) -> str:
+    deadline = time.monotonic() + timeout
+    while (status := client.get_run(run_id).info.status) == "RUNNING":
+        assert time.monotonic() < deadline, f"run {run_id} still RUNNING"
+        time.sleep(1)
+    return status
+
+
+def test_dvc_plots_page_of_the_run_renders_offline(smoke_checkout) -> None:
+    """`tagrpo plots show` on the run's outputs: one self-contained page, every plot drawn."""
     checkout, env = smoke_checkout
-    env = {
-        **env,
-        "PREFECT_HOME": str(checkout / ".prefect"),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
-        "DO_NOT_TRACK": "true",
+    vega_libraries()
+    run_checked([sys.executable, "-m", "tagrpo.cli", "plots", "show"], checkout, env)
+    plots = len(yaml.safe_load((checkout / "dvc.yaml").read_text())["plots"])
+    shots = os.environ.get("TAGRPO_SCREENSHOTS")
+    shot = Path(shots) / "dvc-plots-smoke.png" if shots else None
+    check_rendered(checkout / "dvc_plots" / "index.html", plots, shot)
+    passk = (checkout / "plots" / "passk.csv").read_text()
+    assert "ta_grpo-s0,ta_grpo,0" in passk
+
+
+def test_prefect_deployment_reruns_with_parameters(smoke_checkout, tmp_path: Path) -> None:
+    """A real server on loopback; the deployment `python -m flows.pipeline serve` creates;
+    a parameterised run of the smoke profile triggered through the API, as the UI does."""
+    checkout, env = smoke_checkout
+    params_before = (checkout / "params.yaml").read_bytes()
+    with prefect_server(tmp_path) as (api, prefect_settings):
+        run_env = {**env, **prefect_settings}
+        log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115
+        serve = subprocess.Popen(
+            [sys.executable, "-m", "flows.pipeline", "serve", "--cron", ""],
+            cwd=checkout,
+            env=run_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deployment = _wait_for_deployment(api, serve, tmp_path / "serve.log")
+            _check_form(deployment["parameter_openapi_schema"])
+            # The server refuses a profile that is not one of profiles/ (the form's choices).
+            with pytest.raises(urllib.error.HTTPError):
+                api.run_deployment(deployment["id"], {"profile": "nope"})
+            refused = api.run_deployment(
+                deployment["id"], {"profile": "smoke", "overrides": ["train.no_such_key=1"]}
+            )
+            assert api.wait(refused["id"], 600)["state_type"] == "FAILED"
+            logged = "\n".join(line["message"] for line in api.logs(refused["id"]))
+            assert "train.no_such_key: not a params key" in logged
+            assert [t["name"] for t in api.task_runs(refused["id"])] == []  # nothing ran
+
+            parameters = {
+                "profile": "smoke",
+                "methods": ["grpo", "ta_grpo"],
+                "seeds": [0],
+                "overrides": ["evaluate.bootstrap_resamples=20", "report.title=Rerun"],
+            }
+            started = time.monotonic()
+            flow_run = api.run_deployment(deployment["id"], parameters)
+            finished = api.wait(flow_run["id"], 1800)
+            seconds = time.monotonic() - started
+            logs = "\n".join(line["message"] for line in api.logs(flow_run["id"]))
+            assert finished["state_type"] == "COMPLETED", logs[-4000:]
+        finally:
+            serve.terminate()
+            serve.wait(timeout=60)
+            log.close()
+        tasks = {t["name"]: t for t in api.task_runs(flow_run["id"])}
+        artifacts = {a["key"]: a for a in api.artifacts(flow_run["id"])}
+    print(f"parameterised deployment run: {seconds:.0f} s")
+
+    # One task per DVC stage of the resolved DAG (main's matrices: the subset restricts the
+    # data-scaling runs to grpo and drops the one-seed methods), each with its state.
+    (copy,) = (checkout / ".tagrpo" / "runs").iterdir()
+    stages = [n for n in tasks if not n.startswith(("scratch-copy", "dvc-dag"))]
+    scaled = [f"{s}_scaling@grpo-{m}-0" for s in ("train", "evaluate") for m in (1.5, 2.0, 2.5)]
+    expected = {
+        "data",
+        "base_model",
+        "rephrase",
+        "check_equivalence",
+        "train@grpo-0",
+        "train@ta_grpo-0",
+        "evaluate_base",
+        "evaluate@grpo-0",
+        "evaluate@ta_grpo-0",
+        *scaled,
+        "diagnostics",
+        "report",
     }
-    output = run_checked([sys.executable, "-m", "flows.pipeline"], checkout, env)
-    # The flow prints its metrics as indented JSON; Prefect's own log lines surround it.
-    flat, _ = json.JSONDecoder().raw_decode(output, output.index('{\n "'))
-    assert "eval/base.mini_arith/pass@1" in flat
-    assert "data.total.rows_in" in flat
-    with sqlite3.connect(checkout / "mlflow.db") as db:
-        parents = db.execute(
-            "SELECT r.run_uuid FROM runs r JOIN tags t ON r.run_uuid = t.run_uuid "
-            "WHERE t.key = 'stage' AND t.value = 'pipeline'"
-        ).fetchall()
-    assert len(parents) == 1
+    assert set(stages) == expected, set(stages) ^ expected
+    assert set(stage_order(copy)) == expected
+    assert all(tasks[n]["state_type"] == "COMPLETED" for n in stages)
+    assert all(tasks[n]["total_run_time"] > 0 for n in stages)
+    outcome = {row["stage"]: row["outcome"] for row in json.loads(artifacts["stages"]["data"])}
+    assert outcome["evaluate@ta_grpo-0"] == "ran" and outcome["report"] == "ran"
+    assert outcome["train@ta_grpo-0"] == "unchanged" and outcome["data"] == "unchanged"
+    assert "bootstrap_resamples: 20" in artifacts["params"]["data"]
+    assert "[sampling" in logs or "it/s" in logs  # progress of long stages reaches the UI
+
+    # The checkout's params.yaml untouched; the copy has the resolved params and the report.
+    assert (checkout / "params.yaml").read_bytes() == params_before
+    resolved = yaml.safe_load((copy / "params.yaml").read_text())
+    assert resolved["runs"]["methods"] == ["grpo", "ta_grpo"]
+    assert resolved["evaluate"]["bootstrap_resamples"] == 20
+    assert (copy / "reports" / "report.md").read_text().startswith("# Rerun")
+
+    # MLflow: the flow's parent run with the exact params; the stages that ran nest under it.
+    client = MlflowClient(f"sqlite:///{checkout / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("tagrpo").experiment_id
+    (parent,) = client.search_runs([experiment], f"tags.`prefect.flow_run_id` = '{flow_run['id']}'")
+    assert parent.info.status == "FINISHED" and parent.data.tags["tagrpo.origin"] == "prefect"
+    assert json.loads(parent.data.params["methods"]) == ["grpo", "ta_grpo"]
+    params_artifact = client.download_artifacts(parent.info.run_id, "params.yaml", str(tmp_path))
+    assert yaml.safe_load(Path(params_artifact).read_text()) == resolved
+    nested = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    ran = sorted(run.data.tags["tagrpo.dvc_stage"] for run in nested)
+    assert ran == sorted(name for name, result in outcome.items() if result == "ran")
+
+
+def _wait_for_deployment(api, serve: subprocess.Popen, log: Path, timeout: float = 300):
+    deadline = time.monotonic() + timeout
+    while (deployment := api.deployment("tagrpo-pipeline", "rerun")) is None:
+        if serve.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"no deployment:\n{log.read_text(errors='replace')[-3000:]}")
+        time.sleep(2)
+    return deployment
+
+
+def _check_form(schema: dict) -> None:
+    """The run form: typed parameters with choices, defaults and help."""
+    from tagrpo.algorithms import METHODS
+
+    fields = schema["properties"]
+    assert list(fields) == ["profile", "methods", "seeds", "overrides", "force", "mode"]
+    assert {"current", "smoke", "local", "paper"} <= set(fields["profile"]["enum"])
+    assert fields["methods"]["items"]["enum"] == list(METHODS)
+    assert fields["seeds"]["items"] == {"type": "integer", "minimum": 0}
+    assert fields["overrides"]["items"]["pattern"].startswith("^[A-Za-z_]")
+    assert fields["force"]["type"] == "boolean" and fields["force"]["default"] is False
+    assert fields["mode"]["enum"] == ["scratch", "experiment", "workspace"]
+    assert all(field.get("description") for field in fields.values())
+
+
+def test_dvc_exp_run_with_documented_overrides_and_exp_show(smoke_checkout) -> None:
+    """README's experiment commands on the smoke run: `dvc exp run -S` then `make exp-show`
+    (the key columns only). Last in this module: it leaves the experiment in the workspace."""
+    checkout, env = smoke_checkout
+    output = run_checked(
+        [
+            "dvc",
+            "exp",
+            "run",
+            "-n",
+            "lr-2e-4",
+            "-S",
+            "train.learning_rate=2e-4",
+            "-S",
+            "runs.methods=[grpo,ta_grpo]",
+            "-S",
+            "runs.one_seed_methods=[]",
+            "-S",
+            "runs.data_scaling.methods=[grpo]",
+        ],
+        checkout,
+        env,
+    )
+    assert "Running stage 'train@ta_grpo-0'" in output
+    assert "Running stage 'train_scaling@grpo-1.5-0'" in output  # lr changed: retrained
+    assert "train_one_seed@grpo_ds-0" not in output  # not in the experiment's runs
+    assert "train_scaling@grpo_ds" not in output
+    shown = run_checked(["make", "-s", "exp-show", "EXP_SHOW_ARGS=--csv"], checkout, env)
+    rows = list(csv.DictReader(io.StringIO(shown)))
+    experiment = next(row for row in rows if row["Experiment"] == "lr-2e-4")
+    baseline = next(row for row in rows if row["rev"] not in ("workspace", experiment["rev"]))
+    assert float(experiment["train.learning_rate"]) == pytest.approx(2e-4)
+    assert float(baseline["train.learning_rate"]) == pytest.approx(1e-4)
+    key = [column for column in experiment if column.endswith("competition.ta_grpo.pass@4")]
+    assert key and 0.0 <= float(experiment[key[0]]) <= 1.0 and baseline[key[0]]
+    # The key columns, not every metric of every stage.
+    kept = re.compile(r"Experiment|rev|Created|runs\..*|train\.learning_rate|.*\.pass@\d+")
+    assert all(kept.fullmatch(column) for column in experiment), list(experiment)
 
 
 def test_every_dvc_stage_has_a_prefect_flow() -> None:

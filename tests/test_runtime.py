@@ -176,9 +176,10 @@ def test_killing_dvc_stops_the_stage_and_its_run_ends_killed(project: Path, shel
         ["dvc", "repro"], cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
     )
     staging = project / ".tagrpo" / "staging"
-    assert _wait(lambda: staging.exists() and any(staging.iterdir()))
+    # Inside the stage body: it has written its staged output (the MLflow run is open; on a
+    # loaded machine opening it takes seconds, so no fixed sleep).
+    assert _wait(lambda: staging.exists() and any(staging.glob("*/out/table.csv")), 180)
     stage_pid = int(next(staging.iterdir()).name.rsplit("-", 1)[1])
-    time.sleep(2)  # inside the stage body
     second = subprocess.run(
         [sys.executable, "stage.py"], cwd=project, env=env, capture_output=True, text=True
     )
@@ -190,7 +191,11 @@ def test_killing_dvc_stops_the_stage_and_its_run_ends_killed(project: Path, shel
     assert not (project / "m" / "p.json").exists()
     client = mlflow.tracking.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("runtime-test")
-    runs = client.search_runs([experiment.experiment_id])
+    runs = client.search_runs([experiment.experiment_id], "tags.stage != 'pipeline'")
     assert [run.info.status for run in runs] == ["KILLED"]
+    # dvc's parent run (tagrpo.pipeline_run) is ended KILLED by its watcher.
+    (parent,) = client.search_runs([experiment.experiment_id], "tags.stage = 'pipeline'")
+    assert runs[0].data.tags["mlflow.parentRunId"] == parent.info.run_id
+    assert _wait(lambda: client.get_run(parent.info.run_id).info.status == "KILLED")
     with StageLock(project, "slow"):  # the lock died with the stage
         pass

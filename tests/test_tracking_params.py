@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -12,10 +13,13 @@ import pytest
 from tagrpo.config.params import config_with
 from tagrpo.paths import project_root
 from tagrpo.tracking import (
+    KEY_PARAMS,
+    PARAMS_ARTIFACT,
     PARENT_RUN_ENV,
     flatten_params,
     log_metrics,
     mark_stale_runs_killed,
+    redact_tree,
     stage_run,
 )
 
@@ -36,6 +40,11 @@ def test_flatten_params_nests_masks_secrets_and_truncates() -> None:
     assert flat["ks"] == '[1, 2, "***"]'
     assert len(flat["long"]) == 5000 and flat["long"].endswith("...")
     assert "sk-live" not in str(flat) and "sk-proj" not in str(flat)
+    # The params.json artifact is redacted the same way, at every depth.
+    tree = redact_tree(
+        {"openai": {"api_key": "sk-live", "model": "gpt"}, "ks": ["Bearer abcdefghijklmn"]}
+    )
+    assert tree == {"openai": {"api_key": "***", "model": "gpt"}, "ks": ["***"]}
 
 
 @pytest.fixture
@@ -47,7 +56,7 @@ def tracking_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_stage_run_tags_commit_stage_and_logs_params(
-    tracking_store: str, monkeypatch: pytest.MonkeyPatch
+    tracking_store: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     import mlflow
 
@@ -56,6 +65,7 @@ def test_stage_run_tags_commit_stage_and_logs_params(
         "evaluate",
         config,
         key="base",
+        dvc_name="evaluate_base",  # as stages/evaluate.py names it
         tags={"policy": "base"},
         log_sections=("evaluate",),
         run_params={"run": {"n": 4}},
@@ -70,15 +80,27 @@ def test_stage_run_tags_commit_stage_and_logs_params(
     assert stored.info.status == "FINISHED"
     assert stored.data.tags["stage"] == "evaluate"
     assert stored.data.tags["policy"] == "base"
-    assert stored.data.tags["tagrpo.dvc_stage"] == "evaluate@base"
+    assert stored.data.tags["tagrpo.dvc_stage"] == "evaluate_base"  # DVC's name of that stage
     assert stored.data.tags["tagrpo.pid"] == str(os.getpid())
     assert stored.data.tags["git_commit"] == expected_sha
     assert stored.data.tags["git_dirty"] in {"true", "false"}
+    assert stored.data.tags["profile"] == "embedded"
+    assert stored.data.tags["model"] == "warmstart-llama-h128-l2"
+    assert stored.data.tags["backend"] == "hf"  # evaluate.backend
+    # A short list of key params as columns; every value of the sections in params.json.
     assert stored.data.params["run.n"] == "4"
     assert stored.data.params["common.seed"] == "7"
     assert stored.data.params["evaluate.n"] == "32"
-    # '@' is not allowed in MLflow keys; NaN and non-numeric values are not logged.
-    assert stored.data.metrics == {"bench/pass_at_1": 0.25}
+    assert "evaluate.bootstrap_resamples" not in stored.data.params
+    assert "common.grading.workers" not in stored.data.params
+    assert set(stored.data.params) <= {*KEY_PARAMS, "run.n"}
+    artifact = json.loads(
+        Path(client.download_artifacts(run_id, PARAMS_ARTIFACT, str(tmp_path))).read_text()
+    )
+    assert artifact["evaluate"]["bootstrap_resamples"] == 1000
+    assert artifact["common"]["grading"]["workers"] == 2
+    # pass@k namespaced ('@' is not allowed in MLflow keys); NaN and non-numbers not logged.
+    assert stored.data.metrics == {"pass_at_k/bench/1": 0.25}
     assert client.get_experiment(stored.info.experiment_id).name == "t-exp"
 
     # A second stage started under an orchestrator's run nests under it.

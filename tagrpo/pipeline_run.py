@@ -1,0 +1,293 @@
+"""One MLflow parent run per pipeline invocation, also when a user types ``dvc repro``.
+
+The Prefect flow opens its own parent run and hands its id to the stages in
+``TAGRPO_PARENT_RUN_ID``. A bare ``dvc repro`` (or ``dvc exp run``) has no such orchestrator, so
+the first stage it starts opens the parent run instead, keyed by that dvc process (host, pid and
+the kernel's start time, so a reused pid is never mistaken for it); later stages of the same
+invocation find the run by that key and nest under it. A detached watcher process, started with
+the parent run, waits for the dvc process to exit and then ends the parent run: FAILED if a stage
+run failed, KILLED if one was killed, FINISHED otherwise. If the watcher itself is gone (machine
+rebooted, killed), the next stage of any invocation finishes such orphaned parent runs.
+
+Linux only (``/proc``); elsewhere stages simply run without a parent run.
+
+    python -m tagrpo.pipeline_run watch RUN_ID PID START_TICKS   # what the stage spawns
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tagrpo.paths import home_root
+
+PIPELINE_KEY_TAG = "tagrpo.pipeline_key"
+ORIGIN_TAG = "tagrpo.origin"
+ROOT_TAG = "tagrpo.root"
+_POLL_SECONDS = 1.0
+_CHILD_GRACE_SECONDS = 120.0
+# dvc's entry point appears within the first arguments (``dvc repro``, ``python .../dvc repro``,
+# ``python -m dvc repro``); deeper positions are arguments of something else.
+_MAX_DVC_ARGV_INDEX = 3
+
+
+@dataclass(frozen=True)
+class DvcProcess:
+    """The dvc invocation a stage runs under."""
+
+    pid: int
+    start_ticks: int
+    args: tuple[str, ...]  # dvc's arguments: ("repro",), ("exp", "run", "-S", ...)
+    cwd: str
+
+    @property
+    def key(self) -> str:
+        return f"{socket.gethostname()}:{self.pid}:{self.start_ticks}"
+
+    @property
+    def command(self) -> str:
+        return " ".join(("dvc", *self.args))
+
+
+def _read_stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time in clock ticks) from ``/proc/<pid>/stat``; None if gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = text[text.rindex(")") + 2 :].split()
+    return int(fields[1]), int(fields[19])
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def dvc_arguments(argv: list[str]) -> tuple[str, ...] | None:
+    """dvc's own arguments if ``argv`` runs dvc, else None."""
+    for index, arg in enumerate(argv[: _MAX_DVC_ARGV_INDEX + 1]):
+        if Path(arg).name == "dvc":
+            return tuple(argv[index + 1 :])
+        if arg == "-m" and index + 1 < len(argv) and argv[index + 1] == "dvc":
+            return tuple(argv[index + 2 :])
+    return None
+
+
+def dvc_ancestor(start: int | None = None) -> DvcProcess | None:
+    """The nearest ancestor process that is dvc (the stage runs under dvc's shell)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    pid = os.getppid() if start is None else start
+    for _ in range(64):
+        if pid <= 1:
+            return None
+        stat = _read_stat(pid)
+        if stat is None:
+            return None
+        args = dvc_arguments(_cmdline(pid))
+        if args is not None:
+            try:
+                cwd = os.readlink(f"/proc/{pid}/cwd")
+            except OSError:
+                cwd = ""
+            return DvcProcess(pid, stat[1], args, cwd)
+        pid = stat[0]
+    return None
+
+
+def process_alive(pid: int, start_ticks: int) -> bool:
+    """The process still runs (the same one: pid reuse has another start time)."""
+    stat = _read_stat(pid)
+    return stat is not None and stat[1] == start_ticks
+
+
+@contextlib.contextmanager
+def _pipeline_lock(root: Path) -> Iterator[None]:
+    """Serialise find-or-create of the parent run (``dvc exp run --queue -j 2`` runs stages
+    of two invocations at once)."""
+    path = root / ".tagrpo" / "locks" / "pipeline-parent-run.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def parent_run_for_stage(client: Any, experiment_id: str, config: Any) -> str | None:
+    """The run id a stage run nests under: the orchestrator's, dvc's (created on first use),
+    or None when the stage was started by hand."""
+    from tagrpo.tracking import PARENT_RUN_ENV
+
+    given = os.environ.get(PARENT_RUN_ENV)
+    if given:
+        return given
+    dvc = dvc_ancestor()
+    if dvc is None:
+        return None
+    root = home_root()
+    with _pipeline_lock(root):
+        finish_orphaned_runs(client, experiment_id)
+        found = client.search_runs(
+            [experiment_id],
+            filter_string=f"tags.`{PIPELINE_KEY_TAG}` = '{dvc.key}'",
+            max_results=1,
+        )
+        if found:
+            return found[0].info.run_id
+        run_id = _create_parent_run(client, experiment_id, config, dvc)
+        _spawn_watcher(run_id, dvc, root)
+        return run_id
+
+
+def pipeline_tags(config: Any, origin: str) -> dict[str, str]:
+    """Tags every pipeline parent run carries (dvc's or the Prefect flow's)."""
+    from tagrpo.tracking import git_state, model_label
+
+    return {
+        "stage": "pipeline",
+        ORIGIN_TAG: origin,
+        "profile": config.common.profile,
+        "model": model_label(config),
+        "backend": config.train.backend,
+        "tagrpo.host": socket.gethostname(),
+        **git_state(),
+    }
+
+
+def _create_parent_run(client: Any, experiment_id: str, config: Any, dvc: DvcProcess) -> str:
+    from tagrpo.tracking import log_params_artifact
+
+    tags = {
+        **pipeline_tags(config, "dvc"),
+        PIPELINE_KEY_TAG: dvc.key,
+        "tagrpo.pid": str(dvc.pid),
+        "tagrpo.command": dvc.command[:4000],
+        ROOT_TAG: dvc.cwd,
+        "mlflow.note.content": (
+            f"`{dvc.command}`: one pipeline invocation; the runs of the stages it ran are "
+            "nested under this run. Ended when the dvc process exits."
+        ),
+    }
+    run = client.create_run(experiment_id, run_name=dvc.command[:200], tags=tags)
+    run_id = run.info.run_id
+    client.log_param(run_id, "command", dvc.command[:6000])
+    log_params_artifact(client, run_id, config.model_dump(mode="json"), "params.json")
+    return run_id
+
+
+def _spawn_watcher(run_id: str, dvc: DvcProcess, root: Path) -> None:
+    """A detached process that ends the parent run when dvc exits (it outlives this stage)."""
+    import mlflow
+
+    log_dir = root / ".tagrpo" / "pipeline-runs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow.get_tracking_uri()}
+    with open(log_dir / f"{run_id}.log", "ab") as log:
+        # Own session, no inherited pipes: dvc and whoever reads dvc's output never wait on it.
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tagrpo.pipeline_run",
+                "watch",
+                run_id,
+                str(dvc.pid),
+                str(dvc.start_ticks),
+            ],
+            cwd=root,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+
+def finish_run(client: Any, run_id: str) -> str:
+    """End a pipeline parent run from its children's states; returns the status set."""
+    from tagrpo.tracking import mark_dead_runs_killed
+
+    experiment_id = client.get_run(run_id).info.experiment_id
+    query = f"tags.mlflow.parentRunId = '{run_id}'"
+    # A stage that dvc's death just signalled may still be ending its run: give it time.
+    deadline = time.monotonic() + _CHILD_GRACE_SECONDS
+    while True:
+        children = client.search_runs([experiment_id], filter_string=query)
+        running = [c for c in children if c.info.status == "RUNNING"]
+        mark_dead_runs_killed(client, running)
+        statuses = [client.get_run(c.info.run_id).info.status for c in children]
+        if "RUNNING" not in statuses or time.monotonic() > deadline:
+            break
+        time.sleep(_POLL_SECONDS)
+    if "FAILED" in statuses:
+        status = "FAILED"
+    elif "KILLED" in statuses or "RUNNING" in statuses:  # a stage outlived dvc: not a success
+        status = "KILLED"
+    else:
+        status = "FINISHED"
+    client.log_metric(run_id, "stages_run", float(len(statuses)))
+    client.log_metric(run_id, "stages_failed", float(sum(s != "FINISHED" for s in statuses)))
+    root = client.get_run(run_id).data.tags.get(ROOT_TAG, "")
+    lock = Path(root) / "dvc.lock" if root else None
+    if lock is not None and lock.is_file():  # a dvc exp temporary copy may be gone already
+        client.log_artifact(run_id, str(lock))
+    client.set_terminated(run_id, status=status)
+    return status
+
+
+def finish_orphaned_runs(client: Any, experiment_id: str) -> int:
+    """Parent runs of dvc processes on this host that are gone, but still RUNNING."""
+    host = socket.gethostname()
+    runs = client.search_runs(
+        [experiment_id],
+        filter_string=(
+            f"tags.`{ORIGIN_TAG}` = 'dvc' and tags.`tagrpo.host` = '{host}' "
+            "and attributes.status = 'RUNNING'"
+        ),
+    )
+    finished = 0
+    for run in runs:
+        _, pid, ticks = run.data.tags.get(PIPELINE_KEY_TAG, "::").rsplit(":", 2)
+        if pid.isdigit() and ticks.isdigit() and process_alive(int(pid), int(ticks)):
+            continue
+        finish_run(client, run.info.run_id)
+        finished += 1
+    return finished
+
+
+def watch(run_id: str, pid: int, start_ticks: int) -> str:
+    """Wait for the dvc process to exit, then end its parent run."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    while process_alive(pid, start_ticks):
+        time.sleep(_POLL_SECONDS)
+    if client.get_run(run_id).info.status != "RUNNING":
+        return client.get_run(run_id).info.status  # finished meanwhile by an orphan sweep
+    status = finish_run(client, run_id)
+    print(f"[pipeline-run] dvc process {pid} exited: run {run_id} {status}", flush=True)
+    return status
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 5 or sys.argv[1] != "watch":
+        raise SystemExit("usage: python -m tagrpo.pipeline_run watch RUN_ID PID START_TICKS")
+
+    watch(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))

@@ -1,0 +1,203 @@
+"""What a stage run logs besides params and metrics: the trained policy as an MLflow model, the
+data splits as MLflow datasets, pass@k intervals.
+
+Every function logs to the active run and does nothing without one (tracking disabled).
+Dataset digests are the md5 of the parquet file, the hash DVC records for it, so a run's
+input can be matched to a ``dvc.lock`` entry (MLflow's own digest samples only the first rows).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from tagrpo.paths import project_root
+
+# Above this size a policy is linked (an external logged model pointing at its DVC output)
+# instead of copied into the artifact store: the paper's 1.7B-4B policies are 3-8 GB each.
+MODEL_COPY_MAX_BYTES = 512 * 1024**2
+# A policy folder also holds checkpoints/ (the diagnostics stage reads them); the MLflow model
+# is the final policy only.
+_MODEL_SKIP = {"checkpoints"}
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+
+
+def _active() -> Any:
+    import mlflow
+
+    return mlflow.active_run()
+
+
+def file_md5(path: Path) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def log_datasets(
+    paths: Iterable[Path], context: str, final_paths: Iterable[Path] | None = None
+) -> int:
+    """Each parquet file as an MLflow dataset input (``context``: training, evaluation...).
+
+    ``final_paths``: where the files will live, when they are still in a stage's staging
+    folder (the dataset's name and source are taken from them).
+    """
+    import mlflow
+    import pandas as pd
+
+    if _active() is None:
+        return 0
+    paths = list(paths)
+    finals = list(final_paths) if final_paths is not None else paths
+    for path, final in zip(paths, finals, strict=True):
+        frame = pd.read_parquet(path)
+        with warnings.catch_warnings():
+            # A local path matches MLflow's local-artifact source twice (same class): noise.
+            warnings.filterwarnings("ignore", message="The specified dataset source")
+            # Schema inference's advice about integer columns: these files have no missing ids.
+            warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer")
+            dataset = mlflow.data.from_pandas(
+                frame,
+                source=str(Path(final).resolve()),
+                name=_dataset_name(Path(final)),
+                digest=file_md5(path),
+            )
+            mlflow.log_input(dataset, context=context)  # infers the schema: inside the filter
+    return len(paths)
+
+
+def _dataset_name(path: Path) -> str:
+    """``data/processed/benchmarks/mini_arith.parquet`` -> ``processed/benchmarks/mini_arith``."""
+    path = Path(path)
+    try:
+        relative = path.resolve().relative_to(project_root())
+    except ValueError:
+        return path.stem
+    parts = relative.with_suffix("").parts
+    return "/".join(parts[1:] if parts[0] == "data" and len(parts) > 1 else parts)
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(
+        f.stat().st_size for f in folder.iterdir() if f.is_file() and f.name not in _MODEL_SKIP
+    )
+
+
+# Characters MLflow refuses in a logged model's name (a data-scaling policy has a dot:
+# ``grpo_data1.5x-s0``).
+_MODEL_NAME_FORBIDDEN = str.maketrans({c: "_" for c in "/:.%\"'"})
+
+
+def model_name(policy: str) -> str:
+    """The policy's MLflow model name: ``grpo_data1.5x-s0`` -> ``grpo_data1_5x-s0`` (the
+    policy itself is in the model's ``policy`` tag)."""
+    return policy.translate(_MODEL_NAME_FORBIDDEN)
+
+
+def log_policy_model(
+    model_dir: Path,
+    policy: str,
+    final_dir: Path | None = None,
+    base_model: str = "",
+    license_id: str = "other",
+) -> str:
+    """The trained policy as an MLflow model of the transformers flavour (copied), or, above
+    :data:`MODEL_COPY_MAX_BYTES`, an external logged model linked to its DVC output folder.
+
+    ``model_dir`` is where the folder is now (the stage's staging area), ``final_dir`` where it
+    will live (the link recorded); ``base_model`` and ``license_id`` (an SPDX-style id, "other"
+    when the base model's own license applies) go into the model card. Returns the logged
+    model's id ("" without an active run).
+    """
+    import mlflow
+
+    run = _active()
+    if run is None:
+        return ""
+    final = Path(final_dir or model_dir).resolve()
+    size = _folder_bytes(model_dir)
+    tags = {"policy": policy, "dvc_output": str(final)}
+    linked_because = ""
+    if size > MODEL_COPY_MAX_BYTES:
+        linked_because = f"{size / 1024**2:.0f} MB (copies stop at {MODEL_COPY_MAX_BYTES >> 20} MB)"
+    elif not any((Path(model_dir) / name).is_file() for name in _TOKENIZER_FILES):
+        # The transformers flavour needs the tokenizer beside the weights.
+        linked_because = "no tokenizer files in the folder"
+    if linked_because:
+        model = mlflow.create_external_model(
+            name=model_name(policy),
+            source_run_id=run.info.run_id,
+            model_type="transformers",
+            tags={**tags, "bytes": str(size), "linked_because": linked_because},
+        )
+        mlflow.set_tag("tagrpo.model_link", str(final))
+        print(f"[tracking] policy {policy} linked to {final}, not copied: {linked_because}")
+        return model.model_id
+    with tempfile.TemporaryDirectory(prefix="tagrpo-model-") as scratch:
+        # The final policy only: top-level files, linked (MLflow copies them).
+        checkpoint = Path(scratch) / model_name(policy)
+        checkpoint.mkdir()
+        for item in Path(model_dir).iterdir():
+            if item.is_file() and item.name not in _MODEL_SKIP:
+                os.symlink(item.resolve(), checkpoint / item.name)
+        info = mlflow.transformers.log_model(
+            transformers_model=str(checkpoint),
+            name=model_name(policy),
+            task="text-generation",
+            tags=tags,
+            model_card=_model_card(policy, base_model, license_id),
+            # MLflow's default list names torchvision, which this stack does not install.
+            pip_requirements=_model_requirements(),
+        )
+    mlflow.set_tag("tagrpo.model_link", str(final))
+    return info.model_id
+
+
+def _model_card(policy: str, base_model: str, license_id: str) -> Any:
+    """A card of our own: MLflow otherwise asks the Hugging Face hub for one (offline: a
+    warning per policy)."""
+    from huggingface_hub import ModelCard
+
+    origin = f"fine-tuned from {base_model}" if base_model else "trained by tagrpo"
+    note = "" if license_id != "other" else "\nThe base model's license applies.\n"
+    return ModelCard(
+        f"---\nlicense: {license_id}\nlibrary_name: transformers\n---\n# {policy}\n\n"
+        f"A tagrpo policy ({origin}); its DVC output is models/{policy}.\n{note}"
+    )
+
+
+def _model_requirements() -> list[str]:
+    """The packages that load the policy, pinned to the versions that trained it."""
+    from importlib.metadata import version
+
+    return [
+        f"torch=={version('torch').split('+')[0]}",  # the local label (+cpu) is not on PyPI
+        f"transformers=={version('transformers')}",
+        f"tokenizers=={version('tokenizers')}",
+        f"safetensors=={version('safetensors')}",
+    ]
+
+
+def log_passk_intervals(passk: Any) -> None:
+    """Bootstrap CI bounds of each pass@k as ``pass_at_k_ci/<name>/<k>/{low,high}``.
+
+    pass@k itself is in the stage's metrics (``pass_at_k/<name>/<k>``); group rows have no CI.
+    """
+    import mlflow
+
+    if _active() is None:
+        return
+    values: dict[str, float] = {}
+    for row in passk.itertuples():
+        for bound, value in (("low", row.ci_low), ("high", row.ci_high)):
+            if value == value:  # NaN: no interval (benchmark groups)
+                values[f"pass_at_k_ci/{row.name}/{int(row.k)}/{bound}"] = float(value)
+    if values:
+        mlflow.log_metrics(values)

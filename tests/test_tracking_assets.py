@@ -1,0 +1,110 @@
+"""The trained policy as an MLflow model (copied with its tokenizer, or linked), data splits as
+MLflow datasets whose digest is DVC's md5, pass@k intervals; a real SQLite store."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+from tiny_policy import tiny_policy
+
+from tagrpo.tracking_assets import log_datasets, log_passk_intervals, log_policy_model
+
+
+@pytest.fixture
+def active_run(tmp_path: Path):
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = mlflow.set_experiment("assets")
+    with mlflow.start_run() as run:
+        yield run, experiment.experiment_id
+    mlflow.set_tracking_uri(None)
+
+
+def _policy_folder(folder: Path, with_tokenizer: bool = True) -> Path:
+    model, tokenizer = tiny_policy(hidden_size=16)
+    model.save_pretrained(folder)
+    if with_tokenizer:
+        tokenizer.save_pretrained(folder)
+    (folder / "checkpoints" / "checkpoint-050").mkdir(parents=True)
+    (folder / "checkpoints" / "checkpoint-050" / "big.bin").write_bytes(b"\0" * 1000)
+    return folder
+
+
+@pytest.mark.slow
+def test_a_policy_is_an_mlflow_transformers_model(tmp_path: Path, active_run) -> None:
+    run, experiment = active_run
+    folder = _policy_folder(tmp_path / "ta_grpo-s0")
+    model_id = log_policy_model(folder, "ta_grpo-s0", base_model="tiny", license_id="apache-2.0")
+    (model,) = mlflow.search_logged_models(experiment_ids=[experiment], output_format="list")
+    assert model.model_id == model_id and model.name == "ta_grpo-s0"
+    assert model.source_run_id == run.info.run_id
+    assert model.tags["dvc_output"] == str(folder.resolve())
+    components = mlflow.transformers.load_model(model.model_uri, return_type="components")
+    assert {"model", "tokenizer"} <= set(components)
+    local = Path(mlflow.artifacts.download_artifacts(model.model_uri, dst_path=str(tmp_path / "d")))
+    assert not list(local.rglob("big.bin"))  # the final policy only, not its checkpoints
+    assert "apache-2.0" in (local / "model_card_data.yaml").read_text()
+
+
+def test_a_policy_without_tokenizer_is_linked_not_copied(
+    tmp_path: Path, active_run, capsys
+) -> None:
+    _, experiment = active_run
+    folder = tmp_path / "grpo-s0"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    log_policy_model(folder, "grpo-s0", final_dir=tmp_path / "models" / "grpo-s0")
+    (model,) = mlflow.search_logged_models(experiment_ids=[experiment], output_format="list")
+    assert model.tags["linked_because"] == "no tokenizer files in the folder"
+    assert model.tags["dvc_output"] == str((tmp_path / "models" / "grpo-s0").resolve())
+    assert "linked to" in capsys.readouterr().out
+
+
+def test_a_data_scaling_policy_gets_a_model_name_mlflow_accepts(tmp_path: Path, active_run) -> None:
+    _, experiment = active_run
+    folder = tmp_path / "grpo_data1.5x-s0"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    log_policy_model(folder, "grpo_data1.5x-s0")  # MLflow refuses "." in a model name
+    (model,) = mlflow.search_logged_models(experiment_ids=[experiment], output_format="list")
+    assert model.name == "grpo_data1_5x-s0" and model.tags["policy"] == "grpo_data1.5x-s0"
+
+
+def test_splits_are_datasets_with_dvcs_md5_and_intervals_are_metrics(
+    tmp_path: Path, active_run
+) -> None:
+    run, _ = active_run
+    staged = tmp_path / "staging" / "benchmarks" / "mini_arith.parquet"
+    staged.parent.mkdir(parents=True)
+    pd.DataFrame({"id": ["a", "b"], "problem": ["1+1", "2+2"], "answer": ["2", "4"]}).to_parquet(
+        staged
+    )
+    final = tmp_path / "data" / "processed" / "benchmarks" / "mini_arith.parquet"
+    assert log_datasets([staged], "evaluation", [final]) == 1
+    log_passk_intervals(
+        pd.DataFrame(
+            {
+                "name": ["mini_arith", "competition"],
+                "k": [4, 4],
+                "ci_low": [0.2, float("nan")],
+                "ci_high": [0.6, float("nan")],
+            }
+        )
+    )
+    stored = mlflow.tracking.MlflowClient().get_run(run.info.run_id)
+    (entry,) = stored.inputs.dataset_inputs
+    assert entry.dataset.digest == hashlib.md5(staged.read_bytes()).hexdigest()
+    assert entry.dataset.source.endswith(str(final)) or str(final) in entry.dataset.source
+    assert [tag.value for tag in entry.tags] == ["evaluation"]
+    assert stored.data.metrics == {
+        "pass_at_k_ci/mini_arith/4/low": 0.2,
+        "pass_at_k_ci/mini_arith/4/high": 0.6,
+    }
+
+
+def test_nothing_is_logged_without_an_active_run(tmp_path: Path) -> None:
+    assert log_policy_model(tmp_path, "p") == ""
+    assert log_datasets([tmp_path / "missing.parquet"], "training") == 0
