@@ -19,7 +19,6 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -28,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.paths import project_root
-from tagrpo.verl_ext import PLUGIN_MODULE
+from tagrpo.verl_ext.device import device_env, run_device
 from tagrpo.verl_ext.overrides import RunPaths, VerlRun, build_overrides, verl_settings
+from tagrpo.verl_ext.process import private_temp_dir, remove_temp_dir, run_isolated
 
 Summarize = Callable[[list[dict[str, float]], dict[str, float], float], dict[str, float]]
 # Telemetry stays off in every Ray worker too (the variables are forwarded to them).
@@ -50,7 +50,9 @@ class VerlCommand:
         return " \\\n  ".join([*assignments, " ".join(words[:3]), *words[3:]])
 
 
-def run_paths(root: Path, policy: str, params: Mapping[str, Any]) -> RunPaths:
+def run_paths(
+    root: Path, policy: str, params: Mapping[str, Any], temp_dir: Path | None = None
+) -> RunPaths:
     """Where one run reads and writes (absolute: verl workers do not share our cwd)."""
     verl = verl_settings(params)
     data = root / "data" / "verl" / policy
@@ -61,6 +63,7 @@ def run_paths(root: Path, policy: str, params: Mapping[str, Any]) -> RunPaths:
         export_dir=root / "models" / policy,
         rollout_dir=root / "rollouts" / policy,
         metrics_log=data / "metrics.jsonl",
+        temp_dir=temp_dir,
     )
 
 
@@ -103,16 +106,24 @@ def build_command(
     root: Path | None = None,
     model: str | None = None,
     mlflow_run_id: str | None = None,
+    temp_dir: Path | None = None,
 ) -> VerlCommand:
-    """``python -m verl.trainer.main_ppo`` with the run's overrides and environment."""
+    """``python -m verl.trainer.main_ppo`` with the run's overrides and environment.
+
+    ``temp_dir`` (the run's private temp dir) becomes Ray's temp dir and every process's
+    ``TMPDIR``, so that the run writes nothing else under the system's temp dir.
+    """
     root = Path(root or project_root())
-    paths = run_paths(root, policy, params)
+    paths = run_paths(root, policy, params, temp_dir)
     enabled, uri, experiment = tracking_settings(params)
+    threads = int((params.get("common") or {}).get("torch_threads", 2))
     env = {
-        "VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE,
+        **device_env(run_device(verl_settings(params)), threads),
         "VERL_FILE_LOGGER_PATH": str(paths.metrics_log),
         **FORWARDED_DEFAULTS,
     }
+    if temp_dir is not None:
+        env["TMPDIR"] = str(temp_dir)
     if enabled:
         env["MLFLOW_TRACKING_URI"] = uri
         if mlflow_run_id:
@@ -170,19 +181,21 @@ def run_training(
     """
     root = project_root()
     paths = run_paths(root, policy, params)
+    verl = verl_settings(params)
+    run_device(verl)  # refuses an engine that does not fit the device, before any work
     if dry_run:
         command = build_command(method, params, seed, policy, root)
         print(command.shell())
         return {}
+    from tagrpo.algorithms import get_method
     from tagrpo.tracking import log_metrics, stage_run
-    from tagrpo.training.outputs import write_history_csv
     from tagrpo.verl_ext.data import (
         chat_template_counter,
         prepare_training_parquet,
         prepare_validation_parquet,
+        require_rephrasings,
     )
 
-    verl = verl_settings(params)
     model = resolve_model(params, root)
     for stale in (paths.export_dir, paths.rollout_dir, paths.train_file.parent):
         shutil.rmtree(stale, ignore_errors=True)
@@ -208,6 +221,10 @@ def run_training(
             f"no training question fits in {verl['max_prompt_length']} prompt tokens "
             f"({stats.questions_in} read from {params['input']})"
         )
+    if get_method(method).use_neighbours:
+        # Without N rephrasings per row the method would sample q0 for every session: a
+        # different experiment under this method's name.
+        require_rephrasings(paths.train_file, int(params.get("n_neighbours", 3)), method)
     benchmark = root / "data" / "processed" / "benchmarks" / f"{verl['val_benchmark']}.parquet"
     prepare_validation_parquet(benchmark, paths.val_file, int(verl["val_questions"]))
     print(
@@ -224,23 +241,43 @@ def run_training(
         "data_multiple": f"{data_multiple:g}",
         "backend": "verl",
     }
-    with stage_run("train", run_params, run_name=f"train-{policy}", tags=tags) as mlflow_run:
-        run_id = mlflow_run.info.run_id if mlflow_run is not None else None
-        command = build_command(method, params, seed, policy, root, model, run_id)
-        log_metrics(stats.as_metrics())
-        print(command.shell())
-        started = time.perf_counter()
-        run = runner or subprocess.run
-        run(command.argv, env={**os.environ, **command.env}, cwd=str(root), check=True)
-        seconds = time.perf_counter() - started
-        history = read_metrics_log(paths.metrics_log)
-        if not (paths.export_dir / "config.json").exists():
-            raise RuntimeError(f"verl finished but exported no policy to {paths.export_dir}")
-        summary = summarize(history, {}, seconds) if summarize else {"steps": len(history)}
-        summary.update({"train_seconds": seconds, **stats.as_metrics()})
-        write_history_csv(history, root / "plots" / "train" / f"{policy}.csv")
-        metrics_path = root / "metrics" / f"train_{policy}.json"
-        metrics_path.parent.mkdir(parents=True, exist_ok=True)
-        metrics_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-        log_metrics({f"summary/{key}": value for key, value in summary.items()})
+    temp_dir = private_temp_dir()
+    try:
+        with stage_run("train", run_params, run_name=f"train-{policy}", tags=tags) as mlflow_run:
+            run_id = mlflow_run.info.run_id if mlflow_run is not None else None
+            command = build_command(method, params, seed, policy, root, model, run_id, temp_dir)
+            log_metrics(stats.as_metrics())
+            print(command.shell())
+            started = time.perf_counter()
+            run = runner or run_isolated
+            run(command.argv, env={**os.environ, **command.env}, cwd=str(root), check=True)
+            seconds = time.perf_counter() - started
+            summary = _collect_outputs(root, policy, paths, summarize, seconds, stats.as_metrics())
+    finally:
+        remove_temp_dir(temp_dir)
+    return summary
+
+
+def _collect_outputs(
+    root: Path,
+    policy: str,
+    paths: RunPaths,
+    summarize: Summarize | None,
+    seconds: float,
+    data_metrics: dict[str, float],
+) -> dict[str, float]:
+    """The local backend's outputs from a finished verl run (inside its MLflow run)."""
+    from tagrpo.tracking import log_metrics
+    from tagrpo.training.outputs import write_history_csv
+
+    history = read_metrics_log(paths.metrics_log)
+    if not (paths.export_dir / "config.json").exists():
+        raise RuntimeError(f"verl finished but exported no policy to {paths.export_dir}")
+    summary = summarize(history, {}, seconds) if summarize else {"steps": len(history)}
+    summary.update({"train_seconds": seconds, **data_metrics})
+    write_history_csv(history, root / "plots" / "train" / f"{policy}.csv")
+    metrics_path = root / "metrics" / f"train_{policy}.json"
+    metrics_path.parent.mkdir(parents=True, exist_ok=True)
+    metrics_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    log_metrics({f"summary/{key}": value for key, value in summary.items()})
     return summary

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.algorithms import AVSPOConfig
-from tagrpo.verl_ext import AGENT_LOOP_NAME, PLUGIN_MODULE, REWARD_MODULE, TRAINER_MODE
+from tagrpo.verl_ext import AGENT_LOOP_NAME, REWARD_MODULE, TRAINER_MODE
+from tagrpo.verl_ext.device import cpu_overrides, device_env, run_device
 from tagrpo.verl_ext.settings import MethodSettings, expected_estimator
 
 # verl-only settings; `train.verl` in params overrides any of them. Engine sizes follow the
@@ -39,6 +40,7 @@ VERL_DEFAULTS: dict[str, Any] = {
     "nnodes": 1,
     "model": None,  # None: the policy of train.model (a folder or its hub pointer)
     "max_prompt_length": 512,
+    "device": "cuda",  # cuda | cpu (tagrpo/verl_ext/device.py; cpu: rollout_engine hf)
     "rollout_engine": "vllm",
     "tensor_parallel_size": 1,
     "gpu_memory_utilization": 0.8,
@@ -71,6 +73,8 @@ def hydra_value(value: Any) -> str:
         return "True" if value else "False"
     if value is None:
         return "null"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{key}:{hydra_value(item)}" for key, item in value.items()) + "}"
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, Sequence) and not isinstance(value, str):
@@ -92,6 +96,7 @@ class RunPaths:
     export_dir: Path
     rollout_dir: Path
     metrics_log: Path  # verl's file logger (JSONL, one line per step)
+    temp_dir: Path | None = None  # the run's private temp dir (Ray's sessions, TMPDIR)
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,7 @@ def method_settings(method: str, params: Mapping[str, Any]) -> MethodSettings:
 def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
     """The Hydra overrides of one run; ``params`` is the train stage's (train + common)."""
     verl = verl_settings(params)
+    device = run_device(verl)
     settings = method_settings(run.method, params)
     spec = settings.spec
     common = params.get("common") or {}
@@ -234,6 +240,10 @@ def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
         )
     if params.get("steps"):
         values["trainer.total_training_steps"] = int(params["steps"])
+    device_overrides = None
+    if device == "cpu":
+        device_overrides = cpu_overrides(verl, int(params.get("max_batch_sequences", 256)))
+        values.update(device_overrides.values)
     overrides = [f"{key}={hydra_value(value)}" for key, value in values.items()]
 
     added: dict[str, Any] = {
@@ -251,7 +261,12 @@ def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
         added.update({f"algorithm.tagrpo.avspo.{k}": v for k, v in asdict(settings.avspo).items()})
     for key, value in (common.get("chat_template_kwargs") or {}).items():
         added[f"data.apply_chat_template_kwargs.{key}"] = value
-    env = {"VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE, **run.env}
+    if device_overrides is not None:
+        added.update(device_overrides.added)
+    if paths.temp_dir is not None:
+        # Ray's sessions (sockets, logs, spilled objects) in the run's own temp dir.
+        added["ray_kwargs.ray_init._temp_dir"] = str(paths.temp_dir / "ray")
+    env = {**device_env(device, int(common.get("torch_threads", 2))), **run.env}
     for key, value in env.items():
         added[f"ray_kwargs.ray_init.runtime_env.env_vars.{key}"] = str(value)
     # `++` adds a key or overrides it: these keys are not in verl's default config.

@@ -1,0 +1,137 @@
+"""The CPU configuration of a verl run: derived from params, refused where it does not fit.
+
+``profiles/verl-cpu.yaml`` composes with verl's own config for every method and passes verl's
+validation; the CPU-only settings (logical GPU, one storage unit / reward / agent worker,
+sdpa, no remove-padding, tensor parallel 1, fsdp2, fp32, device cpu) come from the launcher;
+the CPU modules are loaded (platform first) only for CPU runs; ``hf`` on a GPU run and vLLM on
+a CPU run are refused naming the profile to use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+from hydra.core.global_hydra import GlobalHydra
+from verl_helpers import ROOT, paper_params, run_for
+
+from tagrpo.algorithms import METHODS
+from tagrpo.params import deep_merge, load_params
+from tagrpo.verl_ext import PLUGIN_MODULE
+from tagrpo.verl_ext.device import CPU_MODULES, LOGICAL_CPUS, run_device
+from tagrpo.verl_ext.launcher import build_command
+from tagrpo.verl_ext.overrides import build_overrides, hydra_value
+
+PLATFORM_MODULE = "tagrpo.verl_ext.cpu_platform"
+
+
+def cpu_params() -> dict[str, Any]:
+    """The train stage's params under profiles/verl-cpu.yaml."""
+    merged = deep_merge(
+        load_params(ROOT / "params.yaml"),
+        yaml.safe_load((ROOT / "profiles" / "verl-cpu.yaml").read_text()),
+    )
+    return {**merged["train"], "common": merged["common"]}
+
+
+def compose(overrides: list[str]):
+    from hydra import compose, initialize_config_module
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+            return compose("ppo_trainer", overrides=overrides)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_cpu_profile_composes_and_passes_verls_validation(method: str, tmp_path) -> None:
+    from verl.utils.config import validate_config
+
+    from tagrpo.verl_ext.settings import validate_run
+
+    cfg = compose(build_overrides(run_for(method, tmp_path), cpu_params()))
+    validate_config(cfg, use_reference_policy=True, use_critic=False)
+    validate_run(cfg)
+    arr = cfg.actor_rollout_ref
+    assert cfg.trainer.device == "cpu" and cfg.trainer.n_gpus_per_node == 1
+    assert cfg.ray_kwargs.ray_init.num_gpus == 1  # a logical GPU for the placement groups
+    assert cfg.ray_kwargs.ray_init.num_cpus == LOGICAL_CPUS
+    assert cfg.transfer_queue.backend.SimpleStorage.num_data_storage_units == 1
+    assert cfg.reward.num_workers == 1 and arr.rollout.agent.num_workers == 1
+    assert arr.rollout.name == "hf" and arr.rollout.tensor_model_parallel_size == 1
+    assert arr.model.override_config.attn_implementation == "sdpa"
+    assert arr.model.use_remove_padding is False
+    assert arr.actor.strategy == "fsdp2" and arr.ref.strategy == "fsdp2"
+    for role in (arr.actor, arr.ref):
+        assert dict(role.fsdp_config.mixed_precision) == {
+            "param_dtype": "fp32",
+            "reduce_dtype": "fp32",
+            "buffer_dtype": "fp32",
+        }
+        assert role.fsdp_config.use_torch_compile is False
+    env = cfg.ray_kwargs.ray_init.runtime_env.env_vars
+    modules = env.VERL_USE_EXTERNAL_MODULES.split(",")
+    assert modules[0] == PLATFORM_MODULE  # before any verl trainer module, in every worker
+    assert modules == [*CPU_MODULES, PLUGIN_MODULE]
+    assert env.VERL_PLATFORM == "cpu"
+
+
+def test_gpu_runs_never_load_the_cpu_modules(tmp_path) -> None:
+    params = paper_params()
+    overrides = build_overrides(run_for("ta_grpo", tmp_path), params)
+    joined = " ".join(overrides)
+    assert "cpu_platform" not in joined and "hf_rollout" not in joined
+    assert "VERL_PLATFORM" not in joined and "trainer.device=cpu" not in joined
+    assert "actor_rollout_ref.rollout.name=vllm" in overrides
+    command = build_command("ta_grpo", params, 0, "p", tmp_path, model="m")
+    assert command.env["VERL_USE_EXTERNAL_MODULES"] == PLUGIN_MODULE
+    assert "VERL_PLATFORM" not in command.env
+
+
+def test_cpu_command_carries_the_platform_and_private_temp_dir(tmp_path) -> None:
+    command = build_command(
+        "grpo", cpu_params(), 0, "p", tmp_path, model="m", temp_dir=tmp_path / "run"
+    )
+    assert command.env["VERL_USE_EXTERNAL_MODULES"].split(",")[0] == PLATFORM_MODULE
+    assert command.env["VERL_PLATFORM"] == "cpu"
+    assert command.env["TMPDIR"] == str(tmp_path / "run")
+    ray_temp = hydra_value(str(tmp_path / "run" / "ray"))
+    assert f"++ray_kwargs.ray_init._temp_dir={ray_temp}" in command.argv
+    forwarded = hydra_value(str(tmp_path / "run"))
+    assert f"++ray_kwargs.ray_init.runtime_env.env_vars.TMPDIR={forwarded}" in command.argv
+
+
+@pytest.mark.parametrize(
+    ("device", "engine", "message"),
+    [
+        ("cuda", "hf", "profiles/paper.yaml"),
+        ("cpu", "vllm", "profiles/verl-cpu.yaml"),
+        ("cpu", "sglang", "profiles/verl-cpu.yaml"),
+    ],
+)
+def test_engine_that_does_not_fit_the_device_is_refused(device, engine, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        run_device({"device": device, "rollout_engine": engine})
+
+
+def test_dry_run_refuses_hf_on_a_gpu_run(monkeypatch, tmp_path, capsys) -> None:
+    from tagrpo.verl_ext.launcher import run_training
+
+    params = paper_params()
+    params["verl"] = {**params["verl"], "rollout_engine": "hf"}
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    with pytest.raises(ValueError, match="rollout_engine: hf is the CPU engine"):
+        run_training("grpo", 0, "grpo-s0", params, dry_run=True)
+    assert capsys.readouterr().out == ""
+
+
+def test_unknown_device_and_engine_are_errors() -> None:
+    with pytest.raises(ValueError, match="device must be one of"):
+        run_device({"device": "tpu", "rollout_engine": "vllm"})
+    with pytest.raises(ValueError, match="rollout_engine must be one of"):
+        run_device({"device": "cuda", "rollout_engine": "naive"})
+    assert run_device({"rollout_engine": "vllm"}) == "cuda"
