@@ -134,7 +134,7 @@ def test_adapter_sends_full_cpu_tensors_from_the_replicas_first_rank(monkeypatch
     sent = {}
 
     class Handle:
-        class update_weights:  # noqa: N801  (mirrors a Ray method handle)
+        class update_weights:  # mirrors a Ray method handle
             @staticmethod
             def remote(state, step):
                 sent.update(state=state, step=step)

@@ -49,14 +49,14 @@ def test_a_missing_rephrasings_column_is_refused(scratch, method) -> None:  # no
 
 @pytest.mark.parametrize("method", ["ta_grpo", "ta_grpo_star"])
 def test_neighbours_none_is_refused(scratch, method) -> None:  # noqa: F811
-    root, params, _ = scratch
+    _, params, _ = scratch
     params = {**params, "neighbours": "none"}
     with pytest.raises(ValueError, match=rf"{method} samples N=3 rephrasings.*question 'q0'"):
         run_training(method, 0, f"{method}-s0", params, runner=never_started)
 
 
 def test_methods_sampling_q0_train_without_rephrasings(scratch) -> None:  # noqa: F811
-    root, params, _ = scratch
+    _, params, _ = scratch
     params = {**params, "neighbours": "none"}
     started = []
 
