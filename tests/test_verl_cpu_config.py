@@ -135,3 +135,18 @@ def test_unknown_device_and_engine_are_errors() -> None:
     with pytest.raises(ValueError, match="rollout_engine must be one of"):
         run_device({"device": "cuda", "rollout_engine": "naive"})
     assert run_device({"rollout_engine": "vllm"}) == "cuda"
+
+
+def test_micro_batches_that_do_not_divide_are_refused_before_verl_starts(tmp_path) -> None:
+    """verl would assert in the first step; the command is not even built."""
+    params = cpu_params()  # grpo: 4 questions x 8 = 32 per step, 16 per mini-batch
+    params["verl"] = {**params["verl"], "log_prob_micro_batch_size_per_gpu": 64}
+    with pytest.raises(ValueError, match=r"log_prob_micro_batch_size_per_gpu=64 does not divide"):
+        build_overrides(run_for("grpo", tmp_path), params)
+    params["verl"] = {**params["verl"], "log_prob_micro_batch_size_per_gpu": 32}
+    params["verl"]["micro_batch_size_per_gpu"] = 32
+    with pytest.raises(ValueError, match=r"micro_batch_size_per_gpu=32 does not divide the 16"):
+        build_overrides(run_for("grpo", tmp_path), params)
+    params["verl"]["micro_batch_size_per_gpu"] = 16
+    for method in METHODS:  # the profile's sizes fit every method
+        build_overrides(run_for(method, tmp_path), cpu_params())

@@ -108,6 +108,8 @@ def cpu_overrides(verl: Mapping[str, Any], max_batch_sequences: int) -> DeviceOv
         "actor_rollout_ref.rollout.agent.num_workers": 1,
         "reward.num_workers": 1,
         "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1,
+        # verl's default of 8 dataloader processes, for a parquet of a few dozen rows.
+        "data.dataloader_num_workers": 0,
         "ray_kwargs.ray_init.num_cpus": LOGICAL_CPUS,
     }
     added: dict[str, Any] = {

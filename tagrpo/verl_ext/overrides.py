@@ -132,6 +132,42 @@ def method_settings(method: str, params: Mapping[str, Any]) -> MethodSettings:
     )
 
 
+def check_micro_batches(
+    method: str,
+    batch: int,
+    mini_batches: int,
+    rollout_n: int,
+    gpus: int,
+    verl: Mapping[str, Any],
+) -> None:
+    """Refuse micro-batch sizes that verl would reject in the middle of the first step.
+
+    verl splits each GPU's share of a step (log-prob passes) and of a mini-batch (updates) into
+    micro-batches of a fixed size and asserts that they divide it
+    (``verl/workers/engine/utils.py``: "data size must be divisible by ...").
+    """
+    per_gpu_step = batch * rollout_n // gpus
+    per_gpu_update = per_gpu_step // mini_batches
+    problems = []
+    log_prob = int(verl["log_prob_micro_batch_size_per_gpu"])
+    if per_gpu_step % log_prob:
+        problems.append(
+            f"train.verl.log_prob_micro_batch_size_per_gpu={log_prob} does not divide the "
+            f"{per_gpu_step} trajectories per GPU of a step"
+        )
+    update = int(verl["micro_batch_size_per_gpu"])
+    if per_gpu_update % update:
+        problems.append(
+            f"train.verl.micro_batch_size_per_gpu={update} does not divide the "
+            f"{per_gpu_update} trajectories per GPU of a mini-batch"
+        )
+    if problems:
+        raise ValueError(
+            f"{method} ({batch} questions x {rollout_n} responses, {mini_batches} mini-batches, "
+            f"{gpus} GPUs): " + "; ".join(problems)
+        )
+
+
 def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
     """The Hydra overrides of one run; ``params`` is the train stage's (train + common)."""
     verl = verl_settings(params)
@@ -147,6 +183,7 @@ def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
     gpus = int(verl["n_gpus_per_node"]) * int(verl["nnodes"])
     if (batch * rollout_n) % gpus:
         raise ValueError(f"{batch} x {rollout_n} trajectories do not split over {gpus} GPUs")
+    check_micro_batches(run.method, batch, mini_batches, rollout_n, gpus, verl)
     paths = run.paths
     values: dict[str, Any] = {
         "algorithm.adv_estimator": expected_estimator(settings),
