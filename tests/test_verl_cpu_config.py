@@ -86,6 +86,9 @@ def test_gpu_runs_never_load_the_cpu_modules(tmp_path) -> None:
     assert "cpu_platform" not in joined and "hf_rollout" not in joined
     assert "VERL_PLATFORM" not in joined and "trainer.device=cpu" not in joined
     assert "actor_rollout_ref.rollout.name=vllm" in overrides
+    # Hydra writes its output next to the run's data, not into outputs/ of the project root.
+    run_dir = hydra_value(str(tmp_path / "a dir" / "hydra"))
+    assert f"hydra.run.dir={run_dir}" in overrides
     command = build_command("ta_grpo", params, 0, "p", tmp_path, model="m")
     assert command.env["VERL_USE_EXTERNAL_MODULES"] == PLUGIN_MODULE
     assert "VERL_PLATFORM" not in command.env

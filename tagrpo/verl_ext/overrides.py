@@ -281,6 +281,9 @@ def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
     if device == "cpu":
         device_overrides = cpu_overrides(verl, int(params.get("max_batch_sequences", 256)))
         values.update(device_overrides.values)
+    # Hydra's own output (the composed config, its log) next to the run's data, not in a new
+    # outputs/<date>/ folder of the project root.
+    values["hydra.run.dir"] = str(paths.train_file.parent / "hydra")
     overrides = [f"{key}={hydra_value(value)}" for key, value in values.items()]
 
     added: dict[str, Any] = {
