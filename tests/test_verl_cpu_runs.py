@@ -43,6 +43,7 @@ from tagrpo.data.schema import QUESTION_SCHEMA, read_questions
 from tagrpo.models import load_causal_lm
 from tagrpo.training.data import load_training_questions, miniworld_neighbours
 from tagrpo.training.scoring import build_scoring_batch, score_log_probs
+from tagrpo.verl_ext.process import processes_marked
 
 pytestmark = pytest.mark.slow
 
@@ -159,6 +160,9 @@ def train(project: Project, method: str) -> VerlRun:
     seconds = time.perf_counter() - started
     TIMINGS[method] = seconds
     policy = f"{method}-s0"
+    # Every process of the run (Ray's daemons and workers carry the run's environment, which
+    # names this policy's metrics log) is gone once the stage has returned.
+    assert processes_marked(str(project.root / "data" / "verl" / policy)) == []
     dumps = {}
     for path in sorted((project.root / "rollouts" / policy).glob("checkpoint-*.parquet")):
         frame = pd.read_parquet(path)
