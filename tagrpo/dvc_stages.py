@@ -63,9 +63,15 @@ def expand_stages(
             name: interpolate(values, params)
             for name, values in (stage.get("matrix") or {}).items()
         }
-        combos = [
-            dict(zip(matrix, values, strict=True)) for values in itertools.product(*matrix.values())
-        ] or [{}]
+        # A matrix with an empty list expands to no stage at all (as in DVC); no matrix: one.
+        combos = (
+            [
+                dict(zip(matrix, values, strict=True))
+                for values in itertools.product(*matrix.values())
+            ]
+            if matrix
+            else [{}]
+        )
         for combo in combos:
             context = {**params, "item": combo}
             name = f"{key}@{'-'.join(str(v) for v in combo.values())}" if combo else key

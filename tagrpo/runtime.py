@@ -103,7 +103,9 @@ def _watch(pid: int, started: int) -> None:
     # The start time guards against the pid being reused by an unrelated process.
     while (stat := _proc_stat(pid)) is not None and stat[2] == started:
         time.sleep(0.5)
-    os.kill(os.getpid(), signal.SIGTERM)
+    # To the main thread: a process-directed signal may land on this thread, and then the main
+    # thread's sleep or wait is not interrupted and the handler runs only when it returns.
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
 
 
 def _terminate(signum: int, frame: Any) -> None:

@@ -78,7 +78,7 @@ def test_params_yaml_and_the_models_agree_key_for_key_and_value_for_value() -> N
         (lambda r: r.update(train=5), "train = 5: Input should be a valid dictionary"),
         (lambda r: r["train"].update(learning_rate="abc"), "train.learning_rate = 'abc'"),
         (lambda r: r["train"].update(learning_rate=-1.0), "greater than 0"),
-        (lambda r: r["evaluate"].update(ks=[1, 64]), "largest k (64) exceeds n (32)"),
+        (lambda r: r["evaluate"].update(ks=[1, 128]), "largest k (128) exceeds n (64)"),
         (lambda r: r["runs"].update(methods=["grpo", "ta_grpoo"]), "unknown methods ['ta_grpoo']"),
         # A neighbour method with N = 0 would train as plain GRPO under its own name.
         (lambda r: r["train"].update(n_neighbours=0), "would train as plain GRPO"),

@@ -36,6 +36,9 @@ def test_stages_expand_matrices_from_params_as_dvc_names_them() -> None:
     assert stages["a"].outs == ("data/x", "r.md")
     with pytest.raises(KeyError, match=r"runs\.methods"):
         expand_stages(dvc_yaml, {"train": {"backend": "local"}})
+    # An empty list in a matrix gives no stage, as DVC expands it (e.g. no data-scaling runs).
+    params["runs"]["seeds"] = []
+    assert list(expand_stages(dvc_yaml, params)) == ["a"]
 
 
 def test_dvc_yaml_declares_exactly_the_outputs_the_stages_write() -> None:

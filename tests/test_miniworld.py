@@ -137,7 +137,9 @@ def test_corpus_misreads_only_when_the_trigger_holds():
     assert any(example.misread for example in corpus)
     story = MiniProblem("add", (2, 3), item="apples")  # apples is in the trigger subset
     assert MISCONCEPTION_TRIGGERS["item_subset"](story)
-    assert misread_probability(story, "story", config.misconceptions) == 0.9
+    story_rate = config.misconceptions["story"].rate
+    assert 0.0 < story_rate < 1.0
+    assert misread_probability(story, "story", config.misconceptions) == story_rate
     assert misread_probability(story, "expr", config.misconceptions) == 0.0
     calm = MiniProblem("add", (7, 3), item="pens")
     assert misread_probability(calm, "story", config.misconceptions) == 0.0

@@ -143,16 +143,33 @@ def test_rephrasings_as_numpy_arrays_from_the_dataset(tokenizer) -> None:
     assert output.prompt_ids == template_ids(tokenizer, chat_messages(Q0))
 
 
-def test_rows_without_rephrasings_always_use_q0(tokenizer) -> None:
-    for session_id in (0, 3, 7):
-        output, prompts, _ = run_session(tokenizer, "ta_grpo", session_id, {"index": 4})
-        assert prompts == [template_ids(tokenizer, chat_messages(Q0))]
-        assert output.extra_fields["tagrpo_variant"] == 0
+@pytest.mark.parametrize("method", ["ta_grpo", "ta_grpo_star"])
+@pytest.mark.parametrize(
+    "extra_info",
+    [
+        {"index": 4, "id": "mw-17", "rephrased_prompts": []},  # empty list
+        {"index": 4, "id": "mw-17"},  # no rephrasings field (column missing)
+        {"index": 4, "id": "mw-17", "rephrased_prompts": None},  # neighbours: none
+    ],
+)
+def test_rows_without_rephrasings_are_refused_naming_the_question(
+    tokenizer, method, extra_info
+) -> None:
+    """Never q0 in place of the rephrasings: that would be (N+1)xGRPO under another name."""
+    for session_id in (0, 3, 7):  # q0's sessions too: the whole question is refused
+        with pytest.raises(ValueError, match=r"question 'mw-17' has 0 rephrasings"):
+            run_session(tokenizer, method, session_id, extra_info)
+
+
+def test_generation_prompt_ids_are_recorded_for_the_dumps(tokenizer) -> None:
+    output, prompts, _ = run_session(tokenizer, "ta_grpo", 5, with_rephrasings())
+    assert output.extra_fields["tagrpo_generation_prompt_ids"] == prompts[0]
+    assert prompts[0] == template_ids(tokenizer, chat_messages(REPHRASINGS[1]))
 
 
 def test_too_few_rephrasings_and_sessions_past_the_layout_are_errors(tokenizer) -> None:
-    short = {"rephrased_prompts": [chat_messages(REPHRASINGS[0])]}
-    with pytest.raises(ValueError, match="needs N=3"):
+    short = {"id": "q9", "rephrased_prompts": [chat_messages(REPHRASINGS[0])]}
+    with pytest.raises(ValueError, match="question 'q9' has 1 rephrasings, ta_grpo samples N=3"):
         run_session(tokenizer, "ta_grpo", 2, short)
     with pytest.raises(ValueError, match=r"rollout\.n must be 8"):
         run_session(tokenizer, "ta_grpo", 4 * G, with_rephrasings())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import mlflow
 import pandas as pd
@@ -103,12 +104,15 @@ def test_verl_run_leaves_the_local_backends_outputs_in_one_mlflow_run(scratch, m
         model = build_model(tokenizer, TinyModelConfig(hidden_size=16, intermediate_size=32))
         model.save_pretrained(export_dir)
 
-    monkeypatch.setattr(launcher.subprocess, "run", fake_verl)
+    monkeypatch.setattr(launcher, "run_isolated", fake_verl)
     summary = train_stage.main(["--method", "ta_grpo", "--seed", "0"])
 
     env = seen["env"]
     assert seen["cwd"] == str(root)
     assert env["VERL_USE_EXTERNAL_MODULES"] == "tagrpo.verl_ext.plugin"
+    # The run's private temp dir (Ray's sessions, every process's TMPDIR) is gone afterwards.
+    assert Path(env["TMPDIR"]).name.startswith("tagrpo-verl-")
+    assert not Path(env["TMPDIR"]).exists()
     assert env["MLFLOW_TRACKING_URI"] == f"sqlite:///{root / 'mlflow.db'}"
     assert "actor_rollout_ref.rollout.n=32" in seen["argv"]
     run_id = hydra_value(env["MLFLOW_RUN_ID"])  # quoted when it could read as a number
@@ -161,7 +165,7 @@ def test_a_run_that_exports_no_policy_fails(scratch, monkeypatch) -> None:
         with open(env["VERL_FILE_LOGGER_PATH"], "w") as handle:
             handle.write(json.dumps({"step": 1, "data": {"x": 1.0}}) + "\n")
 
-    monkeypatch.setattr(launcher.subprocess, "run", silent_verl)
+    monkeypatch.setattr(launcher, "run_isolated", silent_verl)
     with pytest.raises(RuntimeError, match="exported no policy"):
         train_stage.main(["--method", "grpo", "--seed", "0"])
     assert not (root / "metrics" / "train" / "grpo-s0.json").exists()  # nothing half-done

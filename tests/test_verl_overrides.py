@@ -191,7 +191,7 @@ def test_batch_must_split_over_the_gpus(tmp_path) -> None:
     with pytest.raises(ValueError, match="do not split over 3 GPUs"):
         build_overrides(run_for("grpo", tmp_path), params)
     params["verl"] = {**params["verl"], "n_gpus_per_node": 4, "gpus": 4}
-    with pytest.raises(ValueError, match=r"unknown train\.verl keys"):
+    with pytest.raises(ValueError, match=r"verl\.gpus: unknown key"):
         build_overrides(run_for("grpo", tmp_path), params)
     with pytest.raises(ConfigError, match=r"verl\.gpus: unknown key"):
         validate_params({**paper_config().model_dump(mode="json"), "verl": params["verl"]})

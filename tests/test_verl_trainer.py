@@ -149,6 +149,21 @@ def test_joint_methods_normalise_over_the_32_responses(monkeypatch, method: str)
     assert metrics["responses_generated"] == 64.0
 
 
+def test_a_question_with_failed_sessions_stops_the_run(monkeypatch) -> None:
+    """verl pads the trajectories of failed agent-loop sessions; the trainer refuses them."""
+    records, batch = make_batch({"u1": rewards_u1, "u2": lambda s: 0.0}, 4 * G)
+    position = batch.keys.index("u2_5_0")
+    batch = KVBatchMeta(
+        keys=[k for i, k in enumerate(batch.keys) if i != position],
+        tags=[t for i, t in enumerate(batch.tags) if i != position],
+        partition_id="train",
+    )
+    trainer = make_trainer("ta_grpo", monkeypatch, records)
+    with pytest.raises(RuntimeError, match=r"rollout\.n=32 \(uid u2: 31\): agent-loop sessions"):
+        trainer._compute_advantage(batch, {})
+    assert all("advantages" not in record for record in records.values())
+
+
 def test_ta_grpo_star_normalises_each_rephrasing_on_its_own(monkeypatch) -> None:
     records, batch = make_batch({"u1": rewards_u1, "u2": lambda s: 0.0}, 4 * G)
     trainer = make_trainer("ta_grpo_star", monkeypatch, records)
@@ -261,20 +276,27 @@ def test_rollout_dumps_only_at_the_quarter_steps(monkeypatch, tmp_path, tokenize
             "response_mask": torch.ones(len(response), dtype=torch.int64),
             "rm_scores": torch.tensor([0.0] * (len(response) - 1) + [1.0]),
             "advantages": torch.full((len(response),), 0.5 if session else -0.25),
+            "old_log_probs": -torch.arange(len(response), dtype=torch.float32) - session,
+            "ref_log_prob": torch.full((len(response),), -0.5),
             "raw_prompt": q0,
             "extra_info": {"id": "math/q", "rephrased_prompts": [rephrasing] * 3},
-            "extra_fields": {"reward_extra_info": {"acc": 1.0, "pred": "7"}},
+            "extra_fields": {
+                "reward_extra_info": {"acc": 1.0, "pred": "7"},
+                "tagrpo_generation_prompt_ids": ids(rephrasing if session else q0),
+                "tagrpo_weights_step": 3,
+            },
         }
         keys.append(f"q_{session}_0")
     batch = KVBatchMeta(keys=keys, tags=[{}, {}], partition_id="train")
     trainer = make_trainer("ta_grpo", monkeypatch, records)
     trainer.tokenizer = tokenizer
     trainer.total_training_steps = 8
+    trainer.use_reference_policy = True
     trainer.config = OmegaConf.merge(
         trainer.config,
         {
             "trainer": {"tagrpo": {"checkpoints": [0.25, 0.5, 0.75, 1.0]}},
-            "actor_rollout_ref": {"rollout": {"response_length": 64}},
+            "actor_rollout_ref": {"rollout": {"response_length": 64, "calculate_log_probs": False}},
             "data": {"apply_chat_template_kwargs": {}},
         },
     )
@@ -302,6 +324,17 @@ def test_rollout_dumps_only_at_the_quarter_steps(monkeypatch, tmp_path, tokenize
     assert frame["advantage"].tolist() == [-0.25, 0.5]
     assert frame["finished"].tolist() == [True, True]
     assert frame["question_id"].tolist() == ["math/q", "math/q"]
+    # What verl computed for each trajectory, token by token (the verl-only columns).
+    length = len(answer) + 1
+    assert frame["key"].tolist() == ["q_0_0", "q_9_0"] and frame["session"].tolist() == [0, 9]
+    assert [list(x) for x in frame["prompt_ids"]] == [ids(q0), ids(q0)]
+    assert [list(x) for x in frame["generation_prompt_ids"]] == [ids(q0), ids(rephrasing)]
+    assert list(frame["response_ids"][1]) == [*answer, tokenizer.eos_token_id]
+    assert list(frame["old_log_probs"][1]) == [-9.0 - i for i in range(length)]
+    assert list(frame["ref_log_probs"][0]) == [-0.5] * length
+    assert list(frame["token_advantages"][1]) == [0.5] * length
+    assert frame["rollout_log_probs"].isna().all()  # not asked of the engine (ta_grpo)
+    assert frame["weights_step"].tolist() == [3, 3]
 
 
 @pytest.mark.parametrize("method", ["grpo", "grpo_ds", "ta_grpo", "avspo"])

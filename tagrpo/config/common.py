@@ -94,7 +94,8 @@ class DataScaling(ConfigModel):
         default_factory=lambda: ["grpo", "grpo_ds"], description="methods of the scaling runs"
     )
     multiples: list[float] = Field(
-        default_factory=lambda: [1.5, 2.0, 2.5], description="training-set multiples (> 1)"
+        default_factory=list,
+        description="training-set multiples (> 1); [] = no data-scaling runs",
     )
     seeds: list[int] = Field(default_factory=lambda: [0], description="seeds of the runs")
 

@@ -6,26 +6,55 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import field_validator
+from pydantic import field_validator, model_validator
 
 from tagrpo.config.model import ConfigModel, EnvVarName, Field
+
+# The device each rollout engine serves on (verl 0.9.1): vLLM and SGLang need CUDA; ``hf`` is
+# the project's CPU engine (tagrpo/verl_ext/hf_rollout.py).
+ENGINE_DEVICE = {"vllm": "cuda", "sglang": "cuda", "hf": "cpu"}
+GPU_PROFILE = "profiles/paper.yaml"
+CPU_PROFILE = "profiles/verl-cpu.yaml"
+
+
+def check_engine(device: str, engine: str) -> None:
+    """Refuse a rollout engine that cannot serve a run on ``device``, naming the profile to use."""
+    if engine == "hf" and device != "cpu":
+        raise ValueError(
+            "verl.rollout_engine: hf is the CPU engine (transformers generate, no vLLM sampling "
+            "kernels, memory sleep or CUDA-IPC weights); a GPU run uses vllm: apply "
+            f"{GPU_PROFILE}, or set verl.device: cpu for a CPU run ({CPU_PROFILE})"
+        )
+    if device == "cpu" and ENGINE_DEVICE.get(engine) != "cpu":
+        raise ValueError(
+            f"verl.rollout_engine: {engine} cannot serve on the CPU (no CPU build of it fits "
+            f"verl 0.9.1's pins); a CPU run uses rollout_engine: hf: apply {CPU_PROFILE}"
+        )
 
 
 class VerlSettings(ConfigModel):
     """verl-only settings (``train.backend: verl``); tagrpo/verl_ext/overrides.py maps each to
-    its Hydra override. Engine sizes follow the authors' public scripts."""
+    its Hydra override. Engine sizes follow the authors' public scripts. ``device: cpu`` with
+    ``rollout_engine: hf`` runs genuine verl steps on the CPU (profiles/verl-cpu.yaml,
+    tagrpo/verl_ext/device.py)."""
 
     n_gpus_per_node: int = Field(4, ge=1, le=64, description="trainer.n_gpus_per_node")
     nnodes: int = Field(1, ge=1, description="trainer.nnodes")
     model: str | None = Field(None, description="null = train.model (folder or its hub pointer)")
     max_prompt_length: int = Field(512, ge=16, description="prompt tokens (Appendix B: 512)")
+    device: Literal["cuda", "cpu"] = Field(
+        "cuda", description="cuda (GPUs) | cpu (verl on the CPU: VERL_PLATFORM=cpu, FSDP2 on gloo)"
+    )
     rollout_engine: Literal["vllm", "sglang", "hf"] = Field(
-        "vllm", description="actor_rollout_ref.rollout.name"
+        "vllm", description="actor_rollout_ref.rollout.name: vllm | sglang (cuda), hf (cpu only)"
     )
     tensor_parallel_size: int = Field(1, ge=1, description="rollout tensor parallelism")
     gpu_memory_utilization: float = Field(0.8, gt=0, le=1, description="vLLM memory share")
     micro_batch_size_per_gpu: int = Field(8, ge=1, description="actor micro-batch per GPU")
     log_prob_micro_batch_size_per_gpu: int = Field(8, ge=1, description="log-prob micro-batch")
+    max_num_seqs: int = Field(
+        256, ge=1, description="rollout.max_num_seqs: sequences the rollout engine batches"
+    )
     ref_param_offload: bool = Field(True, description="offload the reference model's weights")
     gradient_checkpointing: bool = Field(True, description="actor gradient checkpointing")
     lr_scheduler_type: Literal["constant", "cosine"] = Field(
@@ -50,6 +79,11 @@ class VerlSettings(ConfigModel):
         if malformed:
             raise ValueError(f"Hydra overrides must look like key=value: {malformed}")
         return overrides
+
+    @model_validator(mode="after")
+    def _engine_fits_device(self) -> VerlSettings:
+        check_engine(self.device, self.rollout_engine)
+        return self
 
 
 class HFEngineSettings(ConfigModel):

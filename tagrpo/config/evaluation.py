@@ -12,7 +12,7 @@ from tagrpo.config.model import ConfigModel, Field
 
 class EvaluateSettings(ConfigModel):
     backend: Literal["hf", "vllm"] = Field("hf", description="generation engine: hf | vllm")
-    n: int = Field(32, ge=1, le=100_000, description="samples per problem; pass@k for k <= n")
+    n: int = Field(64, ge=1, le=100_000, description="samples per problem; pass@k for k <= n")
     ks: list[int] = Field(
         default_factory=lambda: [1, 2, 4, 8, 16, 32], min_length=1, description="k of pass@k"
     )

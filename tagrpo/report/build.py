@@ -260,9 +260,15 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
         "",
         f"![Figure 6]({link}/figure6_matched_budget.png)",
         "",
-        f"Figure 7: data scaling: {', '.join(scaling.methods)} on 1x to "
-        f"{max(scaling.multiples, default=1.0):g}x training questions against TA-GRPO on 1x "
-        "(average over all benchmarks).",
+        (
+            f"Figure 7: data scaling: {', '.join(scaling.methods)} on 1x to "
+            f"{max(scaling.multiples):g}x training questions against TA-GRPO on 1x "
+            "(average over all benchmarks)."
+            if scaling.multiples
+            else "Figure 7: data scaling: **no data-scaling runs in this profile** "
+            "(`runs.data_scaling.multiples` is empty; `profiles/data-scaling.yaml` runs "
+            "them): only the 1x points are shown."
+        ),
         "",
         markdown_table(
             ["method", "data", f"average pass@{k} [95% CI]"],

@@ -19,6 +19,12 @@ plugin       imports the registering modules; the target of ``VERL_USE_EXTERNAL_
 overrides    the Hydra overrides of ``python -m verl.trainer.main_ppo`` for each method
 launcher     the ``train.backend: verl`` path of the train stage (``--dry-run`` prints it)
 checkpoint   verl checkpoints to Hugging Face folders for evaluation
+device       cuda or cpu: engine/device checks, the modules and overrides a CPU run needs
+process      verl in its own session and temp dir, always cleaned up
+cpu_platform the CPU platform for verl (VERL_PLATFORM=cpu; loaded first, CPU runs only)
+cpu_engines  verl's FSDP engine registered for device cpu (unpinned offload; CPU runs only)
+hf_rollout   the ``hf`` rollout engine: transformers generate behind verl's server protocol,
+             trained weights through verl's weight sync (CPU runs only)
 
 Importing this package imports nothing from verl; only ``plugin`` and the modules it loads do.
 """
@@ -28,6 +34,8 @@ REWARD_MODULE = "pkg://tagrpo.verl_ext.reward"
 AGENT_LOOP_NAME = "tagrpo_agent"
 TRAINER_MODE = "tagrpo_sync"
 AVSPO_ESTIMATOR = "avspo"
+# Set by the hf rollout engine on every output: the training step of the weights it sampled with.
+WEIGHTS_STEP_FIELD = "tagrpo_weights_step"
 
 __all__ = [
     "AGENT_LOOP_NAME",
@@ -35,4 +43,5 @@ __all__ = [
     "PLUGIN_MODULE",
     "REWARD_MODULE",
     "TRAINER_MODE",
+    "WEIGHTS_STEP_FIELD",
 ]

@@ -11,9 +11,15 @@ sessions, then each rephrasing in ``extra_info.rephrased_prompts`` in turn).
 * ``ta_grpo_star``: nothing is swapped; each response is scored under the rephrasing it was
   sampled from.
 
-Rows without rephrasings (validation sets) always use q0. Rollout-correction modes that would
-reuse vLLM's log-probabilities under a rephrasing are refused for ``ta_grpo``
+A row with fewer than N rephrasings is refused with an error naming its question: sampling q0
+for its sessions would turn the method into (N+1)xGRPO under its name. Validation rows carry
+``agent_name: single_turn_agent`` (:func:`tagrpo.verl_ext.data.prepare_validation_parquet`) and
+never reach this loop. Rollout-correction modes that would reuse vLLM's log-probabilities under
+a rephrasing are refused for ``ta_grpo``
 (:func:`tagrpo.verl_ext.settings.refuse_rollout_correction`).
+
+Every output records, in ``extra_fields``, the variant it was sampled from, whether it is scored
+under q0, and the token ids of the prompt it was generated from (the rollout dumps keep them).
 """
 
 from __future__ import annotations
@@ -50,17 +56,26 @@ def rephrased_prompts(extra_info: Any) -> list[Messages]:
     return [as_messages(variant) for variant in variants]
 
 
-def pick_variant(settings: MethodSettings, session_id: int, available: int) -> int:
-    """Variant a session samples; 0 for rows without rephrasings, an error for too few."""
+def pick_variant(
+    settings: MethodSettings, session_id: int, available: int, question: str = "?"
+) -> int:
+    """Variant a session samples; an error naming the question if it has too few rephrasings."""
     variant = settings.variant_of(session_id)
-    if available == 0:
-        return 0
     if available < settings.n_neighbours:
         raise ValueError(
-            f"the row has {available} rephrasings, {settings.method} needs N="
-            f"{settings.n_neighbours}: rebuild the training parquet (tagrpo.verl_ext.data)"
+            f"question {question!r} has {available} rephrasings, {settings.method} samples N="
+            f"{settings.n_neighbours}: rebuild the training parquet (tagrpo.verl_ext.data) from a "
+            "rephrased training set; refusing to sample q0 in their place"
         )
     return variant
+
+
+def question_of(kwargs: Mapping[str, Any]) -> str:
+    """The question id of a row (``extra_info.id``), for error messages."""
+    info = kwargs.get("extra_info")
+    if isinstance(info, Mapping) and info.get("id") is not None:
+        return str(info["id"])
+    return str(kwargs.get("uid", "?"))
 
 
 @register(AGENT_LOOP_NAME)
@@ -90,11 +105,14 @@ class TAAgentLoop(SingleTurnAgentLoop):
             )
         original = as_messages(kwargs["raw_prompt"])
         variants = rephrased_prompts(kwargs.get("extra_info"))
-        variant = pick_variant(self.settings, int(kwargs["session_id"]), len(variants))
+        variant = pick_variant(
+            self.settings, int(kwargs["session_id"]), len(variants), question_of(kwargs)
+        )
         generation = original if variant == 0 else variants[variant - 1]
         output = await super().run(
             sampling_params, priority, **{**kwargs, "raw_prompt": generation}
         )
+        generated_from = list(self._last_prompt_ids or [])
         anchored = variant > 0 and self.settings.spec.anchor == "original"
         if anchored:
             output.prompt_ids = await self._original_prompt_ids(original, list(output.prompt_ids))
@@ -104,7 +122,11 @@ class TAAgentLoop(SingleTurnAgentLoop):
                     "swap to q0's prompt: disable it for ta_grpo"
                 )
         output.extra_fields.update(
-            {"tagrpo_variant": variant, "tagrpo_scored_under_original": variant == 0 or anchored}
+            {
+                "tagrpo_variant": variant,
+                "tagrpo_scored_under_original": variant == 0 or anchored,
+                "tagrpo_generation_prompt_ids": generated_from,
+            }
         )
         return output
 

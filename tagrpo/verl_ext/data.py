@@ -121,11 +121,49 @@ def prepare_training_parquet(
     )
 
 
+VALIDATION_AGENT_LOOP = "single_turn_agent"
+
+
 def prepare_validation_parquet(
     benchmark_path: str | Path, out_path: str | Path, limit: int | None = None
 ) -> int:
-    """A validation parquet without rephrasings (the agent loop then always uses q0)."""
+    """A validation parquet without rephrasings, answered from q0 by verl's stock loop.
+
+    Its rows name their agent loop (``agent_name``, which verl prefers over the default), so
+    the ``tagrpo_agent`` loop of the rephrasing methods, which refuses rows without
+    rephrasings, never sees them.
+    """
+    import pyarrow as pa
+
     questions = read_question_rows(benchmark_path, limit)
     if not questions:
         raise ValueError(f"{benchmark_path} has no questions")
-    return write_verl_parquet(questions, out_path)
+    written = write_verl_parquet(questions, out_path)
+    table = pq.read_table(str(out_path))
+    names = pa.array([VALIDATION_AGENT_LOOP] * table.num_rows, type=pa.string())
+    pq.write_table(table.append_column("agent_name", names), str(out_path))
+    return written
+
+
+def require_rephrasings(path: str | Path, n_neighbours: int, method: str) -> int:
+    """Raise unless every row of a verl training parquet has N rephrasings; returns the rows.
+
+    The methods that sample rephrasings (``ta_grpo``, ``ta_grpo_star``) would otherwise draw
+    every session from q0 for such a row. The error names the first such question and how many
+    rows are short.
+    """
+    rows = pq.read_table(str(path), columns=["extra_info"]).column("extra_info").to_pylist()
+    short = [
+        (str(info.get("id")), len(info.get("rephrased_prompts") or []))
+        for info in rows
+        if len((info or {}).get("rephrased_prompts") or []) < n_neighbours
+    ]
+    if short:
+        question, count = short[0]
+        raise ValueError(
+            f"{method} samples N={n_neighbours} rephrasings of every question, but question "
+            f"{question!r} has {count} ({len(short)} of {len(rows)} training rows are short): give "
+            "a rephrased training set (train.input, with train.neighbours: auto or column) or "
+            "train.neighbours: miniworld; train.neighbours: none only suits methods sampling q0"
+        )
+    return len(rows)

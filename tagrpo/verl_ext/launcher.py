@@ -4,13 +4,15 @@
     python -m stages.train --method ta_grpo              # prepare data, train, export
 
 A run (policy ``P``) prepares ``data/verl/P/{train,val}.parquet`` (length-filtered with the
-policy's tokenizer, :mod:`tagrpo.verl_ext.data`), opens the MLflow run ``train-P`` in the
-project's store (tagged like the local backend's), runs ``python -m verl.trainer.main_ppo`` with
-the generated overrides (:mod:`tagrpo.verl_ext.overrides`), verl's own MLflow logger attached to
-that run through ``MLFLOW_RUN_ID``, and leaves the local backend's outputs: ``models/P`` (HF
-folder, ``checkpoints/checkpoint-025..100`` inside, exported by the trainer),
-``rollouts/P/checkpoint-*.parquet``, ``plots/train/P.csv`` (every logged metric per step) and
-``metrics/train_P.json``.
+policy's tokenizer, :mod:`tagrpo.verl_ext.data`; a method sampling rephrasings refuses rows
+without N of them), runs ``python -m verl.trainer.main_ppo`` with the generated overrides
+(:mod:`tagrpo.verl_ext.overrides`) in a session and private temp dir of its own
+(:mod:`tagrpo.verl_ext.process`: nothing of the run survives it), verl's own MLflow logger
+attached through ``MLFLOW_RUN_ID`` to the run ``train-P`` that the train stage opened, and
+leaves the local backend's outputs in the stage's staging area: ``models/P`` (HF folder,
+``checkpoints/checkpoint-025..100`` inside, exported by the trainer),
+``rollouts/P/checkpoint-*.parquet`` and ``plots/train/P.csv`` (every logged metric per step);
+the stage writes ``metrics/train/P.json``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -29,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.paths import project_root
-from tagrpo.verl_ext import PLUGIN_MODULE
+from tagrpo.verl_ext.device import device_env, run_device
 from tagrpo.verl_ext.overrides import RunPaths, VerlRun, build_overrides, verl_settings
+from tagrpo.verl_ext.process import private_temp_dir, remove_temp_dir, run_isolated
 
 Summarize = Callable[[list[dict[str, float]], dict[str, float], float], dict[str, float]]
 # Telemetry stays off in every Ray worker too (the variables are forwarded to them).
@@ -51,7 +53,9 @@ class VerlCommand:
         return " \\\n  ".join([*assignments, " ".join(words[:3]), *words[3:]])
 
 
-def run_paths(root: Path, policy: str, params: Mapping[str, Any]) -> RunPaths:
+def run_paths(
+    root: Path, policy: str, params: Mapping[str, Any], temp_dir: Path | None = None
+) -> RunPaths:
     """Where one run reads and writes (absolute: verl workers do not share our cwd)."""
     verl = verl_settings(params)
     data = root / "data" / "verl" / policy
@@ -62,11 +66,12 @@ def run_paths(root: Path, policy: str, params: Mapping[str, Any]) -> RunPaths:
         export_dir=root / "models" / policy,
         rollout_dir=root / "rollouts" / policy,
         metrics_log=data / "metrics.jsonl",
+        temp_dir=temp_dir,
     )
 
 
 def resolve_model(params: Mapping[str, Any], root: Path) -> str:
-    """The policy verl starts from: ``train.verl.model``, else ``train.model`` (a folder with
+    """The policy verl starts from: ``verl.model``, else ``train.model`` (a folder with
     weights, or the hub id its ``pointer.json`` names)."""
     configured = verl_settings(params).get("model")
     if configured:
@@ -79,7 +84,7 @@ def resolve_model(params: Mapping[str, Any], root: Path) -> str:
     if source.kind == "local":
         return str(Path(source.path).resolve())
     raise ValueError(
-        f"verl cannot load a {source.kind} model directly: set train.verl.model to a HF folder"
+        f"verl cannot load a {source.kind} model directly: set verl.model to a HF folder"
     )
 
 
@@ -105,16 +110,26 @@ def build_command(
     model: str | None = None,
     mlflow_run_id: str | None = None,
     paths: RunPaths | None = None,
+    temp_dir: Path | None = None,
 ) -> VerlCommand:
-    """``python -m verl.trainer.main_ppo`` with the run's overrides and environment."""
+    """``python -m verl.trainer.main_ppo`` with the run's overrides and environment.
+
+    ``temp_dir`` (the run's private temp dir) becomes Ray's temp dir and every process's
+    ``TMPDIR``, so that the run writes nothing else under the system's temp dir.
+    """
     root = Path(root or project_root())
     paths = paths or run_paths(root, policy, params)
+    if temp_dir is not None:
+        paths = dataclasses.replace(paths, temp_dir=temp_dir)
     enabled, uri, experiment = tracking_settings(params)
+    threads = int((params.get("common") or {}).get("torch_threads", 2))
     env = {
-        "VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE,
+        **device_env(run_device(verl_settings(params)), threads),
         "VERL_FILE_LOGGER_PATH": str(paths.metrics_log),
         **FORWARDED_DEFAULTS,
     }
+    if temp_dir is not None:
+        env["TMPDIR"] = str(temp_dir)
     if enabled:
         env["MLFLOW_TRACKING_URI"] = uri
         if mlflow_run_id:
@@ -176,6 +191,8 @@ def run_training(
     """
     root = project_root()
     paths = run_paths(root, policy, params)
+    verl = verl_settings(params)
+    run_device(verl)  # refuses an engine that does not fit the device, before any work
     if outputs is None:
         outputs = {
             "model": paths.export_dir,
@@ -189,15 +206,16 @@ def run_training(
         command = build_command(method, params, seed, policy, root, paths=paths)
         print(command.shell())
         return {}
+    from tagrpo.algorithms import get_method
     from tagrpo.tracking import log_metrics
     from tagrpo.training.outputs import write_history_csv
     from tagrpo.verl_ext.data import (
         chat_template_counter,
         prepare_training_parquet,
         prepare_validation_parquet,
+        require_rephrasings,
     )
 
-    verl = verl_settings(params)
     model = resolve_model(params, root)
     for stale in (paths.export_dir, paths.rollout_dir, paths.train_file.parent):
         shutil.rmtree(stale, ignore_errors=True)
@@ -223,6 +241,10 @@ def run_training(
             f"no training question fits in {verl['max_prompt_length']} prompt tokens "
             f"({stats.questions_in} read from {params['input']})"
         )
+    if get_method(method).use_neighbours:
+        # Without N rephrasings per row the method would sample q0 for every session: a
+        # different experiment under this method's name.
+        require_rephrasings(paths.train_file, int(params.get("n_neighbours", 3)), method)
     benchmark = root / "data" / "processed" / "benchmarks" / f"{verl['val_benchmark']}.parquet"
     prepare_validation_parquet(benchmark, paths.val_file, int(verl["val_questions"]))
     print(
@@ -237,13 +259,19 @@ def run_training(
     # logger writes into it through MLFLOW_RUN_ID.
     mlflow_run = mlflow.active_run()
     run_id = mlflow_run.info.run_id if mlflow_run is not None else None
-    command = build_command(method, params, seed, policy, root, model, run_id, paths)
-    log_metrics(stats.as_metrics())
-    print(command.shell())
-    started = time.perf_counter()
-    run = runner or subprocess.run
-    run(command.argv, env={**os.environ, **command.env}, cwd=str(root), check=True)
-    seconds = time.perf_counter() - started
+    # Ray's sessions and every verl process's TMPDIR in a private temp dir, removed at the end
+    # whatever happens (tagrpo/verl_ext/process.py).
+    temp_dir = private_temp_dir()
+    try:
+        command = build_command(method, params, seed, policy, root, model, run_id, paths, temp_dir)
+        log_metrics(stats.as_metrics())
+        print(command.shell())
+        started = time.perf_counter()
+        run = runner or run_isolated
+        run(command.argv, env={**os.environ, **command.env}, cwd=str(root), check=True)
+        seconds = time.perf_counter() - started
+    finally:
+        remove_temp_dir(temp_dir)
     history = read_metrics_log(paths.metrics_log)
     if not (paths.export_dir / "config.json").exists():
         raise RuntimeError(f"verl finished but exported no policy to {paths.export_dir}")

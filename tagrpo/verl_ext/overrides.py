@@ -3,8 +3,8 @@
 The hyper-parameters are the ``train`` section's, shared with the local backend, so one set of
 values drives both; the paper profile sets them to Appendix B (prompt 512, response 3072,
 temperature 1.0, KL loss 0.001, clip 0.2/0.2, batch 256, mini-batch 128, lr 1e-6, 2 epochs)
-and G=8, N=3 (section 5.1). ``train.verl`` holds what only verl needs: GPUs, nodes, model
-path, engine memory and micro-batch sizes.
+and G=8, N=3 (section 5.1). The ``verl`` section holds what only verl needs: GPUs, nodes,
+model path, device, rollout engine, engine memory and micro-batch sizes.
 
 =====================  ==========  ==============  ================  ==============  ====
 method                 rollout.n   agent loop      adv_estimator     scored under    DS
@@ -29,34 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.algorithms import AVSPOConfig
-from tagrpo.verl_ext import AGENT_LOOP_NAME, PLUGIN_MODULE, REWARD_MODULE, TRAINER_MODE
+from tagrpo.verl_ext import AGENT_LOOP_NAME, REWARD_MODULE, TRAINER_MODE
+from tagrpo.verl_ext.device import cpu_overrides, device_env, run_device
 from tagrpo.verl_ext.settings import MethodSettings, expected_estimator
-
-# verl-only settings; `train.verl` in params overrides any of them. Engine sizes follow the
-# authors' public scripts (4 GPUs, micro-batches of 8, vLLM at 80% memory, reference offload).
-VERL_DEFAULTS: dict[str, Any] = {
-    "n_gpus_per_node": 4,
-    "nnodes": 1,
-    "model": None,  # None: the policy of train.model (a folder or its hub pointer)
-    "max_prompt_length": 512,
-    "rollout_engine": "vllm",
-    "tensor_parallel_size": 1,
-    "gpu_memory_utilization": 0.8,
-    "micro_batch_size_per_gpu": 8,
-    "log_prob_micro_batch_size_per_gpu": 8,
-    "ref_param_offload": True,
-    "gradient_checkpointing": True,
-    "lr_scheduler_type": "cosine",  # the authors' scripts: warm-up ratio 0.1, then cosine
-    "ds_metric": "acc",
-    "max_inflight_gen_batches": 1,
-    "max_ckpt_to_keep": 1,
-    "resume": False,
-    "checkpoint_dir": "checkpoints/verl",
-    "val_benchmark": "math500",
-    "val_questions": 64,
-    "grading_workers": 2,
-    "extra_overrides": [],
-}
 
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 _RESERVED = {"true", "false", "null", "none", "nan", "inf"}
@@ -68,6 +43,8 @@ def hydra_value(value: Any) -> str:
         return "True" if value else "False"
     if value is None:
         return "null"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{key}:{hydra_value(item)}" for key, item in value.items()) + "}"
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, Sequence) and not isinstance(value, str):
@@ -89,6 +66,7 @@ class RunPaths:
     export_dir: Path
     rollout_dir: Path
     metrics_log: Path  # verl's file logger (JSONL, one line per step)
+    temp_dir: Path | None = None  # the run's private temp dir (Ray's sessions, TMPDIR)
 
 
 @dataclass(frozen=True)
@@ -106,12 +84,13 @@ class VerlRun:
 
 
 def verl_settings(params: Mapping[str, Any]) -> dict[str, Any]:
-    """``train.verl`` merged over :data:`VERL_DEFAULTS` (unknown keys are an error)."""
+    """The ``verl`` section, checked by its typed model (types, bounds, unknown keys, an engine
+    that does not fit the device); keys not given take params.yaml's defaults
+    (:class:`tagrpo.config.engines.VerlSettings`; errors name the key, as ``params check``)."""
+    from tagrpo.config.params import validate_params
+
     given = dict(params.get("verl") or {})
-    unknown = sorted(set(given) - set(VERL_DEFAULTS))
-    if unknown:
-        raise ValueError(f"unknown train.verl keys {unknown}; known: {sorted(VERL_DEFAULTS)}")
-    return {**VERL_DEFAULTS, **given}
+    return validate_params({"verl": given}, "verl settings").verl.model_dump(mode="json")
 
 
 def method_settings(method: str, params: Mapping[str, Any]) -> MethodSettings:
@@ -124,9 +103,46 @@ def method_settings(method: str, params: Mapping[str, Any]) -> MethodSettings:
     )
 
 
+def check_micro_batches(
+    method: str,
+    batch: int,
+    mini_batches: int,
+    rollout_n: int,
+    gpus: int,
+    verl: Mapping[str, Any],
+) -> None:
+    """Refuse micro-batch sizes that verl would reject in the middle of the first step.
+
+    verl splits each GPU's share of a step (log-prob passes) and of a mini-batch (updates) into
+    micro-batches of a fixed size and asserts that they divide it
+    (``verl/workers/engine/utils.py``: "data size must be divisible by ...").
+    """
+    per_gpu_step = batch * rollout_n // gpus
+    per_gpu_update = per_gpu_step // mini_batches
+    problems = []
+    log_prob = int(verl["log_prob_micro_batch_size_per_gpu"])
+    if per_gpu_step % log_prob:
+        problems.append(
+            f"verl.log_prob_micro_batch_size_per_gpu={log_prob} does not divide the "
+            f"{per_gpu_step} trajectories per GPU of a step"
+        )
+    update = int(verl["micro_batch_size_per_gpu"])
+    if per_gpu_update % update:
+        problems.append(
+            f"verl.micro_batch_size_per_gpu={update} does not divide the "
+            f"{per_gpu_update} trajectories per GPU of a mini-batch"
+        )
+    if problems:
+        raise ValueError(
+            f"{method} ({batch} questions x {rollout_n} responses, {mini_batches} mini-batches, "
+            f"{gpus} GPUs): " + "; ".join(problems)
+        )
+
+
 def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
     """The Hydra overrides of one run; ``params`` is the train stage's (train + common)."""
     verl = verl_settings(params)
+    device = run_device(verl)
     settings = method_settings(run.method, params)
     spec = settings.spec
     common = params.get("common") or {}
@@ -143,6 +159,7 @@ def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
     gpus = int(verl["n_gpus_per_node"]) * int(verl["nnodes"])
     if (batch * rollout_n) % gpus:
         raise ValueError(f"{batch} x {rollout_n} trajectories do not split over {gpus} GPUs")
+    check_micro_batches(run.method, batch, mini_batches, rollout_n, gpus, verl)
     paths = run.paths
     values: dict[str, Any] = {
         "algorithm.adv_estimator": expected_estimator(settings),
@@ -197,6 +214,7 @@ def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
         "actor_rollout_ref.rollout.seed": run.seed,
         "actor_rollout_ref.rollout.tensor_model_parallel_size": int(verl["tensor_parallel_size"]),
         "actor_rollout_ref.rollout.gpu_memory_utilization": float(verl["gpu_memory_utilization"]),
+        "actor_rollout_ref.rollout.max_num_seqs": int(verl["max_num_seqs"]),
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": int(
             verl["log_prob_micro_batch_size_per_gpu"]
         ),
@@ -236,6 +254,13 @@ def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
         )
     if params.get("steps"):
         values["trainer.total_training_steps"] = int(params["steps"])
+    device_overrides = None
+    if device == "cpu":
+        device_overrides = cpu_overrides(verl)
+        values.update(device_overrides.values)
+    # Hydra's own output (the composed config, its log) next to the run's data, not in a new
+    # outputs/<date>/ folder of the project root.
+    values["hydra.run.dir"] = str(paths.train_file.parent / "hydra")
     overrides = [f"{key}={hydra_value(value)}" for key, value in values.items()]
 
     added: dict[str, Any] = {
@@ -255,7 +280,12 @@ def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
         )
     for key, value in (common.get("chat_template_kwargs") or {}).items():
         added[f"data.apply_chat_template_kwargs.{key}"] = value
-    env = {"VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE, **run.env}
+    if device_overrides is not None:
+        added.update(device_overrides.added)
+    if paths.temp_dir is not None:
+        # Ray's sessions (sockets, logs, spilled objects) in the run's own temp dir.
+        added["ray_kwargs.ray_init._temp_dir"] = str(paths.temp_dir / "ray")
+    env = {**device_env(device, int(common.get("torch_threads", 2))), **run.env}
     for key, value in env.items():
         added[f"ray_kwargs.ray_init.runtime_env.env_vars.{key}"] = str(value)
     # `++` adds a key or overrides it: these keys are not in verl's default config.

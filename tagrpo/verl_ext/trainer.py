@@ -42,7 +42,7 @@ from verl.workers.utils.padding import response_to_nested
 
 from tagrpo.algorithms import AdaptiveThreshold, group_ids, step_diagnostics
 from tagrpo.training.outputs import DUMP_COLUMNS, checkpoint_name, checkpoint_steps
-from tagrpo.verl_ext import TRAINER_MODE
+from tagrpo.verl_ext import TRAINER_MODE, WEIGHTS_STEP_FIELD
 from tagrpo.verl_ext.agent_loop import as_messages, rephrased_prompts
 from tagrpo.verl_ext.checkpoint import actor_dir, export_checkpoint
 from tagrpo.verl_ext.settings import (
@@ -51,6 +51,22 @@ from tagrpo.verl_ext.settings import (
     checkpoint_fractions,
     section,
     validate_run,
+)
+
+# Columns the verl dumps add to the local backend's: token ids and what verl computed per token
+# (old / reference / rollout log-probs, the advantages it trained with), for audits and tests.
+VERL_DUMP_COLUMNS = (
+    "key",
+    "session",
+    "prompt_ids",  # the stored prompt: q0 for TA-GRPO's neighbour responses (Eq. 4)
+    "generation_prompt_ids",  # the prompt the rollout engine sampled from
+    "response_ids",
+    "response_mask",
+    "token_advantages",
+    "old_log_probs",
+    "ref_log_probs",
+    "rollout_log_probs",  # null when the engine was not asked for them (ta_grpo)
+    "weights_step",  # the hf engine: step of the weights that sampled it (null: initial)
 )
 
 
@@ -121,6 +137,7 @@ class TATrainer(PPOTrainerSync):
         padded = data.to_padded_tensor()
         scores, mask = padded["rm_scores"].float(), padded["response_mask"]
         layout = trajectory_layout(batch.keys, batch.tags, self.ta)
+        require_complete_groups(layout, self.ta.rollout_n)
         real = torch.as_tensor(layout.real)
         ids, _ = group_ids(layout.question, layout.variant, self.ta.spec.grouping)
 
@@ -210,10 +227,15 @@ class TATrainer(PPOTrainerSync):
             "response_mask",
             "rm_scores",
             "advantages",
+            "old_log_probs",
             "raw_prompt",
             "extra_info",
             "extra_fields",
         ]
+        if self.use_reference_policy:
+            fields.append("ref_log_prob")
+        if self.config.actor_rollout_ref.rollout.calculate_log_probs:
+            fields.append("rollout_log_probs")
         data = tq.kv_batch_get(
             keys=batch.keys, partition_id=batch.partition_id, select_fields=fields
         )
@@ -231,6 +253,25 @@ class TATrainer(PPOTrainerSync):
         path = Path(rollout_data_dir) / f"{checkpoint_name(fraction)}.parquet"
         path.parent.mkdir(parents=True, exist_ok=True)
         frame.to_parquet(path, index=False)
+
+
+def require_complete_groups(layout: TrajectoryLayout, rollout_n: int) -> None:
+    """Raise if a question of the batch lacks trajectories (failed agent-loop sessions).
+
+    verl's sync trainer keeps a group whose sessions raised and pads the missing trajectories
+    (``trainer_base``: "failed groups remain sampleable"): a session refused by the agent loop
+    (e.g. a row without rephrasings) would silently become padding. Here it stops the run.
+    """
+    counts = np.bincount(layout.question, minlength=int(layout.question.max(initial=-1)) + 1)
+    short = np.flatnonzero(counts != rollout_n)
+    if short.size:
+        first = int(short[0])
+        uid = layout.uid[int(np.flatnonzero(layout.question == first)[0])]
+        raise RuntimeError(
+            f"{short.size} question(s) of the batch have a number of trajectories other than "
+            f"rollout.n={rollout_n} (uid {uid}: {int(counts[first])}): agent-loop sessions "
+            "failed; their error is in the rollout worker's log above"
+        )
 
 
 def dynamic_sampling_metrics(metrics: Mapping[str, Any], kept_groups: int) -> dict[str, float]:
@@ -268,6 +309,11 @@ def rollout_dump_frame(
     """
     layout = trajectory_layout(keys, tags, settings)
     index = np.flatnonzero(layout.real)
+    optional = {
+        # TensorDict refuses `key in td`; its keys() view is the membership test.
+        name: list(data[name].unbind()) if name in data.keys() else None  # noqa: SIM118
+        for name in ("old_log_probs", "ref_log_prob", "rollout_log_probs")
+    }
     prompts = list(data["prompts"].unbind())
     responses = list(data["responses"].unbind())
     scores = list(data["rm_scores"].unbind())
@@ -288,7 +334,18 @@ def rollout_dump_frame(
         response = responses[row].tolist()
         tokens = int(masks[row].sum())
         mask = masks[row].float()
-        reward_info = (extra_fields[row] or {}).get("reward_extra_info", {}) or {}
+        extra = extra_fields[row] or {}
+        reward_info = extra.get("reward_extra_info", {}) or {}
+        prompt_ids = prompts[row].tolist()
+        generation_ids = extra.get("tagrpo_generation_prompt_ids")
+        per_token = {
+            column: None if values is None else values[row].float()[:tokens].tolist()
+            for column, values in (
+                ("old_log_probs", optional["old_log_probs"]),
+                ("ref_log_probs", optional["ref_log_prob"]),
+                ("rollout_log_probs", optional["rollout_log_probs"]),
+            )
+        }
         rows.append(
             {
                 "step": step,
@@ -308,6 +365,18 @@ def rollout_dump_frame(
                 "finished": bool(response)
                 and (len(response) < response_length or response[-1] == eos),
                 "kept": True,
+                # verl-only columns: what verl itself computed for this trajectory.
+                "key": keys[row],
+                "session": int(layout.session[position]),
+                "prompt_ids": prompt_ids,
+                "generation_prompt_ids": (
+                    prompt_ids if generation_ids is None else [int(x) for x in generation_ids]
+                ),
+                "response_ids": response,
+                "response_mask": mask.tolist(),
+                "token_advantages": advantages[row].float().tolist(),
+                **per_token,
+                "weights_step": extra.get(WEIGHTS_STEP_FIELD),
             }
         )
-    return pd.DataFrame(rows, columns=list(DUMP_COLUMNS))
+    return pd.DataFrame(rows, columns=[*DUMP_COLUMNS, *VERL_DUMP_COLUMNS])

@@ -1,0 +1,116 @@
+"""verl's process sandbox: its own session and temp dir; nothing survives the run.
+
+A fake "verl" starts a daemon in a session of its own (as Ray's GCS and raylet can end up),
+which inherits the run's ``TMPDIR``. Whether the run ends normally, fails, or the launcher is
+interrupted (SIGINT, SIGTERM), the daemon is gone afterwards and the temp dir can be removed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tagrpo.verl_ext.process import (
+    TEMP_PREFIX,
+    private_temp_dir,
+    processes_marked,
+    remove_temp_dir,
+    run_isolated,
+)
+
+# Starts a detached daemon (new session, like a re-parented Ray daemon), records its pid, then
+# exits with the given code after the given delay.
+FAKE_VERL = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    daemon = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
+    )
+    open(os.path.join(os.environ["TMPDIR"], "daemon.pid"), "w").write(str(daemon.pid))
+    time.sleep(float(sys.argv[2]))
+    sys.exit(int(sys.argv[1]))
+    """
+)
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return ") Z " not in stat
+
+
+def daemon_pid(temp: Path) -> int:
+    for _ in range(100):
+        path = temp / "daemon.pid"
+        if path.exists() and path.read_text():
+            return int(path.read_text())
+        time.sleep(0.1)
+    raise AssertionError("the fake verl did not start its daemon")
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_daemons_of_a_finished_or_failed_run_are_stopped(code: int) -> None:
+    temp = private_temp_dir()
+    try:
+        assert temp.name.startswith(TEMP_PREFIX) and len(str(temp)) <= 40
+        env = {**os.environ, "TMPDIR": str(temp)}
+        argv = [sys.executable, "-c", FAKE_VERL, str(code), "0.5"]
+        if code:
+            with pytest.raises(subprocess.CalledProcessError):
+                run_isolated(argv, env=env, cwd=temp)
+        else:
+            assert run_isolated(argv, env=env, cwd=temp).returncode == 0
+        daemon = daemon_pid(temp)
+        assert not alive(daemon)
+        assert processes_marked(str(temp)) == []
+    finally:
+        remove_temp_dir(temp)
+    assert not temp.exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_launcher_stops_the_run(sig: int, tmp_path) -> None:
+    """Ctrl-C (or a stopped DVC stage) while verl runs: the launcher stops the whole run."""
+    launcher = textwrap.dedent(
+        f"""
+        import os, sys
+        from tagrpo.verl_ext.process import private_temp_dir, remove_temp_dir, run_isolated
+        temp = private_temp_dir()
+        print(temp, flush=True)
+        try:
+            run_isolated([sys.executable, "-c", {FAKE_VERL!r}, "0", "600"],
+                         env={{**os.environ, "TMPDIR": str(temp)}}, cwd=str(temp))
+        finally:
+            remove_temp_dir(temp)
+        """
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", launcher], stdout=subprocess.PIPE, text=True, cwd=tmp_path
+    )
+    temp = Path(process.stdout.readline().strip())
+    try:
+        daemon = daemon_pid(temp)
+        verl = [pid for pid in processes_marked(str(temp)) if pid != daemon]
+        assert verl and alive(daemon)
+        process.send_signal(sig)
+        process.wait(timeout=60)
+        assert process.returncode != 0
+        assert not alive(daemon) and not any(alive(pid) for pid in verl)
+        assert not temp.exists()
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def test_run_isolated_needs_the_runs_temp_dir(tmp_path) -> None:
+    with pytest.raises(ValueError, match="private temp dir"):
+        run_isolated(["true"], env={"TMPDIR": str(tmp_path)}, cwd=tmp_path)
