@@ -90,7 +90,7 @@ def test_stage_run_tags_commit_stage_and_logs_params(
     # A short list of key params as columns; every value of the sections in params.json.
     assert stored.data.params["run.n"] == "4"
     assert stored.data.params["common.seed"] == "7"
-    assert stored.data.params["evaluate.n"] == "32"
+    assert stored.data.params["evaluate.n"] == "64"
     assert "evaluate.bootstrap_resamples" not in stored.data.params
     assert "common.grading.workers" not in stored.data.params
     assert set(stored.data.params) <= {*KEY_PARAMS, "run.n"}
