@@ -27,7 +27,7 @@ import tagrpo.verl_ext.trainer as trainer_module
 from tagrpo.algorithms import AdaptiveThreshold, AVSPOConfig, avspo_advantages
 from tagrpo.miniworld.tokenizer import train_tokenizer
 from tagrpo.prompts import chat_messages
-from tagrpo.verl_ext.estimators import compute_avspo_outcome_advantage
+from tagrpo.verl_ext.estimators import VERL_ESTIMATORS
 from tagrpo.verl_ext.settings import MethodSettings
 from tagrpo.verl_ext.trainer import TATrainer, parse_key, trajectory_layout
 
@@ -85,7 +85,8 @@ def make_batch(reward_fns: dict[str, Any], per_question: int, seed: int = 0):
 
 
 def make_trainer(method: str, monkeypatch, records, avspo: dict | None = None) -> TATrainer:
-    settings = MethodSettings(method, G, 3, AVSPOConfig(**(avspo or {})))
+    config = AVSPOConfig(**(avspo or {})) if method == "avspo" else None
+    settings = MethodSettings(method, G, 3, config)
     trainer = TATrainer.__new__(TATrainer)
     algorithm = {
         "adv_estimator": "avspo" if settings.spec.avspo else "grpo",
@@ -94,7 +95,7 @@ def make_trainer(method: str, monkeypatch, records, avspo: dict | None = None) -
     }
     trainer.config = OmegaConf.create({"algorithm": algorithm})
     trainer.ta = settings
-    trainer.threshold = AdaptiveThreshold(settings.avspo) if settings.spec.avspo else None
+    trainer.estimator_state = AdaptiveThreshold(config) if config is not None else None
     monkeypatch.setattr(trainer_module, "tq", FakeTQ(records))
     return trainer
 
@@ -206,7 +207,7 @@ def test_grpo_groups_per_question_and_ds_counts_verls_evictions(monkeypatch) -> 
 
 
 def test_avspo_runs_through_verls_registry_with_the_trainers_threshold(monkeypatch) -> None:
-    assert core_algos.get_adv_estimator_fn("avspo") is compute_avspo_outcome_advantage
+    assert core_algos.get_adv_estimator_fn("avspo") is VERL_ESTIMATORS["avspo"]
     rules = {"a": lambda s: float(s < 4), "b": lambda s: 0.0, "c": lambda s: 1.0}
     records, batch = make_batch(rules, G)
     trainer = make_trainer("avspo", monkeypatch, records, {"trigger": "always"})
@@ -226,7 +227,7 @@ def test_avspo_runs_through_verls_registry_with_the_trainers_threshold(monkeypat
     assert metrics["avspo/tau"] == 0.5
     assert metrics["train/zero_gradient_rate"] == pytest.approx(2 / 3)
     assert metrics["train/effective_zero_gradient_rate"] == 0.0
-    assert trainer.threshold.tau == pytest.approx(0.5 - 0.01 * 2 / 3)  # no improvement yet
+    assert trainer.estimator_state.tau == pytest.approx(0.5 - 0.01 * 2 / 3)  # no improvement yet
 
 
 def test_avspo_through_verls_stock_compute_advantage() -> None:
@@ -248,7 +249,7 @@ def test_avspo_through_verls_stock_compute_advantage() -> None:
     )
     assert torch.equal(out.batch["advantages"][:, 0], out.batch["advantages"][:, 2])
     with pytest.raises(ValueError, match="norm_adv_by_std_in_grpo"):
-        compute_avspo_outcome_advantage(
+        VERL_ESTIMATORS["avspo"](
             scores, torch.ones(10, 3), uids, {"norm_adv_by_std_in_grpo": False}
         )
 
@@ -359,6 +360,6 @@ def test_trainer_builds_from_the_composed_config_with_verls_sync_buffer(method, 
     assert trainer.replay_buffer.filter_groups_metric == ("acc" if ds else None)
     assert trainer.replay_buffer.gen_batch_size == (1 if ds else 256)
     assert trainer.ta.method == method
-    assert (trainer.threshold is not None) == (method == "avspo")
+    assert (trainer.estimator_state is not None) == (method == "avspo")  # its adaptive tau
     with pytest.raises(ValueError, match="use_kl_in_reward must be False"):
         TATrainer(wrong)

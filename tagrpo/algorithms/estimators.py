@@ -3,10 +3,10 @@
 An estimator turns one step's rewards and the method's normalisation groups into one advantage
 per response, plus diagnostics. It is registered once, by name, with its settings model (read
 from ``train.estimators.<name>`` in params.yaml) and, if it keeps state across steps (AVSPO's
-adaptive threshold), a state factory. The local trainer looks every estimator up here. On verl,
-``grpo`` is verl's own estimator (the same formula) and ``tagrpo.verl_ext.estimators`` registers
-``avspo`` with verl's ``register_adv_est`` around the same function; a new estimator needs such
-an adapter there too (its settings and state are passed by ``tagrpo.verl_ext.trainer``).
+adaptive threshold), a state factory. Both backends look it up here: the local trainer calls it
+directly; ``tagrpo.verl_ext.estimators`` registers every entry with verl's ``register_adv_est``
+in one loop (``grpo`` excepted: verl's own estimator is the same formula), and verl's trainer
+passes the settings (``algorithm.tagrpo.<name>``) and the state it keeps across steps.
 Diagnostics are reported under ``<name>/`` (``avspo/acr``), whatever keys they have.
 
 Adding an estimator: a module with a function decorated by :func:`register_estimator` (and its

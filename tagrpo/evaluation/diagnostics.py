@@ -52,6 +52,7 @@ COMPARISONS = (
     ("neighbour_each", "original"),  # same size G
     ("neighbours", "original_NG"),  # same size NG
     ("joint", "original_N1G"),  # TA-GRPO's group vs the matched budget's, same size (N+1)G
+    ("joint", "original"),  # TA-GRPO's group vs GRPO's (sizes (N+1)G vs G: size-confounded)
 )
 SAMPLE_COLUMNS = (
     "question_id",

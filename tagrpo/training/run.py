@@ -254,13 +254,11 @@ def train_local(
 
 
 def legacy_train_params(config: Params) -> dict[str, Any]:
-    """The train section in the shape :mod:`tagrpo.verl_ext` reads (``verl``, ``avspo`` and
-    ``common`` folded in); the verl launcher is the only reader."""
+    """The train section in the shape :mod:`tagrpo.verl_ext` reads (``verl`` and ``common``
+    folded in); the verl launcher is the only reader."""
     train = config.train.model_dump(mode="json")
-    estimators = train.pop("estimators")
     return {
         **train,
-        "avspo": estimators.get("avspo", {}),
         "verl": config.verl.model_dump(mode="json"),
         "common": config.common.model_dump(mode="json"),
     }

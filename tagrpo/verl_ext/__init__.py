@@ -8,7 +8,7 @@ settings     the method's settings as carried in the verl config (``algorithm.ta
              and the rollout-correction refusal for TA-GRPO (pure Python, no verl import)
 data         the training parquet: one row per question, rephrasings in ``extra_info``,
              over-long rephrasings replaced offline (counted)
-estimators   ``avspo`` registered in verl's advantage-estimator registry
+estimators   every tagrpo advantage estimator (``avspo``) in verl's registry, one loop
 agent_loop   ``tagrpo_agent``: response j of a question generated from variant j // G;
              for TA-GRPO the stored prompt is q0's (Eq. 4)
 trainer      ``tagrpo_sync``: V1 sync trainer with the method's groups (per rephrasing for

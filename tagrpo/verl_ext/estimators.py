@@ -1,34 +1,42 @@
-"""AVSPO as an advantage estimator in verl's registry (``algorithm.adv_estimator=avspo``).
+"""Every registered tagrpo advantage estimator in verl's registry, in one loop.
 
-A thin adapter: the math is :func:`tagrpo.algorithms.avspo_advantages`, the same function the
-local backend calls. verl passes the trajectories' group index (``uid``) and the algorithm
-config; AVSPO's settings come from ``algorithm.tagrpo.avspo`` (defaults of
-:class:`tagrpo.algorithms.AVSPOConfig` when absent, e.g. with verl's stock trainer).
+``tagrpo.algorithms.estimators`` holds the estimators (name -> function, settings model, state
+factory); the local backend calls them directly. Here each one (but ``grpo``: verl's stock
+estimator is the same formula) is wrapped once as a verl advantage estimator of the same name
+(``algorithm.adv_estimator=avspo``), so a new estimator reaches verl without a line here.
 
-The ``tagrpo_sync`` trainer calls the same registered function with two extra keywords: the
-adaptive threshold ``tau`` it carries across steps, and a ``diagnostics`` dict to receive
-AVSPO's per-step figures (ACR before augmentation, whether it fired, virtual samples).
+verl passes the trajectories' group index (``uid``) and the algorithm config; the estimator's
+settings come from ``algorithm.tagrpo.<name>`` (the settings model's defaults when absent, e.g.
+with verl's stock trainer). The ``tagrpo_sync`` trainer passes two more keywords: ``state``,
+which it keeps across steps (AVSPO's adaptive threshold), and a ``diagnostics`` dict that
+receives the estimator's figures as ``<name>/<key>``.
 """
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import numpy as np
 import torch
 from verl.trainer.ppo.core_algos import register_adv_est
 
-from tagrpo.algorithms import AVSPOConfig, avspo_advantages
-from tagrpo.verl_ext import AVSPO_ESTIMATOR
+from tagrpo.algorithms.advantages import EPSILON
+from tagrpo.algorithms.estimators import ESTIMATORS, EstimatorSpec
 from tagrpo.verl_ext.settings import CONFIG_SECTION, section
 
+# tagrpo estimators that verl already has under the same name and formula.
+VERL_BUILTIN = frozenset({"grpo"})
 
-def avspo_config_from(config: Any) -> AVSPOConfig:
-    """``algorithm.tagrpo.avspo`` as an :class:`AVSPOConfig` (unknown keys ignored)."""
-    values = dict(section(section(config, CONFIG_SECTION), "avspo"))
-    names = set(AVSPOConfig.model_fields)
-    return AVSPOConfig(**{k: v for k, v in values.items() if k in names})
+
+def estimator_settings(spec: EstimatorSpec, config: Any) -> Any:
+    """``algorithm.tagrpo.<name>`` as the estimator's settings model (unknown keys ignored);
+    None for an estimator without settings."""
+    if spec.config_model is None:
+        return None
+    values = dict(section(section(config, CONFIG_SECTION), spec.name))
+    names = set(spec.config_model.model_fields)
+    return spec.config_model(**{k: v for k, v in values.items() if k in names})
 
 
 def group_index(index: Any) -> tuple[np.ndarray, int]:
@@ -38,43 +46,56 @@ def group_index(index: Any) -> tuple[np.ndarray, int]:
     return inverse.astype(np.int64).reshape(-1), int(inverse.max(initial=-1)) + 1
 
 
-@register_adv_est(AVSPO_ESTIMATOR)
-def compute_avspo_outcome_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: Any = None,
-    config: Any = None,
-    norm_adv_by_std_in_grpo: bool | None = None,
-    tau: float | None = None,
-    diagnostics: MutableMapping[str, float] | None = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """AVSPO advantages of outcome rewards, broadcast over each response's tokens.
+def verl_estimator(spec: EstimatorSpec) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """``spec`` with verl's advantage-estimator signature; outcome rewards, advantages
+    broadcast over each response's tokens; returns ``(advantages, returns)``, equal, as verl's
+    GRPO estimator does."""
 
-    Returns ``(advantages, returns)``, both ``(batch, response_length)`` and equal, as verl's
-    GRPO estimator does.
-    """
-    if index is None:
-        raise ValueError("avspo needs the group index (verl's uid) of every response")
-    scale = norm_adv_by_std_in_grpo
-    if scale is None:
-        scale = bool(config.get("norm_adv_by_std_in_grpo", True)) if config is not None else True
-    if not scale:
-        raise ValueError("avspo normalises by the group std: norm_adv_by_std_in_grpo must be True")
-    rewards = token_level_rewards.sum(dim=-1).detach().cpu().double().numpy()
-    ids, num_groups = group_index(index)
-    if ids.size != rewards.size:
-        raise ValueError(f"{ids.size} group ids for {rewards.size} responses")
-    result = avspo_advantages(rewards, ids, num_groups, avspo_config_from(config), tau)
-    if diagnostics is not None:
-        diagnostics.update(
-            {
-                "avspo/acr": result.acr,
-                "avspo/triggered": float(result.triggered),
-                "avspo/augmented_groups": float((result.virtual_counts > 0).sum()),
-                "avspo/virtual_samples": float(result.virtual_counts.sum()),
-            }
-        )
-    scores = torch.as_tensor(result.advantages, dtype=token_level_rewards.dtype)
-    scores = scores.to(token_level_rewards.device).unsqueeze(-1) * response_mask
-    return scores, scores
+    def compute(
+        token_level_rewards: torch.Tensor,
+        response_mask: torch.Tensor,
+        index: Any = None,
+        config: Any = None,
+        norm_adv_by_std_in_grpo: bool | None = None,
+        state: Any = None,
+        diagnostics: MutableMapping[str, float] | None = None,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if index is None:
+            raise ValueError(f"{spec.name} needs the group index (verl's uid) of every response")
+        scale = norm_adv_by_std_in_grpo
+        if scale is None:
+            scale = bool(config.get("norm_adv_by_std_in_grpo", True)) if config else True
+        if not scale:
+            raise ValueError(
+                f"{spec.name} normalises by the group std: norm_adv_by_std_in_grpo must be True"
+            )
+        rewards = token_level_rewards.sum(dim=-1).detach().cpu().double().numpy()
+        ids, num_groups = group_index(index)
+        if ids.size != rewards.size:
+            raise ValueError(f"{ids.size} group ids for {rewards.size} responses")
+        settings = estimator_settings(spec, config)
+        epsilon = float(section(config, CONFIG_SECTION).get("epsilon", EPSILON))
+        output = spec.compute(rewards, ids, num_groups, epsilon, settings, state)
+        if diagnostics is not None:
+            diagnostics.update(
+                {f"{spec.name}/{k}": float(v) for k, v in output.diagnostics.items()}
+            )
+        scores = torch.as_tensor(output.advantages, dtype=token_level_rewards.dtype)
+        scores = scores.to(token_level_rewards.device).unsqueeze(-1) * response_mask
+        return scores, scores
+
+    compute.__name__ = compute.__qualname__ = f"compute_{spec.name}_outcome_advantage"
+    return compute
+
+
+def register_all() -> dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]]:
+    """Register every tagrpo estimator verl lacks; returns them by name."""
+    registered = {}
+    for name, spec in ESTIMATORS.items():
+        if name not in VERL_BUILTIN:
+            registered[name] = register_adv_est(name)(verl_estimator(spec))
+    return registered
+
+
+VERL_ESTIMATORS = register_all()

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tagrpo.algorithms import AVSPOConfig
+from tagrpo.algorithms import get_method
+from tagrpo.algorithms.estimators import get_estimator
 from tagrpo.verl_ext import AGENT_LOOP_NAME, REWARD_MODULE, TRAINER_MODE
 from tagrpo.verl_ext.device import cpu_overrides, device_env, run_device
 from tagrpo.verl_ext.settings import MethodSettings, expected_estimator
@@ -94,12 +95,17 @@ def verl_settings(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def method_settings(method: str, params: Mapping[str, Any]) -> MethodSettings:
-    """G, N and AVSPO settings of ``method`` from the ``train`` section."""
+    """G, N and the estimator's settings (``train.estimators.<name>``) of ``method``."""
+    estimator = get_estimator(get_method(method).estimator)
+    config = None
+    if estimator.config_model is not None:
+        given = dict((params.get("estimators") or {}).get(estimator.name) or {})
+        config = estimator.config_model(**given)
     return MethodSettings(
         method=method,
         group_size=int(params.get("group_size", 8)),
         n_neighbours=int(params.get("n_neighbours", 3)),
-        avspo=AVSPOConfig(**dict(params.get("avspo") or {})),
+        estimator_config=config,
     )
 
 
@@ -264,7 +270,11 @@ def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
     overrides = [f"{key}={hydra_value(value)}" for key, value in values.items()]
 
     added: dict[str, Any] = {
-        **{f"algorithm.tagrpo.{k}": v for k, v in settings.as_config().items() if k != "avspo"},
+        **{
+            f"algorithm.tagrpo.{k}": v
+            for k, v in settings.as_config().items()
+            if k != spec.estimator
+        },
         "trainer.tagrpo.export_dir": str(paths.export_dir),
         "trainer.tagrpo.checkpoints": [
             float(x) for x in params.get("checkpoints", [0.25, 0.5, 0.75, 1.0])
@@ -274,9 +284,12 @@ def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
             (common.get("grading") or {}).get("item_timeout_s", 5.0)
         ),
     }
-    if spec.avspo:
+    if settings.estimator_config is not None:
         added.update(
-            {f"algorithm.tagrpo.avspo.{k}": v for k, v in settings.avspo.model_dump().items()}
+            {
+                f"algorithm.tagrpo.{spec.estimator}.{k}": v
+                for k, v in settings.estimator_config.model_dump().items()
+            }
         )
     for key, value in (common.get("chat_template_kwargs") or {}).items():
         added[f"data.apply_chat_template_kwargs.{key}"] = value

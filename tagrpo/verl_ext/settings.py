@@ -12,11 +12,12 @@ pay for importing it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from tagrpo.algorithms import AVSPOConfig, MethodSpec, get_method
-from tagrpo.verl_ext import AGENT_LOOP_NAME, AVSPO_ESTIMATOR
+from tagrpo.algorithms import MethodSpec, get_method
+from tagrpo.algorithms.estimators import get_estimator
+from tagrpo.verl_ext import AGENT_LOOP_NAME
 
 CONFIG_SECTION = "tagrpo"
 DEFAULT_CHECKPOINTS = (0.25, 0.5, 0.75, 1.0)
@@ -54,12 +55,18 @@ class MethodSettings:
     method: str
     group_size: int = 8
     n_neighbours: int = 3
-    avspo: AVSPOConfig = field(default_factory=AVSPOConfig)
+    # The settings of the method's advantage estimator (its registered settings model; None
+    # for an estimator without settings, e.g. grpo): ``algorithm.tagrpo.<estimator>``.
+    estimator_config: Any = None
 
     def __post_init__(self) -> None:
         get_method(self.method)
         if self.group_size < 1 or self.n_neighbours < 0:
             raise ValueError("group_size must be >= 1 and n_neighbours >= 0")
+        if self.estimator_config is None:
+            model = get_estimator(self.spec.estimator).config_model
+            if model is not None:
+                object.__setattr__(self, "estimator_config", model())
 
     @property
     def spec(self) -> MethodSpec:
@@ -98,13 +105,18 @@ class MethodSettings:
                 "algorithm.tagrpo.method is not set: build the command with "
                 "tagrpo.verl_ext.overrides (python -m stages.train --method M --dry-run)"
             )
-        names = set(AVSPOConfig.model_fields)
-        avspo = {k: v for k, v in dict(settings.get("avspo", None) or {}).items() if k in names}
+        method = str(settings["method"])
+        estimator = get_estimator(get_method(method).estimator)
+        config = None
+        if estimator.config_model is not None:
+            given = dict(settings.get(estimator.name, None) or {})
+            names = set(estimator.config_model.model_fields)
+            config = estimator.config_model(**{k: v for k, v in given.items() if k in names})
         return cls(
-            method=str(settings["method"]),
+            method=method,
             group_size=int(settings.get("group_size", 8)),
             n_neighbours=int(settings.get("n_neighbours", 3)),
-            avspo=AVSPOConfig(**avspo),
+            estimator_config=config,
         )
 
     def as_config(self) -> dict[str, Any]:
@@ -114,8 +126,8 @@ class MethodSettings:
             "group_size": self.group_size,
             "n_neighbours": self.n_neighbours,
         }
-        if self.spec.avspo:
-            config["avspo"] = self.avspo.model_dump()
+        if self.estimator_config is not None:
+            config[self.spec.estimator] = self.estimator_config.model_dump()
         return config
 
 
@@ -150,8 +162,10 @@ def refuse_rollout_correction(method: str, algorithm: Any) -> None:
 
 
 def expected_estimator(settings: MethodSettings) -> str:
-    """verl's ``algorithm.adv_estimator`` for the method: ``avspo`` or the stock ``grpo``."""
-    return AVSPO_ESTIMATOR if settings.spec.avspo else "grpo"
+    """verl's ``algorithm.adv_estimator`` for the method: its registered estimator's name
+    (``grpo`` is verl's stock estimator; the others are registered by
+    :mod:`tagrpo.verl_ext.estimators`)."""
+    return settings.spec.estimator
 
 
 def validate_run(config: Any) -> MethodSettings:

@@ -8,7 +8,7 @@ through TransferQueue, old/reference log-probs, the PPO update, DAPO filtering t
   TransferQueue key ``{uid}_{session}_{i}`` and the method's normalisation groups with
   :func:`tagrpo.algorithms.group_ids` (per question for GRPO, (N+1)xGRPO and TA-GRPO's joint
   groups, per (question, rephrasing) for TA-GRPO*), calls the estimator registered in verl
-  (stock ``grpo`` or ``avspo``) with those groups, writes advantages back and logs the
+  (stock ``grpo`` or a tagrpo estimator) with those groups, writes advantages back, logs the
   zero-gradient diagnostics of :func:`tagrpo.algorithms.step_diagnostics` under the same
   names as the local backend (``original/zero_gradient_rate``, ``train/...``, ``avspo/...``).
 * ``_log_rollout_data``: dumps the batch at 25/50/75/100% of training (the steps of
@@ -40,11 +40,13 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.workers.utils.padding import response_to_nested
 
-from tagrpo.algorithms import AdaptiveThreshold, group_ids, step_diagnostics
+from tagrpo.algorithms import group_ids, step_diagnostics
+from tagrpo.algorithms.estimators import get_estimator
 from tagrpo.training.outputs import DUMP_COLUMNS, checkpoint_name, checkpoint_steps
 from tagrpo.verl_ext import TRAINER_MODE, WEIGHTS_STEP_FIELD
 from tagrpo.verl_ext.agent_loop import as_messages, rephrased_prompts
 from tagrpo.verl_ext.checkpoint import actor_dir, export_checkpoint
+from tagrpo.verl_ext.estimators import VERL_ESTIMATORS
 from tagrpo.verl_ext.settings import (
     CONFIG_SECTION,
     MethodSettings,
@@ -118,7 +120,10 @@ class TATrainer(PPOTrainerSync):
 
     def __init__(self, config: Any) -> None:
         self.ta = validate_run(config)
-        self.threshold = AdaptiveThreshold(self.ta.avspo) if self.ta.spec.avspo else None
+        # State an estimator keeps across steps (AVSPO's adaptive threshold); None for grpo.
+        self.estimator_state = get_estimator(self.ta.spec.estimator).new_state(
+            self.ta.estimator_config
+        )
         super().__init__(config)
 
     def _build_replay_buffer(self):
@@ -143,11 +148,9 @@ class TATrainer(PPOTrainerSync):
 
         estimator = core_algos.get_adv_estimator_fn(self.config.algorithm.adv_estimator)
         extra: dict[str, Any] = {}
-        avspo_metrics: dict[str, float] = {}
-        tau = None
-        if self.threshold is not None:
-            tau = self.threshold.tau
-            extra = {"tau": tau, "diagnostics": avspo_metrics}
+        estimator_metrics: dict[str, float] = {}
+        if self.config.algorithm.adv_estimator in VERL_ESTIMATORS:  # ours: state, diagnostics
+            extra = {"state": self.estimator_state, "diagnostics": estimator_metrics}
         advantages, returns = estimator(
             token_level_rewards=scores[real],
             response_mask=mask[real],
@@ -176,10 +179,7 @@ class TATrainer(PPOTrainerSync):
             step_diagnostics(rewards, layout.question, layout.variant, ids, per_response)
         )
         metrics["advantage_abs_mean"] = float(np.abs(per_response).mean())
-        if self.threshold is not None:
-            metrics.update(avspo_metrics)
-            metrics["avspo/tau"] = float(tau)
-            self.threshold.update(avspo_metrics["avspo/acr"], float(rewards.mean()))
+        metrics.update(estimator_metrics)
         generated = float(layout.real.sum())
         if self.ta.spec.dynamic_sampling:
             ds = dynamic_sampling_metrics(metrics, int(layout.question.max()) + 1)

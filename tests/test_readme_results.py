@@ -1,0 +1,20 @@
+"""README's results section quotes the committed claims table verbatim (nothing added by hand)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+BLOCK = re.compile(r"<!-- claims:begin -->\n(.*?)<!-- claims:end -->", re.DOTALL)
+
+
+def test_readme_quotes_the_committed_claims_table() -> None:
+    root = Path(__file__).resolve().parents[1]
+    claims = root / "reports" / "claims.md"
+    if not claims.exists():
+        pytest.skip("no committed run (reports/claims.md is written by `dvc repro`)")
+    match = BLOCK.search((root / "README.md").read_text(encoding="utf-8"))
+    assert match, "README.md has no <!-- claims:begin --> ... <!-- claims:end --> block"
+    assert match.group(1).strip() == claims.read_text(encoding="utf-8").strip()
