@@ -98,9 +98,12 @@ def git_state(cwd: Path | None = None) -> dict[str, str]:
 
     where = cwd or home_root()
     try:
-        written = sorted({"dvc.lock", *pipeline_outputs(where)})
+        outputs = pipeline_outputs(where)
     except KeyError:
-        written = ["dvc.lock"]
+        outputs = set()
+    # DVC also lists each cached output in a .gitignore beside it (models/.gitignore, ...).
+    ignores = {(Path(out).parent / ".gitignore").as_posix() for out in outputs}
+    written = sorted({"dvc.lock", *outputs, *ignores})
     pathspec = [":/", *(f":(exclude){path}" for path in written)]
     try:
         sha = subprocess.run(

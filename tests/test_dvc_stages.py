@@ -89,7 +89,7 @@ def test_git_dirty_ignores_dvc_lock_and_declared_outputs(tmp_path: Path) -> None
         "stages:\n  s:\n    cmd: x\n    metrics:\n      - metrics/m.json:\n          cache: false\n"
     )
     (tmp_path / "metrics").mkdir()
-    for name in ("dvc.lock", "metrics/m.json", "params.yaml"):
+    for name in ("dvc.lock", "metrics/m.json", "metrics/.gitignore", "params.yaml"):
         (tmp_path / name).write_text("a: 1\n")
     git("init", "-q")
     git("add", "-A")
@@ -97,6 +97,7 @@ def test_git_dirty_ignores_dvc_lock_and_declared_outputs(tmp_path: Path) -> None
     assert git_state(tmp_path)["git_dirty"] == "false"
     (tmp_path / "dvc.lock").write_text("a: 2\n")
     (tmp_path / "metrics/m.json").write_text("a: 2\n")
+    (tmp_path / "metrics/.gitignore").write_text("/other\n")  # DVC lists cached outputs there
     (tmp_path / "untracked.txt").write_text("new\n")
     assert git_state(tmp_path)["git_dirty"] == "false"
     (tmp_path / "params.yaml").write_text("a: 2\n")
