@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.paths import home_root
+from tagrpo.procfs import proc_stat, process_alive
 
 PIPELINE_KEY_TAG = "tagrpo.pipeline_key"
 ORIGIN_TAG = "tagrpo.origin"
@@ -58,17 +59,6 @@ class DvcProcess:
         return " ".join(("dvc", *self.args))
 
 
-def _read_stat(pid: int) -> tuple[int, int] | None:
-    """(parent pid, start time in clock ticks) from ``/proc/<pid>/stat``; None if gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    fields = text[text.rindex(")") + 2 :].split()
-    return int(fields[1]), int(fields[19])
-
-
 def _cmdline(pid: int) -> list[str]:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -95,7 +85,7 @@ def dvc_ancestor(start: int | None = None) -> DvcProcess | None:
     for _ in range(64):
         if pid <= 1:
             return None
-        stat = _read_stat(pid)
+        stat = proc_stat(pid)
         if stat is None:
             return None
         args = dvc_arguments(_cmdline(pid))
@@ -104,15 +94,9 @@ def dvc_ancestor(start: int | None = None) -> DvcProcess | None:
                 cwd = os.readlink(f"/proc/{pid}/cwd")
             except OSError:
                 cwd = ""
-            return DvcProcess(pid, stat[1], args, cwd)
-        pid = stat[0]
+            return DvcProcess(pid, stat.start_ticks, args, cwd)
+        pid = stat.parent
     return None
-
-
-def process_alive(pid: int, start_ticks: int) -> bool:
-    """The process still runs (the same one: pid reuse has another start time)."""
-    stat = _read_stat(pid)
-    return stat is not None and stat[1] == start_ticks
 
 
 @contextlib.contextmanager

@@ -39,6 +39,7 @@ from typing import Any
 from tagrpo.config.params import Params
 from tagrpo.layout import Outputs
 from tagrpo.paths import project_root
+from tagrpo.procfs import proc_stat, process_alive
 
 STATE_DIR = ".tagrpo"
 _PR_SET_PDEATHSIG = 1
@@ -75,33 +76,21 @@ def die_with_parent() -> None:
         ).start()
 
 
-def _proc_stat(pid: int) -> tuple[str, int, int] | None:
-    """``(command name, parent pid, start time)`` of a live process, from ``/proc/<pid>/stat``."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    name = text[text.index("(") + 1 : text.rindex(")")]
-    fields = text[text.rindex(")") + 2 :].split()  # fields from the 3rd (state) on
-    return name, int(fields[1]), int(fields[19])
-
-
 def _launcher_beyond_shells(pid: int) -> tuple[int, int] | None:
     """The nearest ancestor (from ``pid`` up) that is not a shell: ``(pid, start time)``."""
     for _ in range(16):
-        stat = _proc_stat(pid)
+        stat = proc_stat(pid)
         if stat is None or pid <= 1:
             return None
-        name, parent, started = stat
-        if name not in _SHELLS:
-            return pid, started
-        pid = parent
+        if stat.name not in _SHELLS:
+            return pid, stat.start_ticks
+        pid = stat.parent
     return None
 
 
 def _watch(pid: int, started: int) -> None:
     # The start time guards against the pid being reused by an unrelated process.
-    while (stat := _proc_stat(pid)) is not None and stat[2] == started:
+    while process_alive(pid, started):
         time.sleep(0.5)
     # To the main thread: a process-directed signal may land on this thread, and then the main
     # thread's sleep or wait is not interrupted and the handler runs only when it returns.
