@@ -88,6 +88,8 @@ def load_causal_lm(directory_or_source: str | Path | ModelSource, dtype: str = "
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from tagrpo.backends.attention import use_gqa_attention
+
     source = resolve(directory_or_source)
     torch_dtype = getattr(torch, dtype)
     if source.kind == "local":
@@ -102,6 +104,7 @@ def load_causal_lm(directory_or_source: str | Path | ModelSource, dtype: str = "
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
+    use_gqa_attention(model)  # same values, no KV copy per query head on CPU (attention.py)
     model.eval()
     return model, tokenizer
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from tagrpo.backends.attention import use_gqa_attention
 from tagrpo.config.base_model import (
     Misconception,
     TinyModelConfig,
@@ -135,7 +136,7 @@ def build_model(tokenizer: PreTrainedTokenizerFast, config: TinyModelConfig) -> 
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    return LlamaForCausalLM(model_config)
+    return use_gqa_attention(LlamaForCausalLM(model_config))
 
 
 def encode_example(
