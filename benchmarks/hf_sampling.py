@@ -4,12 +4,14 @@
         [--n 64] [--prompt-tokens 45 200] [--max-new-tokens 48] [--threads 1] [--repeats 2]
 
 For each prompt length, the same left-padded prompts are sampled ``n`` times each by (a)
-``model.generate(num_return_sequences=n)`` with transformers' default cache and (b)
-:class:`tagrpo.backends.hf.HFBackend` (each prompt read once, cache copied to the samples and
-grown in place), alternating (a) and (b) ``--repeats`` times. Prints the median seconds of each,
-the ratio (a)/(b), and whether both drew the same tokens for the same seed (they must).
+``model.generate(num_return_sequences=n)`` with transformers' default cache, (b)
+:class:`tagrpo.backends.hf.HFBackend` keeping finished rows (each prompt read once, cache
+copied to the samples and grown in place) and (c) the backend as the stages run it (finished
+rows leave the batch), alternating them ``--repeats`` times. Prints the median seconds of each,
+the ratios (a)/(b) and (a)/(c), whether (a) and (b) drew the same tokens for the same seed (they
+must), and the mean response length of (a) and (c) (the same distribution: close, not equal).
 Without ``--model`` a randomly initialised policy of the mini world's size is used (it never
-stops early, so every sequence runs to ``--max-new-tokens``).
+stops early, so every sequence runs to ``--max-new-tokens`` and (c) cannot gain).
 """
 
 from __future__ import annotations
@@ -93,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         model, tokenizer = load_causal_lm(args.model)
     else:
         model, tokenizer = tiny_random_policy()
-    backend = HFBackend(model, tokenizer, max_batch_sequences=args.prompts * args.n)
+    batch = args.prompts * args.n
+    keeping = HFBackend(model, tokenizer, max_batch_sequences=batch, compact_finished=False)
+    backend = HFBackend(model, tokenizer, max_batch_sequences=batch)
     sampling = SamplingParams(n=args.n, temperature=1.0, max_new_tokens=args.max_new_tokens)
     vocab = min(len(tokenizer), model.config.vocab_size)
     same_everywhere = True
@@ -108,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.randint(3, vocab, (length - i % 3,), generator=generator).tolist()
             for i in range(args.prompts)
         ]
-        plain_times, ours_times = [], []
+        plain_times, kept_times, dropped_times = [], [], []
         with torch.no_grad():
             for _ in range(args.repeats):
                 torch.manual_seed(1)
@@ -117,15 +121,23 @@ def main(argv: list[str] | None = None) -> int:
                 plain_times.append(time.perf_counter() - started)
                 torch.manual_seed(1)
                 started = time.perf_counter()
-                ours = backend._sample(prompts, args.n, sampling)
-                ours_times.append(time.perf_counter() - started)
+                ours = keeping._sample(prompts, args.n, sampling)
+                kept_times.append(time.perf_counter() - started)
+                torch.manual_seed(1)
+                started = time.perf_counter()
+                dropped = backend._sample(prompts, args.n, sampling)
+                dropped_times.append(time.perf_counter() - started)
         pad = tokenizer.pad_token_id
         same = reference == [[t for t in c.token_ids if t != pad] for c in ours]
         same_everywhere &= same
-        plain, fast = statistics.median(plain_times), statistics.median(ours_times)
+        plain = statistics.median(plain_times)
+        kept, fast = statistics.median(kept_times), statistics.median(dropped_times)
+        length_plain = statistics.mean(c.num_tokens for c in ours)
+        length_dropped = statistics.mean(c.num_tokens for c in dropped)
         print(
-            f"prompt {length:4d} tokens: generate {plain:7.2f} s   tagrpo {fast:7.2f} s   "
-            f"ratio {plain / fast:5.2f}x   same tokens: {same}"
+            f"prompt {length:4d} tokens: generate {plain:6.2f} s   tagrpo {kept:6.2f} s "
+            f"({plain / kept:4.2f}x, same tokens: {same})   dropping finished {fast:6.2f} s "
+            f"({plain / fast:4.2f}x)   mean length {length_plain:.1f} vs {length_dropped:.1f}"
         )
     return 0 if same_everywhere else 1
 

@@ -92,7 +92,7 @@ def test_prompts_read_once_draw_the_same_tokens_as_generate_with_repeated_prompt
     """The backend prefills each prompt once and copies its cache to the samples; the tokens
     drawn for a seed are those of ``generate(num_return_sequences=n)`` (left padding too)."""
     model, tokenizer = load_causal_lm(tiny_policy)
-    backend = HFBackend(model, tokenizer, max_batch_sequences=64)
+    backend = HFBackend(model, tokenizer, max_batch_sequences=64, compact_finished=False)
     prompts = [backend.prompt_ids(chat_messages(p)) for p in PROBLEMS]
     assert len({len(ids) for ids in prompts}) > 1  # some rows are left-padded
     sampling = SamplingParams(n=5, temperature=1.0, max_new_tokens=10, seed=0)

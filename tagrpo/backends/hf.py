@@ -1,9 +1,11 @@
-"""Batched sampling with transformers ``generate`` (CPU, or one GPU for small models).
+"""Batched sampling with a transformers model (CPU, or one GPU for small models).
 
 Prompts are sorted by length and sampled in batches of at most ``max_batch_sequences``
 sequences (prompts x samples), never one sample at a time. Each batch reseeds torch from
 ``sampling.seed`` and the batch's first prompt position, so results do not depend on how many
-batches ran before (e.g. after a resumed run).
+batches ran before (e.g. after a resumed run). Each prompt is read once; its samples are
+drawn by :func:`tagrpo.backends.decoding.decode`, the distribution of transformers'
+``generate`` without computing rows that have finished.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch
 from transformers import DynamicCache
 
 from tagrpo.backends.base import Completion, Messages, SamplingParams
+from tagrpo.backends.decoding import COMPACT_SHARE, decode
 from tagrpo.backends.kv_cache import sampling_cache
 from tagrpo.progress import bar
 
@@ -27,10 +30,13 @@ class PromptTooLongError(ValueError):
 class HFBackend:
     """A :class:`~tagrpo.backends.base.GenerationBackend` over a loaded HF causal LM."""
 
-    def __init__(self, model, tokenizer, max_batch_sequences: int = 256) -> None:
+    def __init__(
+        self, model, tokenizer, max_batch_sequences: int = 256, compact_finished: bool = True
+    ) -> None:
         if max_batch_sequences < 1:
             raise ValueError("max_batch_sequences must be >= 1")
         self.model = model
+        self.compact_finished = compact_finished  # False: the tokens of `generate` (tests)
         self.tokenizer = tokenizer
         self.max_batch_sequences = max_batch_sequences
         self.tokenizer.padding_side = "left"
@@ -119,30 +125,25 @@ class HFBackend:
         for row, ids in enumerate(prompts):  # left padding: every prompt ends at the same column
             input_ids[row, width - len(ids) :] = torch.tensor(ids)
             attention[row, width - len(ids) :] = 1
-        greedy = sampling.temperature == 0
         device = self.model.device
         input_ids, attention = input_ids.to(device), attention.to(device)
-        options = dict(
-            do_sample=not greedy,
-            temperature=None if greedy else sampling.temperature,
-            top_p=None if greedy else sampling.top_p,
-            top_k=None,
-            max_new_tokens=sampling.max_new_tokens,
-            pad_token_id=pad_id,
-            eos_token_id=self.tokenizer.eos_token_id,
-        )
         # Each prompt is read once and its KV cache copied to its `count` samples
-        # (`num_return_sequences` would run the prompt `count` times), and the cache grows in
-        # place (kv_cache.py). Measured: ~2x each on CPU; the tokens drawn for a seed are the
-        # same as plain `generate(num_return_sequences=count)`.
+        # (`num_return_sequences` would run the prompt `count` times), the cache grows in place
+        # (kv_cache.py), and finished responses leave the batch (decoding.py). Measured on CPU:
+        # ~2x each; the tokens are those of `generate` until rows are dropped.
         cache = self._prefilled_cache(input_ids[:, :-1], attention[:, :-1], count)
-        output = self.model.generate(
-            input_ids=input_ids.repeat_interleave(count, dim=0),
-            attention_mask=attention.repeat_interleave(count, dim=0),
-            past_key_values=cache,
-            **options,
-        )
-        new_tokens = output[:, width:].cpu()
+        new_tokens = decode(
+            self.model,
+            input_ids.repeat_interleave(count, dim=0),
+            attention.repeat_interleave(count, dim=0),
+            cache,
+            max_new_tokens=sampling.max_new_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            eos_token_id=self.tokenizer.eos_token_id,
+            pad_token_id=pad_id,
+            compact_share=COMPACT_SHARE if self.compact_finished else None,
+        ).cpu()
         completions = []
         for row in new_tokens.tolist():
             eos_positions = [

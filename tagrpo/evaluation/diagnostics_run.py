@@ -97,9 +97,11 @@ def run_diagnostics(config: Params, root: Path, out: dict[str, Path]) -> dict[st
     probes = checkpoints_to_probe(config, root)
     metrics: dict[str, Any] = {"questions": float(len(questions))}
     started = time.perf_counter()
-    scorer = SimilarityScorer(settings.embedding.model, batch_size=settings.embedding.batch_size)
     samples, zero_rows, distances, comparisons = [], [], [], []
-    with grade_fn_for(config.common.grading) as grade:
+    with grade_fn_for(config.common.grading) as grade:  # graders start while MiniLM loads
+        scorer = SimilarityScorer(
+            settings.embedding.model, batch_size=settings.embedding.batch_size
+        )
         for policy, name, folder in probes:
             label = checkpoint_label(name)
             probe_started = time.perf_counter()

@@ -17,13 +17,19 @@ def make_grade_fn(
     kill_grace_s: float = 1.0,
     wall_timeout_s: float | None = None,
 ) -> Iterator[GradeFn]:
-    """Yield ``grade(responses, answers, kinds) -> [(correct, pred, reason)]`` over a pool."""
-    with GradingPool(
+    """Yield ``grade(responses, answers, kinds) -> [(correct, pred, reason)]`` over a pool.
+
+    The workers start at once but are waited for only by the first call: enter this before
+    loading a model, and their start-up (~1.6 s of imports) overlaps the loading.
+    """
+    pool = GradingPool(
         workers=workers,
         item_timeout_s=item_timeout_s,
         kill_grace_s=kill_grace_s,
         wall_timeout_s=wall_timeout_s,
-    ) as pool:
+    )
+    pool.launch()
+    try:
 
         def grade(
             responses: Sequence[str], answers: Sequence[str], kinds: Sequence[str]
@@ -35,6 +41,8 @@ def make_grade_fn(
             return [(r.correct, r.pred, r.reason) for r in pool.grade(items)]
 
         yield grade
+    finally:
+        pool.close()
 
 
 def grade_fn_for(grading: GradingSettings) -> contextlib.AbstractContextManager[GradeFn]:

@@ -195,8 +195,8 @@ def evaluate_policy(config: Params, model_dir: Path, benchmarks_dir: Path) -> Ev
     )
     if missing:
         raise ValueError(f"evaluate.groups name benchmarks the data stage did not write: {missing}")
-    backend = make_backend(settings.backend, config, model_dir)
-    with grade_fn_for(config.common.grading) as grade:
+    with grade_fn_for(config.common.grading) as grade:  # graders start while the model loads
+        backend = make_backend(settings.backend, config, model_dir)
         return evaluate(
             backend,
             benchmarks,

@@ -348,7 +348,8 @@ class GradingPool:
         self.enable_test_hooks = enable_test_hooks
         self.warm_up = warm_up
         self.restarts = 0  # workers replaced after a kill or a crash
-        self.startup_s: float | None = None  # time start() took
+        self.startup_s: float | None = None  # launch to every worker ready
+        self._launched_at = 0.0
         self.last_timings: list[tuple[float, float]] = []
         self.worker_cpu_s = 0.0
         self._context = mp.get_context("forkserver")
@@ -375,14 +376,26 @@ class GradingPool:
         with self._lock:
             self._start()
 
-    def _start(self) -> None:
+    def launch(self) -> None:
+        """Start the workers without waiting for them (idempotent): they import and warm up
+        the grader while the caller loads a model; the first ``grade`` waits for them."""
+        with self._lock:
+            self._launch()
+
+    def _launch(self) -> None:
         if self._closed:
             raise RuntimeError("the grading pool is closed")
         if self._pool:
             return
-        began = time.monotonic()
+        self._launched_at = time.monotonic()
         _ensure_forkserver(self.warm_up)
         self._pool = [_Worker(self._context, self) for _ in range(self.workers)]
+
+    def _start(self) -> None:
+        self._launch()
+        if self.startup_s is not None:
+            return
+        began = self._launched_at
         deadline = began + _START_TIMEOUT_S
         while not all(worker.ready for worker in self._pool):
             waiting = [worker for worker in self._pool if not worker.ready]

@@ -175,8 +175,6 @@ def train_local(
     )
     torch.set_num_threads(run.torch_threads)
     start_from = project_root() / settings.model
-    model, tokenizer = load_causal_lm(start_from)
-    reference, _ = load_causal_lm(start_from)  # frozen copy for the KL loss
     probe = settings.probe
     probe_sampling = SamplingParams(
         n=1,
@@ -195,9 +193,11 @@ def train_local(
     started = time.perf_counter()
     summary_probe: dict[str, float] = {}
     with (
-        grade_fn_for(config.common.grading) as grade,
+        grade_fn_for(config.common.grading) as grade,  # graders start while the models load
         bar(plan.steps, f"train {plan.policy}", "step") as shown,
     ):
+        model, tokenizer = load_causal_lm(start_from)
+        reference, _ = load_causal_lm(start_from)  # frozen copy for the KL loss
         probe_args = (plan.questions, probe.group_size, probe_sampling, grade)
         max_batch = config.local.max_batch_sequences
         if probe.enabled:
