@@ -20,7 +20,7 @@ import sys
 import time
 
 import torch
-from hf_sampling import tiny_random_policy
+from hf_sampling import benchmark_policy, random_prompts
 
 from tagrpo.backends.attention import ATTENTION
 from tagrpo.backends.base import SamplingParams
@@ -38,12 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    if args.model:
-        from tagrpo.models import load_causal_lm
-
-        model, tokenizer = load_causal_lm(args.model)
-    else:
-        model, tokenizer = tiny_random_policy()
+    model, tokenizer = benchmark_policy(args.model)
     backend = HFBackend(model, tokenizer, max_batch_sequences=args.prompts * args.n)
     sampling = SamplingParams(n=args.n, temperature=1.0, max_new_tokens=args.max_new_tokens)
     vocab = min(len(tokenizer), model.config.vocab_size)
@@ -54,12 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{model.config.num_key_value_heads} key-value heads"
     )
     for length in args.prompt_tokens:
-        generator = torch.Generator().manual_seed(length)
-        # Prompts of slightly different lengths, so every batch carries a padding mask.
-        prompts = [
-            torch.randint(3, vocab, (length - i % 3,), generator=generator).tolist()
-            for i in range(args.prompts)
-        ]
+        prompts = random_prompts(vocab, length, args.prompts)  # every batch has a mask
         times: dict[str, list[float]] = {"sdpa": [], ATTENTION: []}
         tokens: dict[str, list] = {}
         with torch.no_grad():

@@ -24,7 +24,7 @@ import time
 import torch
 
 from tagrpo.backends.base import SamplingParams
-from tagrpo.backends.hf import HFBackend
+from tagrpo.backends.hf import HFBackend, left_padded
 
 
 def tiny_random_policy():
@@ -55,14 +55,29 @@ def tiny_random_policy():
     return model, tokenizer
 
 
+def benchmark_policy(model: str | None):
+    """``(model, tokenizer)``: the policy folder ``model``, or a random one of the mini world's
+    shape."""
+    if model:
+        from tagrpo.models import load_causal_lm
+
+        return load_causal_lm(model)
+    return tiny_random_policy()
+
+
+def random_prompts(vocab: int, length: int, count: int) -> list[list[int]]:
+    """``count`` random prompts of about ``length`` tokens (some shorter: left padding)."""
+    generator = torch.Generator().manual_seed(length)
+    return [
+        torch.randint(3, vocab, (length - i % 3,), generator=generator).tolist()
+        for i in range(count)
+    ]
+
+
 def plain_generate(model, tokenizer, prompts: list[list[int]], n: int, max_new: int) -> list:
     pad = tokenizer.pad_token_id
-    width = max(len(ids) for ids in prompts)
-    input_ids = torch.full((len(prompts), width), pad)
-    attention = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, ids in enumerate(prompts):
-        input_ids[row, width - len(ids) :] = torch.tensor(ids)
-        attention[row, width - len(ids) :] = 1
+    input_ids, attention = left_padded(prompts, pad)
+    width = input_ids.shape[1]
     output = model.generate(
         input_ids=input_ids,
         attention_mask=attention,
@@ -89,12 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    if args.model:
-        from tagrpo.models import load_causal_lm
-
-        model, tokenizer = load_causal_lm(args.model)
-    else:
-        model, tokenizer = tiny_random_policy()
+    model, tokenizer = benchmark_policy(args.model)
     batch = args.prompts * args.n
     keeping = HFBackend(model, tokenizer, max_batch_sequences=batch, compact_finished=False)
     backend = HFBackend(model, tokenizer, max_batch_sequences=batch)
@@ -106,12 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.threads} thread(s)"
     )
     for length in args.prompt_tokens:
-        generator = torch.Generator().manual_seed(length)
-        # Prompts of slightly different lengths, so left padding is exercised.
-        prompts = [
-            torch.randint(3, vocab, (length - i % 3,), generator=generator).tolist()
-            for i in range(args.prompts)
-        ]
+        prompts = random_prompts(vocab, length, args.prompts)
         plain_times, kept_times, dropped_times = [], [], []
         with torch.no_grad():
             for _ in range(args.repeats):

@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_policy import save_chat_policy
 
 from tagrpo.backends.attention import ATTENTION, use_gqa_attention
 from tagrpo.backends.base import SamplingParams
-from tagrpo.backends.hf import HFBackend
-from tagrpo.miniworld.tokenizer import train_tokenizer
-from tagrpo.miniworld.warmstart import TinyModelConfig, build_model, save_policy
+from tagrpo.backends.hf import HFBackend, left_padded
 from tagrpo.models import load_causal_lm
 from tagrpo.prompts import chat_messages
 
@@ -22,25 +21,8 @@ PROBLEMS = ["What is 1 plus 2?", "Compute 7 - 3.", "Ana has 4 apples and gets 5 
 @pytest.fixture(scope="module")
 def gqa_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny Llama with 4 query heads sharing 2 key/value heads."""
-    torch.manual_seed(0)
-    corpus = [f"<|im_start|>user\n{p}<|im_end|>\n" for p in PROBLEMS] * 20
-    tokenizer = train_tokenizer(corpus, vocab_size=300)
-    shape = TinyModelConfig(hidden_size=32, intermediate_size=64, num_heads=4, num_kv_heads=2)
     directory = tmp_path_factory.mktemp("gqa_policy")
-    save_policy(build_model(tokenizer, shape), tokenizer, directory)
-    return directory
-
-
-def _padded_batch(tokenizer, backend: HFBackend) -> tuple[torch.Tensor, torch.Tensor]:
-    prompts = [backend.prompt_ids(chat_messages(p)) for p in PROBLEMS]
-    width = max(len(ids) for ids in prompts)
-    input_ids = torch.full((len(prompts), width), tokenizer.pad_token_id)
-    attention = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, ids in enumerate(prompts):
-        input_ids[row, width - len(ids) :] = torch.tensor(ids)
-        attention[row, width - len(ids) :] = 1
-    assert attention.min() == 0  # left padding: transformers' sdpa would repeat the cache
-    return input_ids, attention
+    return save_chat_policy(directory, PROBLEMS, num_heads=4, num_kv_heads=2)
 
 
 def test_loaded_and_built_models_use_it_and_saved_configs_do_not_name_it(
@@ -59,9 +41,10 @@ def test_logits_gradients_and_sampled_tokens_equal_transformers_sdpa(gqa_policy:
     pass (which keeps transformers' path, whose head-gradient sums differ by ~1e-7)."""
     model, tokenizer = load_causal_lm(gqa_policy)
     backend = HFBackend(model, tokenizer, max_batch_sequences=64)
-    input_ids, attention = _padded_batch(tokenizer, backend)
     sampling = SamplingParams(n=6, temperature=1.0, max_new_tokens=12, seed=3)
     prompts = [backend.prompt_ids(chat_messages(p)) for p in PROBLEMS]
+    input_ids, attention = left_padded(prompts, tokenizer.pad_token_id)
+    assert attention.min() == 0  # left padding: transformers' sdpa would repeat the cache
 
     runs = {}
     for implementation in ("sdpa", ATTENTION):

@@ -1,4 +1,6 @@
-"""Dropping finished rows (tagrpo/backends/decoding.py) keeps every row's continuation."""
+"""Dropping finished rows (tagrpo/backends/decoding.py) keeps every row's continuation.
+
+Without dropping, the tokens are those of ``generate``: tests/test_backend_models.py."""
 
 from __future__ import annotations
 
@@ -6,13 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_policy import save_chat_policy
 
-from tagrpo.backends.base import SamplingParams
 from tagrpo.backends.decoding import decode
-from tagrpo.backends.hf import HFBackend
+from tagrpo.backends.hf import HFBackend, left_padded
 from tagrpo.backends.kv_cache import sampling_cache
-from tagrpo.miniworld.tokenizer import train_tokenizer
-from tagrpo.miniworld.warmstart import TinyModelConfig, build_model, save_policy
 from tagrpo.models import load_causal_lm
 from tagrpo.prompts import chat_messages
 
@@ -22,33 +22,15 @@ NEW_TOKENS = 16
 
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    torch.manual_seed(1)
-    corpus = [f"<|im_start|>user\n{p}<|im_end|>\n" for p in PROBLEMS] * 20
-    tokenizer = train_tokenizer(corpus, vocab_size=300)
     directory = tmp_path_factory.mktemp("decoding_policy")
-    model = build_model(tokenizer, TinyModelConfig(hidden_size=32, intermediate_size=64))
-    # Larger random weights than the initialiser's: its greedy text is one token repeated.
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for weight in model.parameters():
-            if weight.dim() == 2:
-                weight.copy_(
-                    torch.randn(weight.shape, generator=generator) * 2 / weight.shape[1] ** 0.5
-                )
-    save_policy(model, tokenizer, directory)
-    return directory
+    return save_chat_policy(directory, PROBLEMS, seed=1, weight_scale=2.0)
 
 
 def _run(model, tokenizer, eos: int, share: float | None, temperature: float, seed: int = 0):
     backend = HFBackend(model, tokenizer)
     prompts = [backend.prompt_ids(chat_messages(p)) for p in PROBLEMS]
-    width = max(len(ids) for ids in prompts)
     pad = tokenizer.pad_token_id
-    input_ids = torch.full((len(prompts), width), pad)
-    attention = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, ids in enumerate(prompts):
-        input_ids[row, width - len(ids) :] = torch.tensor(ids)
-        attention[row, width - len(ids) :] = 1
+    input_ids, attention = left_padded(prompts, pad)
     # Prompts of different lengths (left padding) and several copies of each, as in sampling.
     assert attention.min() == 0
     copies = 4
@@ -93,38 +75,6 @@ def test_dropping_finished_rows_keeps_every_greedy_continuation(policy: Path) ->
         for row in dropped:  # after the end token, only padding
             if eos in row:
                 assert set(row[row.index(eos) + 1 :]) <= {tokenizer.pad_token_id}
-
-
-def test_sampling_without_dropping_draws_the_tokens_of_generate(policy: Path) -> None:
-    model, tokenizer = load_causal_lm(policy)
-    prompts = [HFBackend(model, tokenizer).prompt_ids(chat_messages(p)) for p in PROBLEMS]
-    sampling = SamplingParams(n=5, temperature=0.7, max_new_tokens=10, seed=0)
-    torch.manual_seed(3)
-    ours = HFBackend(model, tokenizer, compact_finished=False)._sample(prompts, 5, sampling)
-    width = max(len(ids) for ids in prompts)
-    input_ids = torch.full((len(prompts), width), tokenizer.pad_token_id)
-    attention = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, ids in enumerate(prompts):
-        input_ids[row, width - len(ids) :] = torch.tensor(ids)
-        attention[row, width - len(ids) :] = 1
-    torch.manual_seed(3)
-    with torch.no_grad():
-        reference = model.generate(
-            input_ids=input_ids,
-            attention_mask=attention,
-            do_sample=True,
-            temperature=0.7,
-            top_p=1.0,
-            top_k=None,
-            max_new_tokens=10,
-            num_return_sequences=5,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-        )
-    expected = [
-        [t for t in row if t != tokenizer.pad_token_id] for row in reference[:, width:].tolist()
-    ]
-    assert [[t for t in c.token_ids if t != tokenizer.pad_token_id] for c in ours] == expected
 
 
 def test_sampling_with_dropping_is_seeded_and_respects_the_budget(policy: Path) -> None:

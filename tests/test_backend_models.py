@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_policy import save_chat_policy
 
 from tagrpo.backends.base import SamplingParams
-from tagrpo.backends.hf import HFBackend, PromptTooLongError
-from tagrpo.miniworld.tokenizer import train_tokenizer
-from tagrpo.miniworld.warmstart import TinyModelConfig, build_model, save_policy
+from tagrpo.backends.hf import HFBackend, PromptTooLongError, left_padded
 from tagrpo.models import POINTER_FILE, ModelSource, load_causal_lm, materialise, resolve
 from tagrpo.prompts import chat_messages
 
@@ -21,13 +20,7 @@ PROBLEMS = ["What is 1 plus 2?", "Compute 7 - 3.", "Ana has 4 apples and gets 5 
 @pytest.fixture(scope="module")
 def tiny_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A randomly initialised tiny Llama + trained BPE, saved as an ordinary HF folder."""
-    torch.manual_seed(0)
-    corpus = [f"<|im_start|>user\n{p}<|im_end|>\n" for p in PROBLEMS] * 20
-    tokenizer = train_tokenizer(corpus, vocab_size=300)
-    model = build_model(tokenizer, TinyModelConfig(hidden_size=32, intermediate_size=64))
-    directory = tmp_path_factory.mktemp("policy")
-    save_policy(model, tokenizer, directory)
-    return directory
+    return save_chat_policy(tmp_path_factory.mktemp("policy"), PROBLEMS)
 
 
 def test_source_validation_and_pointer_round_trip(tmp_path: Path) -> None:
@@ -99,12 +92,8 @@ def test_prompts_read_once_draw_the_same_tokens_as_generate_with_repeated_prompt
     torch.manual_seed(11)
     ours = backend._sample(prompts, 5, sampling)
 
-    width = max(len(ids) for ids in prompts)
-    input_ids = torch.full((len(prompts), width), tokenizer.pad_token_id)
-    attention = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, ids in enumerate(prompts):
-        input_ids[row, width - len(ids) :] = torch.tensor(ids)
-        attention[row, width - len(ids) :] = 1
+    input_ids, attention = left_padded(prompts, tokenizer.pad_token_id)
+    width = input_ids.shape[1]
     torch.manual_seed(11)
     with torch.no_grad():
         reference = model.generate(

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
 from tagrpo.data.training_set import TrainQuestion
 from tagrpo.miniworld.tasks import MiniProblem, reference_response, render
 from tagrpo.miniworld.tokenizer import train_tokenizer
-from tagrpo.miniworld.warmstart import TinyModelConfig, build_model
+from tagrpo.miniworld.warmstart import TinyModelConfig, build_model, save_policy
 from tagrpo.prompts import chat_messages
 
 PROBLEMS = [
@@ -52,6 +53,34 @@ def tiny_policy(seed: int = 0, hidden_size: int = 32):
     )
     model.eval()
     return model, tokenizer
+
+
+def save_chat_policy(
+    directory: Path,
+    problems: Sequence[str],
+    seed: int = 0,
+    weight_scale: float | None = None,
+    **shape: int,
+) -> Path:
+    """A random tiny Llama and a BPE trained on ``problems`` as user turns, saved as an
+    ordinary HF folder. ``weight_scale`` redraws every matrix with std ``scale/sqrt(fan_in)``:
+    the initialiser's weights make greedy text one token repeated."""
+    torch.manual_seed(seed)
+    corpus = [f"<|im_start|>user\n{p}<|im_end|>\n" for p in problems] * 20
+    tokenizer = train_tokenizer(corpus, vocab_size=300)
+    model = build_model(
+        tokenizer, TinyModelConfig(**{"hidden_size": 32, "intermediate_size": 64, **shape})
+    )
+    if weight_scale is not None:
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for weight in model.parameters():
+                if weight.dim() == 2:
+                    fan_in = weight.shape[1]
+                    noise = torch.randn(weight.shape, generator=generator)
+                    weight.copy_(noise * weight_scale / fan_in**0.5)
+    save_policy(model, tokenizer, directory)
+    return directory
 
 
 def boxed_grade(

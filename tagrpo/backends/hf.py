@@ -23,6 +23,18 @@ from tagrpo.progress import bar
 PROGRESS_MIN_SEQUENCES = 2048
 
 
+def left_padded(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)`` of the prompts padded on the left: every prompt ends at
+    the last column, where generation continues."""
+    width = max(len(ids) for ids in prompts)
+    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, ids in enumerate(prompts):
+        input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+        attention[row, width - len(ids) :] = 1
+    return input_ids, attention
+
+
 class PromptTooLongError(ValueError):
     """A prompt plus the response budget exceeds the model's context."""
 
@@ -119,12 +131,7 @@ class HFBackend:
         self, prompts: list[list[int]], count: int, sampling: SamplingParams
     ) -> list[Completion]:
         pad_id = self.tokenizer.pad_token_id
-        width = max(len(ids) for ids in prompts)
-        input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-        attention = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, ids in enumerate(prompts):  # left padding: every prompt ends at the same column
-            input_ids[row, width - len(ids) :] = torch.tensor(ids)
-            attention[row, width - len(ids) :] = 1
+        input_ids, attention = left_padded(prompts, pad_id)
         device = self.model.device
         input_ids, attention = input_ids.to(device), attention.to(device)
         # Each prompt is read once and its KV cache copied to its `count` samples

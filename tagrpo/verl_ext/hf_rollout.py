@@ -47,6 +47,7 @@ from verl.workers.rollout.replica import (
     TokenOutput,
 )
 
+from tagrpo.backends.hf import left_padded
 from tagrpo.verl_ext import WEIGHTS_STEP_FIELD
 
 ENGINE_NAME = "hf"
@@ -109,12 +110,8 @@ def sample_batch(
     log-probs are those of each sampled token under the model's unprocessed next-token
     distribution (vLLM's default ``logprobs``).
     """
-    width = max(len(ids) for ids in prompts)
-    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, ids in enumerate(prompts):
-        input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-        attention[row, width - len(ids) :] = 1
+    input_ids, attention = left_padded(prompts, pad_id)
+    width = input_ids.shape[1]
     greedy = sampling.temperature <= 0
     with torch.no_grad():
         output = model.generate(
