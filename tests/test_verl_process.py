@@ -82,8 +82,11 @@ def test_interrupted_launcher_stops_the_run(sig: int, tmp_path) -> None:
     """Ctrl-C (or a stopped DVC stage) while verl runs: the launcher stops the whole run."""
     launcher = textwrap.dedent(
         f"""
-        import os, sys
+        import os, signal, sys
         from tagrpo.verl_ext.process import private_temp_dir, remove_temp_dir, run_isolated
+        # Ctrl-C as under a terminal: a background job of a non-interactive shell (`cmd &`,
+        # e.g. a CI runner's) starts with SIGINT ignored, and Python then installs no handler.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         temp = private_temp_dir()
         print(temp, flush=True)
         try:
