@@ -137,3 +137,78 @@ def test_externally_killed_worker_is_replaced(tmp_path: Path):
     assert results[2] == GradeResult(False, "", "error")
     assert [r.correct for i, r in enumerate(results) if i != 2] == [True] * 20
     assert elapsed < 10
+
+
+# --- the start-up deadline guards start-up, not the caller's work before its first grade ------
+
+
+def test_first_grade_after_a_caller_slower_than_the_start_up_deadline(monkeypatch):
+    """Sampling for longer than the deadline between launch() and the first grade must not
+    fail: the workers were ready long ago, their messages just unread (issue 19)."""
+    import tagrpo.grading.pool as pool_module
+
+    monkeypatch.setattr(pool_module, "_START_TIMEOUT_S", 1.0)
+    pool = GradingPool(workers=2, warm_up=False)
+    pool.launch()
+    try:
+        time.sleep(2.5)  # the caller "samples" for longer than the whole start-up deadline
+        assert pool.grade([("\\boxed{3}", "3")]) == [GradeResult(True, "3", "exact")]
+        assert pool.startup_s is not None and pool.startup_s < 2.5  # launch to ready, not to read
+    finally:
+        pool.close()
+
+
+def test_first_grade_after_the_clock_moved_past_launch_plus_deadline(monkeypatch):
+    """The same with a shifted clock: an hour between launch and the first grade."""
+    import tagrpo.grading.pool as pool_module
+
+    pool = GradingPool(workers=1, warm_up=False)
+    pool.launch()
+    try:
+        real_monotonic = time.monotonic
+        time.sleep(1.0)
+        monkeypatch.setattr(pool_module.time, "monotonic", lambda: real_monotonic() + 3600.0)
+        assert pool.grade([("\\boxed{4}", "4")])[0].correct
+    finally:
+        monkeypatch.undo()
+        pool.close()
+
+
+def test_start_up_deadline_still_fires_and_counts_from_the_wait(monkeypatch):
+    """Workers that never become ready fail the first grade one deadline after it began
+    waiting, however long the caller worked after launch(), and the pool is closed."""
+    from hanging_worker import never_ready
+
+    import tagrpo.grading.pool as pool_module
+
+    monkeypatch.setattr(pool_module, "_START_TIMEOUT_S", 1.5)
+    monkeypatch.setattr(pool_module, "_worker_main", never_ready)
+    pool = GradingPool(workers=1, warm_up=False)
+    pool.launch()
+    pids = pool.worker_pids
+    time.sleep(2.0)  # longer than the deadline: it must not have been spent already
+    began = time.monotonic()
+    with pytest.raises(RuntimeError, match="did not start within 2 s of waiting"):
+        pool.grade([("\\boxed{1}", "1")])
+    waited = time.monotonic() - began
+    assert 1.5 <= waited < 5.0
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.grade([("\\boxed{1}", "1")])
+    for pid in pids:  # the hanging workers were stopped with the pool
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stat = Path(f"/proc/{pid}/stat")
+        assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_grade_fn_survives_a_slow_first_call(monkeypatch):
+    """The evaluation path as the issue reproduced it: make_grade_fn(), then sampling longer
+    than the start-up deadline, then the first call."""
+    import tagrpo.grading.pool as pool_module
+    from tagrpo.evaluation.grader import make_grade_fn
+
+    monkeypatch.setattr(pool_module, "_START_TIMEOUT_S", 1.0)
+    with make_grade_fn(workers=1) as grade:
+        time.sleep(2.0)
+        assert grade(["\\boxed{7}"], ["7"], ["math"]) == [(True, "7", "exact")]

@@ -215,7 +215,7 @@ def _worker_main(
         limit = memory_limit_mb * 1024 * 1024
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    conn.send(("ready", os.getpid(), _cpu_clock()))
+    conn.send(("ready", os.getpid(), _cpu_clock(), time.monotonic()))
     while True:
         try:
             chunk = conn.recv()
@@ -287,6 +287,7 @@ class _Worker:
         self.process.start()
         child_conn.close()
         self.ready = False
+        self.ready_at = 0.0  # the worker's time.monotonic() when it said it was ready
         self.chunk: list[int] | None = None
         self.chunks_done = 0
         self.reported_cpu = 0.0  # the worker's CPU clock in its last message
@@ -348,7 +349,7 @@ class GradingPool:
         self.enable_test_hooks = enable_test_hooks
         self.warm_up = warm_up
         self.restarts = 0  # workers replaced after a kill or a crash
-        self.startup_s: float | None = None  # launch to every worker ready
+        self.startup_s: float | None = None  # launch to the last worker ready (s)
         self._launched_at = 0.0
         self.last_timings: list[tuple[float, float]] = []
         self.worker_cpu_s = 0.0
@@ -392,28 +393,50 @@ class GradingPool:
         self._pool = [_Worker(self._context, self) for _ in range(self.workers)]
 
     def _start(self) -> None:
+        """Wait until every worker has said it is ready.
+
+        The deadline guards the workers' start-up only, so it is measured from the moment this
+        call starts waiting for them: after :meth:`launch` the caller may work for hours (load a
+        model, sample) while the workers have long been ready, their messages unread. Messages
+        already sent are read before the deadline is ever checked.
+        """
         self._launch()
         if self.startup_s is not None:
             return
-        began = self._launched_at
-        deadline = began + _START_TIMEOUT_S
-        while not all(worker.ready for worker in self._pool):
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while True:
             waiting = [worker for worker in self._pool if not worker.ready]
-            if time.monotonic() > deadline:
-                raise RuntimeError("grading workers did not start in time")
-            for conn in wait([worker.conn for worker in waiting], timeout=1.0):
-                worker = next(w for w in waiting if w.conn is conn)
-                try:
-                    message = conn.recv()
-                except (EOFError, OSError):
-                    self.close()
-                    raise RuntimeError(
-                        "a grading worker died while starting (is the calling script "
-                        "importable and guarded by `if __name__ == '__main__':`?)"
-                    ) from None
-                worker.ready = message[0] == "ready"
-                worker.reported_cpu = message[2]
-        self.startup_s = time.monotonic() - began
+            if not waiting:
+                break
+            for conn in wait([worker.conn for worker in waiting], timeout=0):
+                self._read_ready(next(w for w in waiting if w.conn is conn))
+            if all(worker.ready for worker in self._pool):
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.close()
+                raise RuntimeError(
+                    f"grading workers did not start within {_START_TIMEOUT_S:.0f} s of waiting "
+                    f"for them ({len(waiting)} of {len(self._pool)} not ready)"
+                )
+            wait([worker.conn for worker in waiting], timeout=min(remaining, 1.0))
+        # Launch to the last worker's own ready time (a shared monotonic clock), not to when the
+        # caller came to read it.
+        self.startup_s = max(worker.ready_at for worker in self._pool) - self._launched_at
+
+    def _read_ready(self, worker: _Worker) -> None:
+        try:
+            message = worker.conn.recv()
+        except (EOFError, OSError):
+            self.close()
+            raise RuntimeError(
+                "a grading worker died while starting (is the calling script "
+                "importable and guarded by `if __name__ == '__main__':`?)"
+            ) from None
+        if message[0] == "ready":
+            worker.ready = True
+            worker.reported_cpu = message[2]
+            worker.ready_at = message[3]
 
     def close(self) -> None:
         """Stop the workers (idempotent; waits for a grade() running in another thread)."""
@@ -519,6 +542,7 @@ class GradingPool:
                     if message[0] == "ready":
                         worker.ready = True
                         worker.reported_cpu = message[2]
+                        worker.ready_at = message[3]
                     elif worker.chunk is not None:
                         _, body, cpu_clock = message
                         for index, result in zip(worker.chunk, body, strict=True):
