@@ -46,6 +46,9 @@ def scratch(tmp_path, monkeypatch):
     params = merged_with_profile(SOURCE / "profiles" / "paper.yaml", SOURCE / "params.yaml")
     params["verl"]["model"] = str(tmp_path / "tiny")
     params["verl"]["max_prompt_length"] = 200
+    # 1 of the 9 rephrasings below is over the limit (11%): allowed here, refused by the
+    # default cap (test_too_many_replaced_rephrasings_stop_a_ta_run_before_verl).
+    params["verl"]["max_replaced_rephrasing_share"] = 0.2
     params["common"]["tracking"] = {"enabled": True, "uri": "mlflow.db", "experiment": "t"}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     (tmp_path / "dvc.yaml").write_text("stages: {}\n")
@@ -154,6 +157,28 @@ def test_verl_run_leaves_the_local_backends_outputs_in_one_mlflow_run(scratch, m
     assert run.data.metrics["actor/pg_loss"] == -0.2  # logged by "verl" into the same run
     assert run.data.metrics["summary/steps"] == 2.0
     assert run.data.metrics["verl_data/rephrasings_too_long"] == 1.0
+
+
+def test_too_many_replaced_rephrasings_stop_a_ta_run_before_verl(scratch, monkeypatch) -> None:
+    root, params, _ = scratch
+    params["verl"]["max_replaced_rephrasing_share"] = 0.05  # the default: 1 of 9 is 11%
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    started = []
+
+    def failing_verl(argv, env=None, cwd=None, check=False, **kwargs):
+        if "verl.trainer.main_ppo" not in argv:
+            return real_run(argv, env=env, cwd=cwd, check=check, **kwargs)
+        started.append(argv)
+        raise subprocess.CalledProcessError(1, argv)
+
+    monkeypatch.setattr(launcher, "run_isolated", failing_verl)
+    with pytest.raises(RuntimeError, match=r"1 of 9 rephrasings .* \(11\.1%\) exceeds .* 5\.0%"):
+        train_stage.main(["--method", "ta_grpo", "--seed", "0"])
+    assert started == []  # refused before verl started
+    # grpo samples q0 only: the same data is no reason to refuse it (verl starts).
+    with pytest.raises(subprocess.CalledProcessError):
+        train_stage.main(["--method", "grpo", "--seed", "0"])
+    assert len(started) == 1
 
 
 def test_a_run_that_exports_no_policy_fails(scratch, monkeypatch) -> None:

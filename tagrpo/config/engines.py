@@ -68,6 +68,15 @@ class VerlSettings(ConfigModel):
     val_benchmark: str = Field("math500", min_length=1, description="verl's validation set")
     val_questions: int = Field(64, ge=1, description="validation questions")
     grading_workers: int = Field(2, ge=1, description="grading processes per reward worker")
+    # A rephrasing over max_prompt_length is replaced by q0: each one moves the run toward the
+    # matched-budget baseline (more q0 samples), so the share is capped like
+    # check_equivalence.policy.max_padded_share (methods that sample rephrasings only).
+    max_replaced_rephrasing_share: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description="fail a TA run when more rephrasings than this share are over the limit",
+    )
     extra_overrides: list[str] = Field(
         default_factory=list, description="further Hydra overrides, appended verbatim"
     )

@@ -13,7 +13,10 @@ checked here, with the policy's tokenizer and chat template, before training:
 * a question whose q0 is too long is dropped (verl would drop it too), counted;
 * a rephrasing that is too long is replaced by q0's text, counted: the same fallback the
   equivalence stage applies to rephrasings that fail its checks, which keeps N variants per
-  question so that session ``j`` still samples variant ``j // G``.
+  question so that session ``j`` still samples variant ``j // G``. Each replacement moves a TA
+  run toward the matched-budget baseline (q0 sampled more often), so a method that samples
+  rephrasings fails above ``verl.max_replaced_rephrasing_share``
+  (:func:`check_replaced_share`), as the equivalence stage does above its padded share.
 """
 
 from __future__ import annotations
@@ -118,6 +121,27 @@ def prepare_training_parquet(
         rephrasings_in=total,
         rephrasings_too_long=too_long,
         max_prompt_tokens=longest,
+    )
+
+
+def check_replaced_share(stats: VerlDataStats, limit: float, method: str) -> None:
+    """Raise when more than ``limit`` of the rephrasings written were replaced by q0.
+
+    Only for methods that sample rephrasings; a q0-only method (grpo ...) never reads them.
+    """
+    from tagrpo.algorithms import get_method
+    from tagrpo.rephrase.run import check_failed_share
+
+    if not get_method(method).use_neighbours:
+        return
+    check_failed_share(
+        stats.rephrasings_too_long,
+        stats.rephrasings_in,
+        limit,
+        f"rephrasings of the kept questions are over the prompt limit and were replaced by q0 "
+        f"({method} would sample q0 in their place)",
+        "raise verl.max_prompt_length, shorten or regenerate the rephrasings, or raise "
+        "verl.max_replaced_rephrasing_share",
     )
 
 

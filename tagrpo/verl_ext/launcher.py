@@ -211,6 +211,7 @@ def run_training(
     from tagrpo.training.outputs import write_history_csv
     from tagrpo.verl_ext.data import (
         chat_template_counter,
+        check_replaced_share,
         prepare_training_parquet,
         prepare_validation_parquet,
         require_rephrasings,
@@ -241,18 +242,19 @@ def run_training(
             f"no training question fits in {verl['max_prompt_length']} prompt tokens "
             f"({stats.questions_in} read from {params['input']})"
         )
-    if get_method(method).use_neighbours:
-        # Without N rephrasings per row the method would sample q0 for every session: a
-        # different experiment under this method's name.
-        require_rephrasings(paths.train_file, int(params.get("n_neighbours", 3)), method)
-    benchmark = root / "data" / "processed" / "benchmarks" / f"{verl['val_benchmark']}.parquet"
-    prepare_validation_parquet(benchmark, paths.val_file, int(verl["val_questions"]))
     print(
         f"[train:{policy}] verl data: {stats.questions_written}/{stats.questions_in} questions "
         f"({stats.questions_dropped_too_long} over {verl['max_prompt_length']} tokens dropped), "
         f"{stats.rephrasings_too_long}/{stats.rephrasings_in} rephrasings over the limit "
         "replaced by the original"
     )
+    check_replaced_share(stats, float(verl["max_replaced_rephrasing_share"]), method)
+    if get_method(method).use_neighbours:
+        # Without N rephrasings per row the method would sample q0 for every session: a
+        # different experiment under this method's name.
+        require_rephrasings(paths.train_file, int(params.get("n_neighbours", 3)), method)
+    benchmark = root / "data" / "processed" / "benchmarks" / f"{verl['val_benchmark']}.parquet"
+    prepare_validation_parquet(benchmark, paths.val_file, int(verl["val_questions"]))
     import mlflow
 
     # The train stage opened the MLflow run (tagged like the local backend's); verl's own
