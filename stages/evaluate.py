@@ -73,7 +73,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         ctx.set_metrics(result.summary)
         for row in result.passk.itertuples():
             if row.k in (1, max(result.passk["k"])):
-                print(f"[evaluate:{policy}] {row.name:>16} pass@{row.k:<2} = {row.pass_at_k:.3f}")
+                truncated = result.summary.get(f"{row.name}/truncated_rate")
+                beside = "" if truncated is None else f"  (truncated {truncated:.3f})"
+                print(
+                    f"[evaluate:{policy}] {row.name:>16} pass@{row.k:<2} = {row.pass_at_k:.3f}"
+                    + beside
+                )
     return result.summary
 
 

@@ -31,6 +31,34 @@ def format_question(problem: str, choices: list[str] | None = None) -> str:
     return f"{problem.strip()}\n\n{ANSWER_FORMAT_INSTRUCTION}"
 
 
+# The authors' instruction (lhkhiem28/TA-GRPO at 67d09b7, utils.py line 16), prepended to the
+# question with a newline; their test.py sends that text to vLLM without a chat template.
+# Used by ``evaluate.prompt_format: raw`` only; training keeps Box 2.
+AUTHORS_INSTRUCTION = (
+    "You FIRST think about the reasoning process step by step and then provide the user with "
+    "the answer. Please enclose your final answer in the box: \\boxed{}. Please stop generating "
+    "immediately after outputting the box."
+)
+
+
+def authors_prompt_text(problem: str, choices: list[str] | None = None) -> str:
+    """The authors' evaluation prompt: their instruction, a newline, the question as stored.
+
+    Lettered options (GPQA-Diamond) follow the question as in :func:`format_question`; the
+    authors' own GPQA file is not public in their code, so that part is this project's.
+    """
+    text = problem
+    if choices:
+        if len(choices) > len(CHOICE_LETTERS):
+            raise ValueError(f"at most {len(CHOICE_LETTERS)} choices, got {len(choices)}")
+        letters = CHOICE_LETTERS[: len(choices)]
+        options = "\n".join(
+            f"({letter}) {option}" for letter, option in zip(letters, choices, strict=True)
+        )
+        text = f"{problem.strip()}\n\n{options}"
+    return f"{AUTHORS_INSTRUCTION}\n{text}"
+
+
 def chat_messages(problem: str, choices: list[str] | None = None) -> list[dict[str, str]]:
     """Chat messages for one question, in the ``[{"role", "content"}]`` form verl and HF use."""
     return [{"role": "user", "content": format_question(problem, choices)}]

@@ -10,11 +10,17 @@ from tagrpo.config.params import Params
 
 
 def make_backend(
-    engine: Literal["hf", "vllm"], config: Params, model_dir: str | Path
+    engine: Literal["hf", "vllm"],
+    config: Params,
+    model_dir: str | Path,
+    prompt_format: Literal["chat", "raw"] = "chat",
 ) -> GenerationBackend:
     """A backend serving the policy in ``model_dir`` with the ``hf`` or ``vllm`` section's
-    settings (torch threads, seed and chat-template options from ``common``)."""
+    settings (torch threads, seed and chat-template options from ``common``); ``raw`` prompts
+    (the authors' evaluation, no chat template) on ``vllm`` only."""
     if engine == "hf":
+        if prompt_format != "chat":
+            raise ValueError("the hf backend applies the chat template: raw prompts need vllm")
         import torch
 
         from tagrpo.backends.hf import HFBackend
@@ -26,5 +32,9 @@ def make_backend(
     from tagrpo.backends.vllm_backend import make_vllm_backend
 
     return make_vllm_backend(
-        config.vllm, model_dir, config.common.seed, config.common.chat_template_kwargs
+        config.vllm,
+        model_dir,
+        config.common.seed,
+        config.common.chat_template_kwargs,
+        prompt_format,
     )

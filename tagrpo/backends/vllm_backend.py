@@ -4,8 +4,9 @@ Same interface as :class:`tagrpo.backends.hf.HFBackend` (``prompt_text``, ``gene
 same prompts as training: the policy's chat template with a generation prompt applied to the
 question's chat messages (the paper's Box 2 instruction is in the user turn, built by
 :func:`tagrpo.prompts.chat_messages`), with the ``common.chat_template_kwargs`` that training
-also passes to verl (``data.apply_chat_template_kwargs``). The authors' public evaluation
-drops the chat template; we do not, so evaluation conditions on exactly what training did.
+also passes to verl (``data.apply_chat_template_kwargs``), so evaluation conditions on exactly
+what training did. The authors' public evaluation drops the chat template:
+``evaluate.prompt_format: raw`` reproduces it (:class:`ChatPrompts`).
 
 Prompts go to vLLM as token ids (no second tokenisation on the server side). Each problem gets
 its own sampling seed, ``seed * 1_000_003 + position``: the samples of a problem do not depend
@@ -34,30 +35,50 @@ def problem_seed(seed: int, position: int) -> int:
 
 
 class ChatPrompts:
-    """The chat-templated prompt of a conversation, as text and as token ids."""
+    """The chat-templated prompt of a conversation, as text and as token ids.
 
-    def __init__(self, tokenizer: Any, chat_template_kwargs: Mapping[str, Any] | None = None):
+    ``prompt_format="raw"`` (``evaluate.prompt_format``) sends the single user turn's text as
+    it is, tokenized as ``vllm.LLM.generate`` tokenizes a string (with the tokenizer's special
+    tokens, e.g. Llama's BOS): the authors' test.py.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        prompt_format: str = "chat",
+    ):
+        if prompt_format not in ("chat", "raw"):
+            raise ValueError(f"prompt_format must be chat or raw, got {prompt_format!r}")
         self.tokenizer = tokenizer
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.prompt_format = prompt_format
 
     def prompt_text(self, messages: Messages) -> str:
+        if self.prompt_format == "raw":
+            if len(messages) != 1 or messages[0].get("role") != "user":
+                raise ValueError(f"a raw prompt is one user turn, got {messages!r}")
+            return messages[0]["content"]
         return self.tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=False, **self.chat_template_kwargs
         )
 
     def prompt_ids(self, messages: Messages) -> list[int]:
-        return list(
-            self.tokenizer(self.prompt_text(messages), add_special_tokens=False)["input_ids"]
-        )
+        raw = self.prompt_format == "raw"
+        return list(self.tokenizer(self.prompt_text(messages), add_special_tokens=raw)["input_ids"])
 
 
 class VLLMBackend(ChatPrompts):
     """:class:`~tagrpo.backends.base.GenerationBackend` over an in-process ``vllm.LLM``."""
 
     def __init__(
-        self, llm: Any, tokenizer: Any, chat_template_kwargs: Mapping[str, Any] | None = None
+        self,
+        llm: Any,
+        tokenizer: Any,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        prompt_format: str = "chat",
     ) -> None:
-        super().__init__(tokenizer, chat_template_kwargs)
+        super().__init__(tokenizer, chat_template_kwargs, prompt_format)
         self.llm = llm
         self._vllm = importlib.import_module("vllm")
 
@@ -102,8 +123,9 @@ class VLLMServerBackend(ChatPrompts):
         tokenizer: Any,
         chat_template_kwargs: Mapping[str, Any] | None = None,
         concurrency: int = 32,
+        prompt_format: str = "chat",
     ) -> None:
-        super().__init__(tokenizer, chat_template_kwargs)
+        super().__init__(tokenizer, chat_template_kwargs, prompt_format)
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         self.client = client
@@ -174,8 +196,10 @@ def make_vllm_backend(
     model_dir: str | Path,
     seed: int = 0,
     chat_template_kwargs: Mapping[str, Any] | None = None,
+    prompt_format: str = "chat",
 ):
-    """The ``vllm`` generation backend (params section ``vllm``) for the policy in ``model_dir``."""
+    """The ``vllm`` generation backend (params section ``vllm``) for the policy in ``model_dir``;
+    ``prompt_format``: ``chat`` (template) or ``raw`` (the user turn's text as it is)."""
     from transformers import AutoTokenizer
 
     template_kwargs = dict(chat_template_kwargs or {})
@@ -189,7 +213,12 @@ def make_vllm_backend(
         api_key = os.environ.get(settings.api_key_env, "EMPTY") if settings.api_key_env else "EMPTY"
         client = OpenAI(base_url=settings.base_url, api_key=api_key, timeout=settings.timeout_s)
         return VLLMServerBackend(
-            client, settings.served_model or model, tokenizer, template_kwargs, settings.concurrency
+            client,
+            settings.served_model or model,
+            tokenizer,
+            template_kwargs,
+            settings.concurrency,
+            prompt_format,
         )
     vllm = importlib.import_module("vllm")
     llm = vllm.LLM(
@@ -201,4 +230,4 @@ def make_vllm_backend(
         dtype=settings.dtype,
         enforce_eager=settings.enforce_eager,
     )
-    return VLLMBackend(llm, tokenizer, template_kwargs)
+    return VLLMBackend(llm, tokenizer, template_kwargs, prompt_format)

@@ -20,6 +20,11 @@ class EvaluateSettings(ConfigModel):
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
     max_new_tokens: int = Field(48, ge=1, le=131072, description="response length limit")
     max_questions_per_benchmark: int | None = Field(None, ge=1, description="null = every problem")
+    # chat: the policy's chat template around Box 2 (the prompts training used). raw: the
+    # authors' test.py string (their instruction, a newline, the question) without a template.
+    prompt_format: Literal["chat", "raw"] = Field(
+        "chat", description="chat (template + Box 2) | raw (the authors' text, vllm only)"
+    )
     bootstrap_resamples: int = Field(1000, ge=10, description="bootstrap resamples for CIs")
     groups: dict[str, list[str]] = Field(
         default_factory=lambda: {
@@ -35,6 +40,8 @@ class EvaluateSettings(ConfigModel):
             raise ValueError("ks must be increasing and >= 1")
         if self.ks[-1] > self.n:
             raise ValueError(f"largest k ({self.ks[-1]}) exceeds n ({self.n}) samples")
+        if self.prompt_format == "raw" and self.backend != "vllm":
+            raise ValueError("prompt_format: raw is the authors' vLLM evaluation: backend vllm")
         return self
 
 

@@ -17,7 +17,7 @@ import pandas as pd
 from tagrpo.backends.base import GenerationBackend, SamplingParams
 from tagrpo.data.schema import Question
 from tagrpo.metrics.passk import pass_at_k_table
-from tagrpo.prompts import chat_messages
+from tagrpo.prompts import authors_prompt_text, chat_messages
 
 if TYPE_CHECKING:
     from tagrpo.config.params import Params
@@ -35,15 +35,28 @@ class EvaluationResult:
     summary: dict[str, float]  # flat metrics for DVC/MLflow, e.g. "mini_arith/pass@8"
 
 
+def evaluation_messages(question: Question, prompt_format: str = "chat") -> list[dict[str, str]]:
+    """The user turn of ``question``: Box 2 (``chat``) or the authors' text (``raw``)."""
+    if prompt_format == "raw":
+        return [
+            {"role": "user", "content": authors_prompt_text(question.problem, question.choices)}
+        ]
+    return chat_messages(question.problem, question.choices)
+
+
 def sample_benchmarks(
     backend: GenerationBackend,
     benchmarks: Mapping[str, Sequence[Question]],
     sampling: SamplingParams,
+    prompt_format: str = "chat",
 ) -> pd.DataFrame:
     """Sample ``sampling.n`` responses per question; one row per response, ungraded."""
+    served = getattr(backend, "prompt_format", "chat")
+    if served != prompt_format:  # the authors' text inside a chat template is neither setting
+        raise ValueError(f"prompt_format {prompt_format!r} but the backend serves {served!r}")
     rows = []
     for name, questions in benchmarks.items():
-        conversations = [chat_messages(q.problem, q.choices) for q in questions]
+        conversations = [evaluation_messages(q, prompt_format) for q in questions]
         completions = backend.generate(conversations, sampling)
         for question, samples in zip(questions, completions, strict=True):
             for sample_index, completion in enumerate(samples):
@@ -148,17 +161,22 @@ def evaluate(
     ks: Sequence[int] = DEFAULT_KS,
     groups: Mapping[str, Sequence[str]] | None = None,
     n_resamples: int = 1000,
+    prompt_format: str = "chat",
 ) -> EvaluationResult:
     """Sample, grade and tabulate pass@k for every benchmark."""
     feasible = [k for k in ks if k <= sampling.n]
     if not feasible:
         raise ValueError(f"no k in {list(ks)} is <= n={sampling.n} samples per problem")
-    graded = grade_responses(sample_benchmarks(backend, benchmarks, sampling), grade)
+    graded = grade_responses(sample_benchmarks(backend, benchmarks, sampling, prompt_format), grade)
     table, summary = passk_tables(
         graded, feasible, groups or {}, n_resamples=n_resamples, seed=sampling.seed
     )
     summary["responses"] = float(len(graded))
     summary["truncated_rate"] = float(1.0 - graded["finished"].mean()) if len(graded) else 0.0
+    # Beside each benchmark's pass@k: the share of responses cut at max_new_tokens (a
+    # truncated response is graded wrong, so pass@k falls with it).
+    for name, finished in graded.groupby("benchmark", sort=False)["finished"]:
+        summary[f"{name}/truncated_rate"] = float(1.0 - finished.mean())
     return EvaluationResult(responses=graded, passk=table, summary=summary)
 
 
@@ -196,7 +214,7 @@ def evaluate_policy(config: Params, model_dir: Path, benchmarks_dir: Path) -> Ev
     if missing:
         raise ValueError(f"evaluate.groups name benchmarks the data stage did not write: {missing}")
     with grade_fn_for(config.common.grading) as grade:  # graders start while the model loads
-        backend = make_backend(settings.backend, config, model_dir)
+        backend = make_backend(settings.backend, config, model_dir, settings.prompt_format)
         return evaluate(
             backend,
             benchmarks,
@@ -205,4 +223,5 @@ def evaluate_policy(config: Params, model_dir: Path, benchmarks_dir: Path) -> Ev
             ks=settings.ks,
             groups=settings.groups,
             n_resamples=settings.bootstrap_resamples,
+            prompt_format=settings.prompt_format,
         )
