@@ -34,10 +34,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if args.dry_run:
         if backend != "verl":
             parser.error("--dry-run applies to train.backend: verl")
+        from tagrpo.verl_ext.dry_run import evaluation_lines
         from tagrpo.verl_ext.launcher import run_training
 
         policy = policy_name(args.method, seed, args.data_multiple)
-        return run_training(args.method, seed, policy, legacy_train_params(config), dry_run=True)
+        planned = run_training(args.method, seed, policy, legacy_train_params(config), dry_run=True)
+        print("\n".join(evaluation_lines(config)))  # what the evaluate stage will sample with
+        return planned
     plan = plan_training(config, args.method, seed, args.data_multiple)
     with running_stage(
         "train",

@@ -17,6 +17,7 @@ from verl_helpers import MODEL, ROOT, paper_config, paper_params, run_for
 from tagrpo.algorithms import METHODS
 from tagrpo.config.params import ConfigError, config_with, validate_params
 from tagrpo.training.run import legacy_train_params
+from tagrpo.verl_ext.dry_run import evaluation_lines
 from tagrpo.verl_ext.launcher import build_command
 from tagrpo.verl_ext.overrides import build_overrides, hydra_value
 from tagrpo.verl_ext.settings import refuse_rollout_correction, validate_run
@@ -205,7 +206,11 @@ def test_dry_run_prints_the_command_and_touches_nothing(monkeypatch, capsys) -> 
     monkeypatch.setattr(train_stage, "load_config", lambda: config)
     assert train_stage.main(["--method", "ta_grpo", "--seed", "1", "--dry-run"]) == {}
     printed = capsys.readouterr().out
-    words = shlex.split(printed.replace("\\\n", " "))
+    command_text, marker, evaluation = printed.partition("# evaluate: ")
+    # After the command: the settings the evaluate stage will sample with.
+    assert marker + evaluation == "\n".join(evaluation_lines(config)) + "\n"
+    assert "evaluate.prompt_format = chat\n" in evaluation
+    words = shlex.split(command_text.replace("\\\n", " "))
     env = dict(word.split("=", 1) for word in words[: words.index(sys.executable)])
     argv = words[words.index(sys.executable) :]
     expected = build_command("ta_grpo", params, 1, "ta_grpo-s1", ROOT)
