@@ -1,0 +1,315 @@
+"""Every time limit of the project guards its own moment, and still fires when that thing hangs.
+
+Issue 19: a deadline measured from the wrong moment (the grading pool's start-up deadline counted
+the caller's sampling) fails only when the caller is slow. So each limit here is tested twice,
+with the limit patched small: a slow caller (a real short sleep, a lock held, a request queued)
+must not spend it, and the guarded thing really hanging must still trip it. The grading pool's
+own deadlines are tested in tests/test_grading_pool.py.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from openai_fake_server import FakeOpenAIServer, Fault
+
+from tagrpo import pipeline_run
+from tagrpo.procfs import proc_stat
+from tagrpo.rephrase import cache as cache_module
+from tagrpo.rephrase.cache import ReplyCache
+from tagrpo.rephrase.openai_backend import ChatRequest, ChatRunner, EndpointConfig
+
+
+def _requests(count: int) -> list[ChatRequest]:
+    return [
+        ChatRequest(f"k{i}", [{"role": "user", "content": f"Q-{i}: find x."}], seed=i)
+        for i in range(count)
+    ]
+
+
+def _endpoint(server: FakeOpenAIServer, **overrides: object) -> EndpointConfig:
+    settings = {
+        "model": "fake-model",
+        "base_url": server.base_url,
+        "api_key_env": None,
+        "concurrency": 4,
+        "timeout_s": 0.5,
+        "max_attempts": 1,  # one attempt: a timeout shows as a failed request, not a retry
+        "backoff_base_s": 0.0,
+        **overrides,
+    }
+    return EndpointConfig(**settings)
+
+
+def _hold_write_lock(
+    path: Path, seconds: float, after: Callable[[], bool] = lambda: True
+) -> threading.Thread:
+    """Another connection (another process, in real life) holds SQLite's write lock until
+    ``seconds`` after ``after()`` becomes true."""
+    taken = threading.Event()
+
+    def hold() -> None:
+        other = sqlite3.connect(path)
+        other.execute("BEGIN IMMEDIATE")
+        taken.set()
+        while not after():
+            time.sleep(0.01)
+        time.sleep(seconds)
+        other.rollback()
+        other.close()
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    assert taken.wait(10)
+    return thread
+
+
+# -- ChatRunner (rephrasing and the answer-consistency solver): per-attempt limit -------------
+
+
+def test_request_limit_excludes_a_cache_write_waiting_for_the_sqlite_lock(tmp_path: Path) -> None:
+    """The first reply (0.1 s) is written to the cache, which waits for a lock another process
+    holds until 1 s later; the other three replies arrive 0.3 s after being sent and must not
+    time out meanwhile (the 0.5 s limit guards the request, not the cache's lock wait)."""
+    with FakeOpenAIServer(latency_s=0.1) as server, ReplyCache(tmp_path / "c.db") as cache:
+        for later in (1, 2, 3):
+            server.add_fault(Fault("delay", match=f"Q-{later}:", delay_s=0.2))
+        holder = _hold_write_lock(tmp_path / "c.db", 1.0, after=lambda: server.completed >= 1)
+        runner = ChatRunner(_endpoint(server), cache=cache)
+        results = runner.run(_requests(4))
+        holder.join()
+        assert [r.ok for r in results] == [True] * 4, [r.error for r in results]
+        assert dict(runner.stats.attempt_errors) == {}
+        assert runner.stats.http_requests == 4
+        assert cache.count() == 4  # every reply stored before run() returned
+
+
+def test_request_limit_excludes_time_queued_behind_the_concurrency_limit() -> None:
+    """One request at a time, 0.2 s each: the last of four waits 0.6 s for its turn, longer
+    than the 0.5 s limit, and still succeeds at its first attempt."""
+    with FakeOpenAIServer(latency_s=0.2) as server:
+        runner = ChatRunner(_endpoint(server, concurrency=1))
+        started = time.monotonic()
+        results = runner.run(_requests(4))
+        elapsed = time.monotonic() - started
+    assert [(r.ok, r.attempts) for r in results] == [(True, 1)] * 4
+    assert dict(runner.stats.attempt_errors) == {}
+    assert elapsed >= 0.8  # they really were queued
+
+
+def test_request_limit_excludes_the_backoff_before_a_retry() -> None:
+    """A 429 asks the client to wait 0.7 s; the retry is then sent and answered in time."""
+    with FakeOpenAIServer(latency_s=0.05) as server:
+        server.add_fault(Fault("status", match="Q-0:", status=429, retry_after=0.7))
+        runner = ChatRunner(_endpoint(server, max_attempts=2))
+        (result,) = runner.run(_requests(1))
+    assert (result.ok, result.attempts) == (True, 2)
+    assert dict(runner.stats.attempt_errors) == {"rate_limited": 1}
+
+
+def test_request_limit_fires_when_the_endpoint_hangs() -> None:
+    with FakeOpenAIServer() as server:
+        server.add_fault(Fault("delay", match="Q-1:", delay_s=1.5))
+        runner = ChatRunner(_endpoint(server, timeout_s=0.4))
+        results = runner.run(_requests(2))
+        (hung,) = server.requests_matching("Q-1:")
+        assert hung.finished_at is None  # the run gave up before the server answered
+    assert [r.ok for r in results] == [True, False]
+    assert results[1].error_kind == "timeout"
+    assert results[1].error == "timeout: no reply within 0.4 s"
+
+
+# -- ReplyCache: SQLite's lock wait ---------------------------------------------------------
+
+
+def test_cache_write_waits_for_a_lock_held_briefly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow caller (the cache opened 0.6 s before the write, longer than the limit) does not
+    spend the lock timeout: it is measured from the write that waits."""
+    monkeypatch.setattr(cache_module, "LOCK_TIMEOUT_S", 0.5)
+    with ReplyCache(tmp_path / "c.db") as cache:
+        time.sleep(0.6)
+        holder = _hold_write_lock(tmp_path / "c.db", 0.2)
+        cache.put("a", "chat", {"texts": ["x"]})
+        holder.join()
+        assert cache.get("a") == {"texts": ["x"]}
+
+
+def test_cache_write_fails_when_the_lock_is_never_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cache_module, "LOCK_TIMEOUT_S", 0.3)
+    with ReplyCache(tmp_path / "c.db") as cache:
+        holder = _hold_write_lock(tmp_path / "c.db", 1.5)
+        started = time.monotonic()
+        with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+            cache.put("a", "chat", {"texts": ["x"]})
+        assert 0.25 <= time.monotonic() - started < 1.4
+        holder.join()
+
+
+# -- the DVC parent run: grace for stages still ending their runs ----------------------------
+
+
+@dataclass
+class _Run:
+    """The few fields of an MLflow run that tagrpo.pipeline_run reads."""
+
+    run_id: str
+    tags: dict[str, str]
+    status: str = "RUNNING"
+    experiment_id: str = "0"
+
+    @property
+    def info(self) -> _Run:
+        return self
+
+    @property
+    def data(self) -> SimpleNamespace:
+        return SimpleNamespace(tags=self.tags, metrics={})
+
+
+class _Tracking:
+    """An in-memory MLflow client with the calls and the two queries pipeline_run makes (a
+    real store costs seconds to open here; tests/test_pipeline_run.py uses one)."""
+
+    def __init__(self, *runs: _Run) -> None:
+        self.runs = {run.run_id: run for run in runs}
+        self.terminated: list[tuple[str, str, float]] = []
+
+    def get_run(self, run_id: str) -> _Run:
+        return self.runs[run_id]
+
+    def search_runs(self, experiments: list[str], filter_string: str) -> list[_Run]:
+        if filter_string.startswith("tags.mlflow.parentRunId = "):
+            parent = filter_string.split("'")[1]
+            return [r for r in self.runs.values() if r.tags.get("mlflow.parentRunId") == parent]
+        assert "attributes.status = 'RUNNING'" in filter_string, filter_string
+        return [
+            r
+            for r in self.runs.values()
+            if r.status == "RUNNING" and r.tags.get(pipeline_run.ORIGIN_TAG) == "dvc"
+        ]
+
+    def set_terminated(self, run_id: str, status: str) -> None:
+        self.runs[run_id].status = status
+        self.terminated.append((run_id, status, time.monotonic()))
+
+    def set_tag(self, run_id: str, key: str, value: str) -> None:
+        self.runs[run_id].tags[key] = value
+
+    def log_metric(self, run_id: str, key: str, value: float) -> None:
+        pass
+
+    def log_artifact(self, run_id: str, path: str) -> None:
+        pass
+
+
+def _start_ticks(pid: int) -> int:
+    stat = proc_stat(pid)
+    assert stat is not None
+    return stat.start_ticks
+
+
+@pytest.fixture
+def live_stage() -> subprocess.Popen:
+    """A process standing for a stage that is still running (its run RUNNING)."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield process
+    process.kill()
+    process.wait()
+
+
+def _pipeline(dvc_key: str, stage_pid: int, watcher: str | None = None) -> _Tracking:
+    host = socket.gethostname()
+    parent_tags = {
+        pipeline_run.ORIGIN_TAG: "dvc",
+        "tagrpo.host": host,
+        pipeline_run.PIPELINE_KEY_TAG: f"{host}:{dvc_key}",
+    }
+    if watcher is not None:
+        parent_tags[pipeline_run.WATCHER_TAG] = watcher
+    child_tags = {"mlflow.parentRunId": "parent", "tagrpo.host": host, "tagrpo.pid": str(stage_pid)}
+    return _Tracking(_Run("parent", parent_tags), _Run("stage", child_tags))
+
+
+def test_orphan_sweep_does_not_wait_for_another_invocations_stages(
+    live_stage: subprocess.Popen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dvc and its watcher are gone; a stage of that invocation still runs. The sweep (in a
+    new stage, holding the pipeline lock) ends the orphan KILLED at once: the grace was dvc's
+    exit + grace, long past, not 'now + grace'."""
+    monkeypatch.setattr(pipeline_run, "_CHILD_GRACE_SECONDS", 3.0)
+    monkeypatch.setattr(pipeline_run, "_POLL_SECONDS", 0.05)
+    gone = f"{os.getpid()}:1"  # this pid with another start time: a process that has exited
+    tracking = _pipeline(gone, live_stage.pid, watcher=gone)
+    started = time.monotonic()
+    assert pipeline_run.finish_orphaned_runs(tracking, "0") == 1
+    assert time.monotonic() - started < 1.5
+    assert tracking.runs["parent"].status == "KILLED"  # a stage outlived dvc
+    assert tracking.runs["stage"].status == "RUNNING"  # its process lives: not ours to end
+
+
+def test_orphan_sweep_leaves_a_run_to_its_live_watcher(live_stage: subprocess.Popen) -> None:
+    watcher = f"{os.getpid()}:{_start_ticks(os.getpid())}"
+    tracking = _pipeline(f"{os.getpid()}:1", live_stage.pid, watcher=watcher)
+    assert pipeline_run.finish_orphaned_runs(tracking, "0") == 0
+    assert tracking.runs["parent"].status == "RUNNING"
+
+
+def _dvc_for(seconds: float) -> tuple[subprocess.Popen, threading.Thread]:
+    """A stand-in dvc that runs ``seconds``; reaped at once (a zombie still has a /proc)."""
+    process = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"])
+    reaper = threading.Thread(target=process.wait, daemon=True)
+    reaper.start()
+    return process, reaper
+
+
+def test_watcher_grace_starts_at_dvc_exit_not_at_the_watchers_start(
+    live_stage: subprocess.Popen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dvc runs 1.5 s (longer than the 0.8 s grace); its last stage ends its run 0.4 s after
+    dvc exits: within the grace, so the parent run ends FINISHED."""
+    monkeypatch.setattr(pipeline_run, "_CHILD_GRACE_SECONDS", 0.8)
+    monkeypatch.setattr(pipeline_run, "_POLL_SECONDS", 0.05)
+    dvc, reaper = _dvc_for(1.5)
+    tracking = _pipeline(f"{dvc.pid}:{_start_ticks(dvc.pid)}", live_stage.pid)
+
+    def stage_ends_after_dvc() -> None:
+        reaper.join()
+        time.sleep(0.4)
+        tracking.runs["stage"].status = "FINISHED"
+
+    ender = threading.Thread(target=stage_ends_after_dvc, daemon=True)
+    ender.start()
+    assert pipeline_run.watch("parent", dvc.pid, _start_ticks(dvc.pid), client=tracking) == (
+        "FINISHED"
+    )
+    ender.join()
+
+
+def test_watcher_grace_fires_when_a_stage_never_ends_its_run(
+    live_stage: subprocess.Popen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pipeline_run, "_CHILD_GRACE_SECONDS", 0.5)
+    monkeypatch.setattr(pipeline_run, "_POLL_SECONDS", 0.05)
+    dvc, reaper = _dvc_for(0.3)
+    tracking = _pipeline(f"{dvc.pid}:{_start_ticks(dvc.pid)}", live_stage.pid)
+    assert pipeline_run.watch("parent", dvc.pid, _start_ticks(dvc.pid), client=tracking) == (
+        "KILLED"
+    )
+    reaper.join()
+    (ended,) = tracking.terminated
+    assert ended[:2] == ("parent", "KILLED")
