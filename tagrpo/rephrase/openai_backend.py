@@ -253,9 +253,7 @@ class ChatRunner:
             async def one(position: int, request: ChatRequest) -> None:
                 nonlocal done
                 client = clients[position % shards]
-                results[request.key] = await self._with_retries(
-                    client, semaphore, request, writer
-                )
+                results[request.key] = await self._with_retries(client, semaphore, request, writer)
                 done += 1
                 shown.update(1)
                 if self._progress:
