@@ -313,3 +313,67 @@ def test_watcher_grace_fires_when_a_stage_never_ends_its_run(
     reaper.join()
     (ended,) = tracking.terminated
     assert ended[:2] == ("parent", "KILLED")
+
+
+# -- the stage's watch on its launcher (tagrpo.runtime.die_with_parent) ---------------------
+
+_WATCHED_STAGE = """
+import sys, time
+time.sleep(float(sys.argv[1]))  # a stage slow to start (imports, a loaded machine)
+from tagrpo.runtime import die_with_parent
+try:
+    die_with_parent()
+    print("watching", flush=True)
+    time.sleep(30)
+    print("outlived its launcher", flush=True)
+except KeyboardInterrupt as stop:
+    print(f"stopped: {stop}", flush=True)
+    sys.exit(3)
+"""
+
+
+def _launch_through_a_shell(tmp_path: Path, stage_delay_s: float, wait_for_watch: bool):
+    """A launcher (dvc) runs the stage through ``sh -c`` that stays in between, then exits: at
+    once, or once the stage watches it; returns the stage's output file and exit-code file."""
+    stage = tmp_path / "stage.py"
+    stage.write_text(_WATCHED_STAGE)
+    out, code = tmp_path / "out.txt", tmp_path / "code.txt"
+    shell = f"{sys.executable} {stage} {stage_delay_s} > {out} 2>&1; echo $? > {code}"
+    launcher = (
+        "import pathlib, subprocess, sys, time; "
+        "subprocess.Popen(['/bin/sh', '-c', sys.argv[1]]); "
+        f"watched = pathlib.Path({str(out)!r}); deadline = time.monotonic() + 30\n"
+        f"while {wait_for_watch} and time.monotonic() < deadline and not (\n"
+        "    watched.exists() and 'watching' in watched.read_text()):\n"
+        "    time.sleep(0.05)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path.cwd()), "DVC_STAGE": "slow"}
+    subprocess.run([sys.executable, "-c", launcher, shell], env=env, check=True)
+    return out, code
+
+
+def _wait_for(path: Path, timeout: float = 8.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return path.read_text().strip()
+        time.sleep(0.05)
+    raise AssertionError(f"{path.name} not written within {timeout} s")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_stage_slow_to_start_refuses_to_run_when_its_launcher_already_exited(
+    tmp_path: Path,
+) -> None:
+    """The launcher exits at once; the stage reaches die_with_parent 1 s later, its shell now
+    a child of init. It must not start (old code found no launcher to watch and ran on)."""
+    out, code = _launch_through_a_shell(tmp_path, stage_delay_s=1.0, wait_for_watch=False)
+    assert _wait_for(code) == "1"
+    assert "the process that started this stage is gone" in out.read_text()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_running_stage_stops_when_its_launcher_exits(tmp_path: Path) -> None:
+    out, code = _launch_through_a_shell(tmp_path, stage_delay_s=0.0, wait_for_watch=True)
+    assert _wait_for(code) == "3"
+    assert out.read_text().splitlines() == ["watching", "stopped: terminated by signal 15"]
