@@ -10,6 +10,7 @@ own deadlines are tested in tests/test_grading_pool.py.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -29,6 +30,7 @@ from tagrpo.procfs import proc_stat
 from tagrpo.rephrase import cache as cache_module
 from tagrpo.rephrase.cache import ReplyCache
 from tagrpo.rephrase.openai_backend import ChatRequest, ChatRunner, EndpointConfig
+from tagrpo.verl_ext.process import TEMP_PREFIX, stop_run
 
 
 def _requests(count: int) -> list[ChatRequest]:
@@ -377,3 +379,126 @@ def test_a_running_stage_stops_when_its_launcher_exits(tmp_path: Path) -> None:
     out, code = _launch_through_a_shell(tmp_path, stage_delay_s=0.0, wait_for_watch=True)
     assert _wait_for(code) == "3"
     assert out.read_text().splitlines() == ["watching", "stopped: terminated by signal 15"]
+
+
+# -- verl's clean-up (tagrpo.verl_ext.process.stop_run): SIGTERM, grace, SIGKILL -------------
+
+_TERM_THEN_EXIT = """
+import signal, sys, time
+def leave(signum, frame):
+    time.sleep(float(sys.argv[1]))  # its own clean-up
+    sys.exit(0)
+signal.signal(signal.SIGTERM, leave if float(sys.argv[1]) >= 0 else signal.SIG_IGN)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def _run_process(tmp_path: Path, cleanup_s: float) -> subprocess.Popen:
+    """A verl-like process in its own session, marked by the run's TMPDIR; ``cleanup_s`` after
+    SIGTERM it exits 0 (negative: it ignores SIGTERM)."""
+    marker = tmp_path / f"{TEMP_PREFIX}test"
+    marker.mkdir()
+    process = subprocess.Popen(
+        [sys.executable, "-c", _TERM_THEN_EXIT, str(cleanup_s)],
+        env={**os.environ, "TMPDIR": str(marker)},
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert process.stdout.readline() == "ready\n"
+    return process
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_verl_stop_grace_counts_from_the_sigterm_not_from_the_run(tmp_path: Path) -> None:
+    """The run lasted 1 s (longer than the 0.8 s grace) before being stopped; the process needs
+    0.3 s after SIGTERM to exit: it exits on its own, no SIGKILL."""
+    process = _run_process(tmp_path, cleanup_s=0.3)
+    time.sleep(1.0)
+    stop_run(process.pid, str(tmp_path / f"{TEMP_PREFIX}test"), grace_s=0.8)
+    assert process.wait(timeout=5) == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_verl_stop_grace_fires_when_a_process_ignores_sigterm(tmp_path: Path) -> None:
+    process = _run_process(tmp_path, cleanup_s=-1)
+    started = time.monotonic()
+    signalled = stop_run(process.pid, str(tmp_path / f"{TEMP_PREFIX}test"), grace_s=0.5)
+    assert process.wait(timeout=5) == -signal.SIGKILL
+    assert 0.5 <= time.monotonic() - started < 3.0
+    assert signalled == [process.pid]
+
+
+# -- the Prefect flow's dvc task (flows.pipeline.stream_command): cancelled -> SIGTERM, grace -
+
+
+class _CancelAfter:
+    """A task logger; the task is cancelled (KeyboardInterrupt) at the first line after
+    ``seconds`` (a task that has been running a while, longer than the grace)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+        self.lines: list[str] = []
+
+    def info(self, line: str) -> None:
+        self.lines.append(line)
+        if time.monotonic() >= self.at:
+            raise KeyboardInterrupt("task cancelled")
+
+
+_DVC_STANDIN = """
+import signal, sys, time
+def leave(signum, frame):
+    time.sleep(float(sys.argv[1]))
+    sys.exit(0)
+signal.signal(signal.SIGTERM, leave if float(sys.argv[1]) >= 0 else signal.SIG_IGN)
+while True:
+    print("Running stage", flush=True)
+    time.sleep(0.05)
+"""
+
+
+@pytest.fixture(scope="module")
+def flow_module():
+    """flows.pipeline (importing Prefect takes seconds: once, as set-up)."""
+    import flows.pipeline
+
+    return flows.pipeline
+
+
+def _cancelled_stream(
+    pipeline, monkeypatch: pytest.MonkeyPatch, grace_s: float, cleanup_s: float
+) -> subprocess.Popen:
+    monkeypatch.setattr(pipeline, "_STOP_GRACE_S", grace_s)
+    started: list[subprocess.Popen] = []
+    real_popen = subprocess.Popen
+
+    def recording_popen(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(pipeline.subprocess, "Popen", recording_popen)
+    command = [sys.executable, "-c", _DVC_STANDIN, str(cleanup_s)]
+    with pytest.raises(KeyboardInterrupt, match="task cancelled"):
+        pipeline.stream_command(command, Path.cwd(), dict(os.environ), _CancelAfter(1.0))
+    (process,) = started
+    return process
+
+
+def test_flow_stop_grace_counts_from_the_sigterm(
+    flow_module, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task streamed for 1 s (longer than the 0.8 s grace) before it was cancelled; dvc
+    takes 0.3 s to stop its stage after SIGTERM and exits on its own."""
+    process = _cancelled_stream(flow_module, monkeypatch, grace_s=0.8, cleanup_s=0.3)
+    assert process.returncode == 0
+
+
+def test_flow_stop_grace_kills_a_dvc_that_ignores_sigterm(
+    flow_module, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Old code: ``wait(timeout)`` raised TimeoutExpired (hiding the cancellation) and left dvc
+    running."""
+    process = _cancelled_stream(flow_module, monkeypatch, grace_s=0.5, cleanup_s=-1)
+    assert process.returncode == -signal.SIGKILL
