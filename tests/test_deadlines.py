@@ -9,6 +9,8 @@ own deadlines are tested in tests/test_grading_pool.py.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import socket
@@ -19,13 +21,18 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 from openai_fake_server import FakeOpenAIServer, Fault
 
 from tagrpo import pipeline_run
+from tagrpo.backends.base import SamplingParams
+from tagrpo.backends.vllm_backend import VLLMServerBackend, server_client
+from tagrpo.config.engines import VLLMEngineSettings
 from tagrpo.procfs import proc_stat
 from tagrpo.rephrase import cache as cache_module
 from tagrpo.rephrase.cache import ReplyCache
@@ -502,3 +509,93 @@ def test_flow_stop_grace_kills_a_dvc_that_ignores_sigterm(
     running."""
     process = _cancelled_stream(flow_module, monkeypatch, grace_s=0.5, cleanup_s=-1)
     assert process.returncode == -signal.SIGKILL
+
+
+# -- vllm serve (tagrpo.backends.vllm_backend, server mode): per-request timeout ------------
+
+
+class _SlowCompletions(BaseHTTPRequestHandler):
+    """``POST /v1/completions``: answers after ``delays[seed]`` seconds (default ``latency``)."""
+
+    latency: ClassVar[float] = 0.0
+    delays: ClassVar[dict[int, float]] = {}
+    seeds: ClassVar[list[int]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).seeds.append(body["seed"])
+        time.sleep(self.delays.get(body["seed"], self.latency))
+        choices = [{"index": 0, "text": "x", "token_ids": [5], "finish_reason": "stop"}]
+        payload = json.dumps(
+            {"id": "c", "object": "text_completion", "created": 0, "model": "m", "choices": choices}
+        ).encode()
+        with contextlib.suppress(OSError):  # the client may have given up (timed out)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _CharTokenizer:
+    """What VLLMServerBackend asks of a tokenizer: a chat template and encoding."""
+
+    def apply_chat_template(self, messages, add_generation_prompt, tokenize, **kwargs) -> str:
+        return "".join(m["content"] for m in messages)
+
+    def __call__(self, text: str, add_special_tokens: bool) -> dict[str, list[int]]:
+        return {"input_ids": [ord(c) % 100 for c in text]}
+
+
+@pytest.fixture
+def completions_server() -> str:
+    _SlowCompletions.latency, _SlowCompletions.delays, _SlowCompletions.seeds = 0.0, {}, []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowCompletions)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+def _vllm_server_backend(base_url: str, timeout_s: float, concurrency: int) -> VLLMServerBackend:
+    settings = VLLMEngineSettings(
+        mode="server", base_url=base_url, api_key_env=None, timeout_s=timeout_s
+    )
+    return VLLMServerBackend(
+        server_client(settings), "policy", _CharTokenizer(), concurrency=concurrency
+    )
+
+
+def _problems(count: int) -> list[list[dict[str, str]]]:
+    return [[{"role": "user", "content": f"problem {i}"}] for i in range(count)]
+
+
+_ONE_SAMPLE = SamplingParams(n=1, temperature=1.0, top_p=1.0, max_new_tokens=4, seed=0)
+
+
+def test_vllm_request_timeout_excludes_time_queued_behind_the_concurrency_limit(
+    completions_server: str,
+) -> None:
+    """One request at a time, 0.3 s each: the third waits 0.6 s for its turn, longer than the
+    0.5 s limit, and is still answered at its first attempt."""
+    _SlowCompletions.latency = 0.3
+    backend = _vllm_server_backend(completions_server, timeout_s=0.5, concurrency=1)
+    completions = backend.generate(_problems(3), _ONE_SAMPLE)
+    assert [[c.text for c in problem] for problem in completions] == [["x"], ["x"], ["x"]]
+    assert sorted(_SlowCompletions.seeds) == [0, 1, 2]  # no retry
+
+
+def test_vllm_request_timeout_fires_when_the_server_hangs(completions_server: str) -> None:
+    import openai
+
+    _SlowCompletions.delays = {1: 5.0}  # problem 1's seed is 1 (problem_seed(0, 1))
+    backend = _vllm_server_backend(completions_server, timeout_s=0.4, concurrency=2)
+    started = time.monotonic()
+    with pytest.raises(openai.APITimeoutError):
+        backend.generate(_problems(2), _ONE_SAMPLE)
+    # The client's two retries (after 0.5-1 s and 1-2 s) each get the same 0.4 s.
+    assert time.monotonic() - started < 4.9
+    assert sorted(_SlowCompletions.seeds) == [0, 1, 1, 1]
