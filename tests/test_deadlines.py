@@ -599,3 +599,40 @@ def test_vllm_request_timeout_fires_when_the_server_hangs(completions_server: st
     # The client's two retries (after 0.5-1 s and 1-2 s) each get the same 0.4 s.
     assert time.monotonic() - started < 4.9
     assert sorted(_SlowCompletions.seeds) == [0, 1, 1, 1]
+
+
+def test_flow_progress_throttle_counts_from_the_last_progress_line_logged(
+    flow_module, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A patched clock: redraws at 0, 10, 16, 20, 31 s with a 15 s interval. The interval runs
+    from the last redraw logged (0 -> 16 -> 31), not from the start or from any redraw."""
+    now = [1000.0]
+    monkeypatch.setattr(flow_module.time, "monotonic", lambda: now[0])
+    lines: list[str] = []
+    output = flow_module.OutputLogger(SimpleNamespace(info=lines.append), every_s=15.0)
+    for second in (0, 10, 16, 20, 31):
+        now[0] = 1000.0 + second
+        output.feed(f"bar {second}\r")
+    assert lines == ["bar 0", "bar 16", "bar 31"]
+
+
+def test_consistency_solver_request_limit_queued_and_hung() -> None:
+    """The answer-consistency solver sends through the same runner: an item queued behind the
+    concurrency limit keeps its whole limit; an item whose request hangs fails (None) alone."""
+    from tagrpo.config.equivalence import ConsistencyConfig, SolverEndpoint
+    from tagrpo.equivalence.consistency import EndpointSolver, SolveItem
+
+    with FakeOpenAIServer(latency_s=0.25, reply=lambda body: ["\\boxed{1}"] * body["n"]) as server:
+        server.add_fault(Fault("delay", match="hangs", delay_s=1.5))
+        endpoint = SolverEndpoint(
+            base_url=server.base_url,
+            api_key_env=None,
+            concurrency=1,
+            timeout_s=0.4,
+            max_attempts=1,
+        )
+        solver = EndpointSolver(endpoint, ConsistencyConfig(k=2, min_correct=1))
+        items = [SolveItem(f"item {i}: 1?", "1") for i in range(3)] + [SolveItem("hangs", "1")]
+        samples = solver.sample(items, k=2)
+    assert samples == [["\\boxed{1}"] * 2] * 3 + [None]
+    assert dict(solver.runner.stats.final_errors) == {"timeout": 1}
