@@ -281,9 +281,17 @@ def test_orphan_sweep_leaves_a_run_to_its_live_watcher(live_stage: subprocess.Po
 def _dvc_for(seconds: float) -> tuple[subprocess.Popen, threading.Thread]:
     """A stand-in dvc that runs ``seconds``; reaped at once (a zombie still has a /proc)."""
     process = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"])
-    reaper = threading.Thread(target=process.wait, daemon=True)
+
+    def reap() -> None:
+        process.wait()
+        _exit_times[process.pid] = time.monotonic()
+
+    reaper = threading.Thread(target=reap, daemon=True)
     reaper.start()
     return process, reaper
+
+
+_exit_times: dict[int, float] = {}
 
 
 def test_watcher_grace_starts_at_dvc_exit_not_at_the_watchers_start(
@@ -307,6 +315,38 @@ def test_watcher_grace_starts_at_dvc_exit_not_at_the_watchers_start(
         "FINISHED"
     )
     ender.join()
+
+
+class _SlowFirstRead(_Tracking):
+    """A tracking store whose first read after dvc's exit takes ``seconds`` (a busy server)."""
+
+    def __init__(self, seconds: float, *runs: _Run) -> None:
+        super().__init__(*runs)
+        self.seconds = seconds
+
+    def get_run(self, run_id: str) -> _Run:
+        if self.seconds:
+            time.sleep(self.seconds)
+            self.seconds = 0.0
+        return super().get_run(run_id)
+
+
+def test_watcher_grace_is_not_extended_by_a_slow_tracking_store(
+    live_stage: subprocess.Popen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The grace (2 s) runs from dvc's exit: a store read taking 2.5 s after the exit uses it
+    all up, and the run ends right after that read (old code: 2 s more, from the read)."""
+    monkeypatch.setattr(pipeline_run, "_CHILD_GRACE_SECONDS", 2.0)
+    monkeypatch.setattr(pipeline_run, "_POLL_SECONDS", 0.05)
+    dvc, reaper = _dvc_for(0.2)
+    ticks = _start_ticks(dvc.pid)
+    plain = _pipeline(f"{dvc.pid}:{ticks}", live_stage.pid)
+    tracking = _SlowFirstRead(2.5, *plain.runs.values())
+    assert pipeline_run.watch("parent", dvc.pid, ticks, client=tracking) == "KILLED"
+    reaper.join()
+    exited = _exit_times[dvc.pid]
+    ((_, _, ended),) = tracking.terminated
+    assert 2.5 <= ended - exited < 3.5
 
 
 def test_watcher_grace_fires_when_a_stage_never_ends_its_run(
