@@ -297,11 +297,11 @@ _exit_times: dict[int, float] = {}
 def test_watcher_grace_starts_at_dvc_exit_not_at_the_watchers_start(
     live_stage: subprocess.Popen, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """dvc runs 1.5 s (longer than the 0.8 s grace); its last stage ends its run 0.4 s after
+    """dvc runs 2 s (longer than the 1.5 s grace); its last stage ends its run 0.4 s after
     dvc exits: within the grace, so the parent run ends FINISHED."""
-    monkeypatch.setattr(pipeline_run, "_CHILD_GRACE_SECONDS", 0.8)
+    monkeypatch.setattr(pipeline_run, "_CHILD_GRACE_SECONDS", 1.5)
     monkeypatch.setattr(pipeline_run, "_POLL_SECONDS", 0.05)
-    dvc, reaper = _dvc_for(1.5)
+    dvc, reaper = _dvc_for(2.0)
     tracking = _pipeline(f"{dvc.pid}:{_start_ticks(dvc.pid)}", live_stage.pid)
 
     def stage_ends_after_dvc() -> None:
