@@ -65,6 +65,8 @@ Override = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.
 Mode = Literal["scratch", "experiment", "workspace"]
 # A progress bar redraws with carriage returns: log its latest state at most this often.
 _PROGRESS_EVERY_S = 15.0
+# A cancelled task's dvc gets this long after SIGTERM to stop its stage, then SIGKILL.
+_STOP_GRACE_S = 60.0
 _TAIL_LINES = 60
 
 
@@ -132,7 +134,11 @@ def stream_command(command: list[str], cwd: Path, env: dict[str, str], logger: A
     finally:
         if process.poll() is None:  # the task was cancelled: stop dvc (it stops its stage)
             process.terminate()
-            process.wait(timeout=60)
+            try:
+                process.wait(timeout=_STOP_GRACE_S)  # from the SIGTERM
+            except subprocess.TimeoutExpired:
+                process.kill()  # a dvc left running would hold the stage's outputs and lock
+                process.wait()
     output.close()
     if code != 0:
         raise RuntimeError(f"{' '.join(command)} exited {code}:\n" + "\n".join(output.tail[-30:]))

@@ -7,7 +7,8 @@ the kernel's start time, so a reused pid is never mistaken for it); later stages
 invocation find the run by that key and nest under it. A detached watcher process, started with
 the parent run, waits for the dvc process to exit and then ends the parent run: FAILED if a stage
 run failed, KILLED if one was killed, FINISHED otherwise. If the watcher itself is gone (machine
-rebooted, killed), the next stage of any invocation finishes such orphaned parent runs.
+rebooted, killed), the next stage of any invocation finishes such orphaned parent runs (at
+once: the grace for stages still ending their runs is the watcher's, from dvc's exit).
 
 Linux only (``/proc``); elsewhere stages simply run without a parent run.
 
@@ -32,6 +33,7 @@ from tagrpo.paths import home_root
 from tagrpo.procfs import proc_stat, process_alive
 
 PIPELINE_KEY_TAG = "tagrpo.pipeline_key"
+WATCHER_TAG = "tagrpo.watcher"  # "<pid>:<start ticks>" of the run's watcher process
 ORIGIN_TAG = "tagrpo.origin"
 ROOT_TAG = "tagrpo.root"
 _POLL_SECONDS = 1.0
@@ -135,7 +137,7 @@ def parent_run_for_stage(client: Any, experiment_id: str, config: Any) -> str | 
         if found:
             return found[0].info.run_id
         run_id = _create_parent_run(client, experiment_id, config, dvc)
-        _spawn_watcher(run_id, dvc, root)
+        _spawn_watcher(client, run_id, dvc, root)
         return run_id
 
 
@@ -175,7 +177,7 @@ def _create_parent_run(client: Any, experiment_id: str, config: Any, dvc: DvcPro
     return run_id
 
 
-def _spawn_watcher(run_id: str, dvc: DvcProcess, root: Path) -> None:
+def _spawn_watcher(client: Any, run_id: str, dvc: DvcProcess, root: Path) -> None:
     """A detached process that ends the parent run when dvc exits (it outlives this stage)."""
     import mlflow
 
@@ -184,7 +186,7 @@ def _spawn_watcher(run_id: str, dvc: DvcProcess, root: Path) -> None:
     env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow.get_tracking_uri()}
     with open(log_dir / f"{run_id}.log", "ab") as log:
         # Own session, no inherited pipes: dvc and whoever reads dvc's output never wait on it.
-        subprocess.Popen(
+        watcher = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -202,16 +204,25 @@ def _spawn_watcher(run_id: str, dvc: DvcProcess, root: Path) -> None:
             start_new_session=True,
             close_fds=True,
         )
+    # The orphan sweep leaves a run to its watcher while the watcher lives.
+    stat = proc_stat(watcher.pid)
+    if stat is not None:
+        client.set_tag(run_id, WATCHER_TAG, f"{watcher.pid}:{stat.start_ticks}")
 
 
-def finish_run(client: Any, run_id: str) -> str:
-    """End a pipeline parent run from its children's states; returns the status set."""
+def finish_run(client: Any, run_id: str, wait_until: float | None = None) -> str:
+    """End a pipeline parent run from its children's states; returns the status set.
+
+    Children still RUNNING are waited for until ``wait_until`` (a ``time.monotonic()`` value;
+    None: not at all). The watcher passes dvc's exit + ``_CHILD_GRACE_SECONDS``: a stage that
+    dvc's death just signalled may still be ending its run. The grace is measured from that
+    exit, not from whenever this is called.
+    """
     from tagrpo.tracking import mark_dead_runs_killed
 
     experiment_id = client.get_run(run_id).info.experiment_id
     query = f"tags.mlflow.parentRunId = '{run_id}'"
-    # A stage that dvc's death just signalled may still be ending its run: give it time.
-    deadline = time.monotonic() + _CHILD_GRACE_SECONDS
+    deadline = time.monotonic() if wait_until is None else wait_until
     while True:
         children = client.search_runs([experiment_id], filter_string=query)
         running = [c for c in children if c.info.status == "RUNNING"]
@@ -237,7 +248,10 @@ def finish_run(client: Any, run_id: str) -> str:
 
 
 def finish_orphaned_runs(client: Any, experiment_id: str) -> int:
-    """Parent runs of dvc processes on this host that are gone, but still RUNNING."""
+    """Parent runs of dvc processes on this host that are gone, but still RUNNING, and whose
+    watcher is gone too: ended at once, without waiting for their children (their dvc exited
+    at some unknown earlier time, so any grace for its stages is the watcher's, and the stage
+    running this sweep must not wait, holding the pipeline lock, for another invocation's)."""
     host = socket.gethostname()
     runs = client.search_runs(
         [experiment_id],
@@ -251,21 +265,30 @@ def finish_orphaned_runs(client: Any, experiment_id: str) -> int:
         _, pid, ticks = run.data.tags.get(PIPELINE_KEY_TAG, "::").rsplit(":", 2)
         if pid.isdigit() and ticks.isdigit() and process_alive(int(pid), int(ticks)):
             continue
-        finish_run(client, run.info.run_id)
+        if _watcher_alive(run.data.tags.get(WATCHER_TAG, "")):
+            continue  # dvc just exited: its watcher is giving the stages their grace
+        finish_run(client, run.info.run_id, wait_until=None)
         finished += 1
     return finished
 
 
-def watch(run_id: str, pid: int, start_ticks: int) -> str:
-    """Wait for the dvc process to exit, then end its parent run."""
-    from mlflow.tracking import MlflowClient
+def _watcher_alive(key: str) -> bool:
+    pid, _, ticks = key.partition(":")
+    return pid.isdigit() and ticks.isdigit() and process_alive(int(pid), int(ticks))
 
-    client = MlflowClient()
+
+def watch(run_id: str, pid: int, start_ticks: int, client: Any = None) -> str:
+    """Wait for the dvc process to exit, then end its parent run."""
+    if client is None:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient()
     while process_alive(pid, start_ticks):
         time.sleep(_POLL_SECONDS)
+    grace_ends = time.monotonic() + _CHILD_GRACE_SECONDS  # from dvc's exit
     if client.get_run(run_id).info.status != "RUNNING":
         return client.get_run(run_id).info.status  # finished meanwhile by an orphan sweep
-    status = finish_run(client, run_id)
+    status = finish_run(client, run_id, wait_until=grace_ends)
     print(f"[pipeline-run] dvc process {pid} exited: run {run_id} {status}", flush=True)
     return status
 

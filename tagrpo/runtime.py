@@ -58,7 +58,9 @@ def die_with_parent() -> None:
     DVC runs a stage through ``$SHELL -c`` (``/bin/sh`` when unset). bash replaces itself with
     the command, dash does not, and a shell survives the ``kill -9`` of dvc: so when the parent
     is a shell, the stage also watches the nearest ancestor that is not one (dvc, the flow).
-    No-op off Linux. If the parent is already gone (re-parented to init), exit at once.
+    No-op off Linux. If the parent is already gone (re-parented to init), exit at once; so
+    also when dvc beyond the shells is: a stage slow to get here (imports) may find its shell
+    already re-parented to init, and watching init would guard nothing.
     """
     signal.signal(signal.SIGTERM, _terminate)
     if not sys.platform.startswith("linux"):
@@ -70,22 +72,41 @@ def die_with_parent() -> None:
     if parent == 1 or os.getppid() != parent:
         raise SystemExit("the parent process is gone: not starting the stage")
     launcher = _launcher_beyond_shells(parent)
-    if launcher is not None and launcher[0] != parent:
+    if launcher is not None and launcher[0] == 1 and _dvc_exited():
+        raise SystemExit(
+            "the process that started this stage is gone (its shell now belongs to init): "
+            "not starting the stage"
+        )
+    if launcher is not None and launcher[0] not in (1, parent):
         threading.Thread(
             target=_watch, args=launcher, name="die-with-launcher", daemon=True
         ).start()
 
 
 def _launcher_beyond_shells(pid: int) -> tuple[int, int] | None:
-    """The nearest ancestor (from ``pid`` up) that is not a shell: ``(pid, start time)``."""
+    """The nearest ancestor (from ``pid`` up) that is not a shell: ``(pid, start time)``;
+    pid 1 when the shells lead to init (whatever launched them has exited)."""
     for _ in range(16):
         stat = proc_stat(pid)
-        if stat is None or pid <= 1:
+        if stat is None or pid < 1:
             return None
-        if stat.name not in _SHELLS:
+        if pid == 1 or stat.name not in _SHELLS:
             return pid, stat.start_ticks
         pid = stat.parent
     return None
+
+
+def _dvc_exited() -> bool:
+    """dvc started this stage (it sets ``DVC_STAGE``) but init now stands where dvc stood."""
+    from tagrpo.pipeline_run import dvc_arguments
+
+    if "DVC_STAGE" not in os.environ:
+        return False  # started by hand: init may be its launcher (a service, a container)
+    try:
+        init = Path("/proc/1/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return dvc_arguments([part.decode(errors="replace") for part in init if part]) is None
 
 
 def _watch(pid: int, started: int) -> None:

@@ -191,6 +191,15 @@ def model_location(model_dir: str | Path) -> str:
     raise ValueError(f"vLLM cannot load a {source.kind} model: convert it to a HF folder first")
 
 
+def server_client(settings: VLLMEngineSettings) -> Any:
+    """The OpenAI client for ``vllm serve``. ``timeout_s`` limits each HTTP attempt from its
+    send (a problem queued behind ``concurrency`` others has not started its clock)."""
+    from openai import OpenAI
+
+    api_key = os.environ.get(settings.api_key_env, "EMPTY") if settings.api_key_env else "EMPTY"
+    return OpenAI(base_url=settings.base_url, api_key=api_key, timeout=settings.timeout_s)
+
+
 def make_vllm_backend(
     settings: VLLMEngineSettings,
     model_dir: str | Path,
@@ -208,12 +217,8 @@ def make_vllm_backend(
     if settings.mode == "server":
         if not settings.base_url:
             raise ValueError("vllm.base_url is required in server mode")
-        from openai import OpenAI
-
-        api_key = os.environ.get(settings.api_key_env, "EMPTY") if settings.api_key_env else "EMPTY"
-        client = OpenAI(base_url=settings.base_url, api_key=api_key, timeout=settings.timeout_s)
         return VLLMServerBackend(
-            client,
+            server_client(settings),
             settings.served_model or model,
             tokenizer,
             template_kwargs,

@@ -26,6 +26,9 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
+# How long one statement waits for SQLite's write lock (another process, a second stage or a
+# dvc exp, may hold it briefly); SQLite measures it from the statement's own start.
+LOCK_TIMEOUT_S = 60.0
 
 
 def cache_key(parts: Mapping[str, Any]) -> str:
@@ -45,8 +48,7 @@ class ReplyCache:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        # timeout: another process (a second stage, a dvc exp) may hold the write lock briefly.
-        self._conn = sqlite3.connect(self.path, timeout=60.0, check_same_thread=False)
+        self._conn = sqlite3.connect(self.path, timeout=LOCK_TIMEOUT_S, check_same_thread=False)
         self._conn.execute("PRAGMA journal_mode=WAL")
         # NORMAL in WAL mode: a commit survives a process kill (not necessarily a power cut),
         # and costs no fsync, so one commit per reply stays cheap.

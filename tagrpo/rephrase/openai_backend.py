@@ -6,7 +6,9 @@ one :class:`ChatResult` per request, in order; it never raises for a failed requ
 
 * at most ``concurrency`` requests are in flight (an ``asyncio.Semaphore`` held only while a
   request is on the wire, not while it waits to retry);
-* each attempt has a hard wall-clock limit of ``timeout_s``;
+* each attempt has a hard wall-clock limit of ``timeout_s``, from the moment it is sent: time
+  queued behind the concurrency limit, in backoff, or spent by the cache waiting for SQLite's
+  write lock (writes run in a thread, off the event loop) does not count;
 * 429, 5xx, timeouts, connection errors and malformed replies (a body that is not JSON, no
   choices, empty content) are retried up to ``max_attempts`` in all, after
   ``backoff_base_s * 2**(attempt-1)`` seconds (capped at ``backoff_max_s``) scaled by a random
@@ -45,6 +47,7 @@ import ssl
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -238,6 +241,10 @@ class ChatRunner:
                 for _ in range(shards)
             ]
             semaphore = asyncio.Semaphore(self.config.concurrency)
+            # Cache writes run off the event loop: a write waits (up to the cache's lock
+            # timeout) while another process holds SQLite's write lock, and a blocked loop
+            # would spend the other in-flight requests' time limits on that wait.
+            writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reply-cache")
             done = 0
             from tagrpo.progress import bar
 
@@ -246,7 +253,7 @@ class ChatRunner:
             async def one(position: int, request: ChatRequest) -> None:
                 nonlocal done
                 client = clients[position % shards]
-                results[request.key] = await self._with_retries(client, semaphore, request)
+                results[request.key] = await self._with_retries(client, semaphore, request, writer)
                 done += 1
                 shown.update(1)
                 if self._progress:
@@ -260,13 +267,18 @@ class ChatRunner:
                 raise refused.exceptions[0] from None
             finally:
                 shown.close()
+                writer.shutdown(wait=True)  # every reply received is stored before returning
                 for client in clients:
                     await client.close()
         self.stats.seconds += time.perf_counter() - started
         return [results[request.key] for request in requests]
 
     async def _with_retries(
-        self, client: Any, semaphore: asyncio.Semaphore, request: ChatRequest
+        self,
+        client: Any,
+        semaphore: asyncio.Semaphore,
+        request: ChatRequest,
+        writer: ThreadPoolExecutor,
     ) -> ChatResult:
         failure: _Failure | None = None
         for attempt in range(1, self.config.max_attempts + 1):
@@ -297,10 +309,9 @@ class ChatRunner:
                 )
                 continue
             if self.cache is not None:
-                self.cache.put(
-                    request.key,
-                    request.namespace,
-                    {"texts": texts, "model": self.config.model, "usage": usage},
+                payload = {"texts": texts, "model": self.config.model, "usage": usage}
+                await asyncio.get_running_loop().run_in_executor(
+                    writer, self.cache.put, request.key, request.namespace, payload
                 )
             self.stats.succeeded += 1
             self.stats.prompt_tokens += usage["prompt_tokens"]
