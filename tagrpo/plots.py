@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tagrpo.palette import method_colours
+from tagrpo.palette import CHANCE_COLOUR, CHANCE_DASH, method_colours
 from tagrpo.paths import project_root
 
 TEMPLATE_DIR = Path(".dvc") / "plots"
@@ -76,7 +76,8 @@ def _faceted(field: str, layer: list[dict[str, Any]], columns: int = 4) -> dict[
 
 def passk_template() -> dict[str, Any]:
     """pass@k against k (log2 axis), a panel per benchmark or group, a colour per method, a
-    line per policy (seed), bootstrap 95% CI bars; ``rev`` dashes compare revisions."""
+    line per policy (seed), bootstrap 95% CI bars, the chance floor grey dashed (a
+    multiple-choice benchmark); ``rev`` dashes compare revisions."""
     axes = _axes(x_scale={"type": "log", "base": 2})
     axes["x"]["axis"] = {"values": [2**i for i in range(16)]}  # powers of 2 only (as in the paper)
     encoding = {
@@ -105,6 +106,22 @@ def passk_template() -> dict[str, Any]:
                     "y2": {"field": "ci_high"},
                     "color": _colour(),
                     "detail": {"field": "policy", "type": "nominal"},
+                },
+            },
+            {
+                # The chance floor of a multiple-choice benchmark (empty for free-form ones).
+                "transform": [{"filter": "isFinite(toNumber(datum.chance))"}],
+                "mark": {
+                    "type": "line",
+                    "color": CHANCE_COLOUR,
+                    "strokeDash": list(CHANCE_DASH),
+                    "strokeWidth": 2,
+                },
+                "encoding": {
+                    "x": encoding["x"],
+                    "y": {"field": "chance", "type": "quantitative"},
+                    "detail": {"field": "rev", "type": "nominal"},
+                    "tooltip": _tooltip("benchmark", "k", "chance"),
                 },
             },
         ],

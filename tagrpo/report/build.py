@@ -355,8 +355,9 @@ def chance_section(
     lines += [
         "pass@k of a uniform guesser among a question's options is "
         "1 - (1 - 1/options)^k; every pass@k table of this report shows it beside the "
-        "multiple-choice rows (a *chance* row or column), and the figures draw it dashed. A group average holding a "
-        "multiple-choice benchmark has the mean of its benchmarks' floors (a free-form answer "
+        "multiple-choice rows (a *chance* row or column), and the figures draw it dashed. A "
+        "group average holding a multiple-choice benchmark has the mean of its benchmarks' "
+        "floors (a free-form answer "
         f"counts 0){': ' + ', '.join(holding) if holding else ''}.",
         "",
         markdown_table(["percent", *[f"pass@{k}" for k in ks]], rows),
