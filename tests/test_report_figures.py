@@ -16,9 +16,10 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
 from tagrpo.config.params import config_with, load_config
-from tagrpo.metrics.compare import chance_pass_at_k, uninformative_from
+from tagrpo.metrics.compare import chance_pass_at_k
 from tagrpo.palette import CHANCE_COLOUR
 from tagrpo.report import paper
+from tagrpo.report.chance import multiple_choice_options, uninformative_from
 from tagrpo.report.markdown import passk_curves, passk_long_table, table1
 
 KS = (1, 2, 4, 8, 16, 32)
@@ -271,6 +272,6 @@ def test_chance_section_states_the_k_for_each_choice_benchmark() -> None:
 
 
 def test_multiple_choice_options_come_from_the_data_source() -> None:
-    assert load_config().multiple_choice_options() == {"mini_choice": 20}
+    assert multiple_choice_options(load_config()) == {"mini_choice": 20}
     hub = config_with({"data.source": "hub", "evaluate.groups": {"ood": ["gpqa_diamond"]}})
-    assert hub.multiple_choice_options() == {"gpqa_diamond": 4}
+    assert multiple_choice_options(hub) == {"gpqa_diamond": 4}

@@ -123,19 +123,6 @@ class Params(ConfigModel):
             return set(self.data.synthetic.benchmarks)
         return set(getattr(self.data, self.data.source).benchmarks)
 
-    def multiple_choice_options(self) -> dict[str, int]:
-        """Multiple-choice benchmarks -> options per question (the rest are free-form)."""
-        if self.data.source == "synthetic":
-            benchmarks = self.data.synthetic.benchmarks
-            return {n: b.options for n, b in sorted(benchmarks.items()) if b.multiple_choice}
-        from tagrpo.data.sources.local import MULTIPLE_CHOICE_OPTIONS
-
-        return {
-            name: MULTIPLE_CHOICE_OPTIONS[name]
-            for name in sorted(self.benchmark_names())
-            if name in MULTIPLE_CHOICE_OPTIONS
-        }
-
     def section(self, name: str) -> ConfigModel:
         return getattr(self, name)
 

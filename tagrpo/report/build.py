@@ -25,11 +25,12 @@ from tagrpo.layout import (
     policy_name,
     report_outputs,
 )
-from tagrpo.metrics.compare import (
+from tagrpo.metrics.compare import chance_pass_at_k
+from tagrpo.report.chance import (
     CHANCE_CEILING,
     MIN_MARGIN,
     chance_floor,
-    chance_pass_at_k,
+    multiple_choice_options,
     uninformative_from,
 )
 from tagrpo.report.markdown import markdown_table, passk_curves, passk_long_table, table1
@@ -172,7 +173,7 @@ def statistics_sections(
             "over problems (within benchmarks, paired between the two methods) and over each "
             "method's seeds. Percentage points.",
             "",
-            _scores_markdown(scores, ks[-1], config.multiple_choice_options(), groups),
+            _scores_markdown(scores, ks[-1], multiple_choice_options(config), groups),
             "",
             _differences_markdown(differences),
         ]
@@ -203,7 +204,7 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
     benchmarks = sorted(config.benchmark_names())
     groups = dict(config.evaluate.groups)
     columns = {b: [b] for b in benchmarks} | groups | {"average": benchmarks}
-    options = config.multiple_choice_options()
+    options = multiple_choice_options(config)
     frame = paper.scores(runs, columns, n_resamples)
     frame["chance"] = [
         100 * f if (f := chance_floor(c, int(k), options, columns)) is not None else float("nan")
@@ -327,7 +328,7 @@ def chance_section(
     passk: pd.DataFrame, options: Mapping[str, int], groups: Mapping[str, Sequence[str]]
 ) -> str:
     """The chance floors of the multiple-choice benchmarks beside the base policy, and the k
-    from which each stops being informative (:func:`tagrpo.metrics.compare.uninformative_from`)."""
+    from which each stops being informative (:func:`tagrpo.report.chance.uninformative_from`)."""
     lines = ["## Chance floors of the multiple-choice benchmarks", ""]
     if not options:
         lines.append("Every benchmark of this profile is free-form: guessing scores nothing.")
@@ -434,7 +435,7 @@ def build_report(
     largest_k = int(passk["k"].max())
     figures_dir.mkdir(parents=True, exist_ok=True)
     curves = figures_dir / "passk_curves.png"
-    options = config.multiple_choice_options()
+    options = multiple_choice_options(config)
     passk_curves(
         passk, curves, f"pass@k per policy ({config.common.profile})", options=options,
         groups=groups,

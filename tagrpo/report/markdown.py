@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from tagrpo.metrics.compare import chance_floor
+from tagrpo.report.chance import chance_floor
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from tagrpo.config.params import Params
 from tagrpo.layout import BASE_POLICY, evaluate_outputs, train_outputs
-from tagrpo.metrics.compare import chance_floor
+from tagrpo.report.chance import chance_floor, multiple_choice_options
 
 # Roles of the report stage's outputs written here (tagrpo.layout.report_outputs).
 PLOT_DATA_ROLES = ("passk_plot", "training_plot", "zero_gradient_plot", "data_scaling_plot")
@@ -117,7 +117,7 @@ def write_plot_data(config: Params, root: Path, paths: Mapping[str, Path]) -> di
     passk = passk_long(root, [BASE_POLICY, *trained])
     # The chance floor of a multiple-choice benchmark (or a group holding one; empty: free-form),
     # drawn dashed by the pass@k template.
-    options, groups = config.multiple_choice_options(), config.evaluate.groups
+    options, groups = multiple_choice_options(config), config.evaluate.groups
     passk["chance"] = [
         chance_floor(name, int(k), options, groups)
         for name, k in zip(passk["benchmark"], passk["k"], strict=True)

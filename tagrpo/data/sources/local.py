@@ -84,8 +84,6 @@ GPQA_OPTION_FIELDS = (
     "Incorrect Answer 2",
     "Incorrect Answer 3",
 )
-# Multiple-choice sources -> options per question (their chance floor in the report).
-MULTIPLE_CHOICE_OPTIONS = {"gpqa_diamond": len(GPQA_OPTION_FIELDS)}
 
 DATA_DIR_HINT = (
     "set the TAGRPO_DATA_DIR environment variable (or the shared data directory in params.yaml, "
