@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tagrpo.palette import CHANCE_COLOUR, CHANCE_DASH, method_colours
 from tagrpo.paths import project_root
 
 TEMPLATE_DIR = Path(".dvc") / "plots"
@@ -36,41 +37,7 @@ VENDORED = {
     "vega-embed": "build/vega-embed.min.js",
 }
 _PLACEHOLDERS = ("{plot_divs}", "{scripts}", "{refresh_tag}")  # dvc-render's, replaced verbatim
-BASE_COLOUR = "#7f7f7f"
-# Tableau 10 without its grey (the base policy's), then Tableau 20's light tones.
-PALETTE = (
-    "#4e79a7",
-    "#f28e2b",
-    "#59a14f",
-    "#b07aa1",
-    "#76b7b2",
-    "#e15759",
-    "#edc948",
-    "#9c755f",
-    "#ff9da7",
-    "#a0cbe8",
-    "#ffbe7d",
-    "#8cd17d",
-    "#d4a6c8",
-    "#86bcb6",
-    "#f1ce63",
-    "#d7b5a6",
-)
 _SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"  # an identifier, never fetched
-
-
-def method_colours() -> dict[str, str]:
-    """``base`` grey, then each registered method its colour (TA-GRPO red, as in the paper)."""
-    from tagrpo.algorithms import METHODS
-
-    methods = list(METHODS)
-    palette = [c for c in PALETTE if c != "#e15759"]
-    colours = {"base": BASE_COLOUR}
-    for method in methods:
-        colours[method] = "#e15759" if method == "ta_grpo" else palette.pop(0)
-    if len(methods) > len(PALETTE):
-        raise ValueError(f"{len(methods)} methods but {len(PALETTE)} colours: extend PALETTE")
-    return colours
 
 
 def _colour(title: str = "method") -> dict[str, Any]:
@@ -109,7 +76,8 @@ def _faceted(field: str, layer: list[dict[str, Any]], columns: int = 4) -> dict[
 
 def passk_template() -> dict[str, Any]:
     """pass@k against k (log2 axis), a panel per benchmark or group, a colour per method, a
-    line per policy (seed), bootstrap 95% CI bars; ``rev`` dashes compare revisions."""
+    line per policy (seed), bootstrap 95% CI bars, the chance floor grey dashed (a
+    multiple-choice benchmark); ``rev`` dashes compare revisions."""
     axes = _axes(x_scale={"type": "log", "base": 2})
     axes["x"]["axis"] = {"values": [2**i for i in range(16)]}  # powers of 2 only (as in the paper)
     encoding = {
@@ -138,6 +106,22 @@ def passk_template() -> dict[str, Any]:
                     "y2": {"field": "ci_high"},
                     "color": _colour(),
                     "detail": {"field": "policy", "type": "nominal"},
+                },
+            },
+            {
+                # The chance floor of a multiple-choice benchmark (empty for free-form ones).
+                "transform": [{"filter": "isFinite(toNumber(datum.chance))"}],
+                "mark": {
+                    "type": "line",
+                    "color": CHANCE_COLOUR,
+                    "strokeDash": list(CHANCE_DASH),
+                    "strokeWidth": 2,
+                },
+                "encoding": {
+                    "x": encoding["x"],
+                    "y": {"field": "chance", "type": "quantitative"},
+                    "detail": {"field": "rev", "type": "nominal"},
+                    "tooltip": _tooltip("benchmark", "k", "chance"),
                 },
             },
         ],

@@ -20,11 +20,12 @@ from browser import dump_dom, screenshot
 
 from tagrpo.config.params import config_with
 from tagrpo.layout import report_outputs
+from tagrpo.metrics.compare import chance_pass_at_k
+from tagrpo.palette import method_colours
 from tagrpo.paths import project_root
 from tagrpo.plots import (
     OFFLINE_TEMPLATE,
     TEMPLATE_DIR,
-    method_colours,
     node_modules,
     offline_template,
     template_text,
@@ -54,7 +55,7 @@ def test_every_method_has_its_own_colour() -> None:
     colours = method_colours()
     assert set(colours) == {"base", *METHODS}
     assert len(set(colours.values())) == len(colours)
-    assert colours["ta_grpo"] == "#e15759"
+    assert colours["ta_grpo"] == "#d62728" and colours["base"] == "#000000"
 
 
 def test_policy_names_split_into_method_seed_and_data_multiple() -> None:
@@ -206,6 +207,10 @@ def test_plot_data_is_long_form_with_method_and_seed(plots_project: Path) -> Non
     assert {"benchmark", "k", "pass_at_k", "ci_low", "ci_high", "policy"} <= set(passk)
     # one row per (policy, benchmark, k): a line per benchmark panel, not a zig-zag
     assert not passk.duplicated(["policy", "benchmark", "k"]).any()
+    # The chance floor of the multiple-choice benchmark (20 options), empty for free-form.
+    choice = passk[passk["benchmark"] == "mini_choice"]
+    assert list(choice["chance"]) == [chance_pass_at_k(20, k) for k in choice["k"]]
+    assert passk[passk["benchmark"] != "mini_choice"]["chance"].isna().all()
     rates = pd.read_csv(plots_project / "plots" / "zero_gradient.csv")
     assert set(rates[rates["policy"] == "ta_grpo-s0"]["grouping"]) == {"original", "joint", "train"}
     scaling = pd.read_csv(plots_project / "plots" / "data_scaling.csv")

@@ -41,7 +41,7 @@ def test_markdown_table_formats_floats_with_two_decimals() -> None:
 
 
 def test_table1_one_row_per_policy_with_group_average_and_missing_cells() -> None:
-    text = table1(_passk(), k=2, groups={"g": ["a", "b", "c"]})
+    text = table1(_passk(), k=2, groups={"g": ["a", "b", "c"]}, options={})
     lines = text.splitlines()
     assert lines[0] == "| policy | a | b | c | g avg |"
     assert lines[2] == "| grpo | 30.00 | 50.00 | n/a | 40.00 |"
@@ -49,13 +49,15 @@ def test_table1_one_row_per_policy_with_group_average_and_missing_cells() -> Non
 
 
 def test_long_table_shows_intervals_for_benchmarks_only() -> None:
-    lines = passk_long_table(_passk()).splitlines()
+    lines = passk_long_table(_passk(), options={}, groups={"g": ["a", "b"]}).splitlines()
     assert lines[0] == "| policy | benchmark | pass@1 | pass@2 |"
+    # One benchmark's policies together (compared at a glance), then the next benchmark's.
     assert lines[2] == "| grpo | a | 20.0 [15.0, 25.0] | 30.0 [15.0, 25.0] |"
-    assert lines[4] == "| grpo | g | 30.0 | 40.0 |"
+    assert lines[3] == "| ta_grpo | a | 30.0 [25.0, 35.0] | 40.0 [25.0, 35.0] |"
+    assert lines[6] == "| grpo | g | 30.0 | 40.0 |"
 
 
 def test_passk_curves_writes_a_png(tmp_path: Path) -> None:
     path = tmp_path / "figures" / "curves.png"
-    passk_curves(_passk(), path, "t")
+    passk_curves(_passk(), path, "t", options={}, groups={"g": ["a", "b"]})
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,14 @@ from tagrpo.layout import (
     evaluate_outputs,
     policy_name,
     report_outputs,
+)
+from tagrpo.metrics.compare import chance_pass_at_k
+from tagrpo.report.chance import (
+    CHANCE_CEILING,
+    MIN_MARGIN,
+    chance_floor,
+    multiple_choice_options,
+    uninformative_from,
 )
 from tagrpo.report.markdown import markdown_table, passk_curves, passk_long_table, table1
 from tagrpo.report.training import load_training_summaries, training_section
@@ -164,7 +173,7 @@ def statistics_sections(
             "over problems (within benchmarks, paired between the two methods) and over each "
             "method's seeds. Percentage points.",
             "",
-            _scores_markdown(scores, ks[-1]),
+            _scores_markdown(scores, ks[-1], multiple_choice_options(config), groups),
             "",
             _differences_markdown(differences),
         ]
@@ -195,8 +204,14 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
     benchmarks = sorted(config.benchmark_names())
     groups = dict(config.evaluate.groups)
     columns = {b: [b] for b in benchmarks} | groups | {"average": benchmarks}
+    options = multiple_choice_options(config)
     frame = paper.scores(runs, columns, n_resamples)
+    frame["chance"] = [
+        100 * f if (f := chance_floor(c, int(k), options, columns)) is not None else float("nan")
+        for c, k in zip(frame["column"], frame["k"], strict=True)
+    ]
     frame.to_csv(out["paper_scores"], index=False)
+    floors_at_k = {c: paper_floor(c, k, options, columns) for c in columns}
     hub_id = config.base_model.hub.hub_id if config.base_model.kind == "hub" else None
     model = paper.paper_model(hub_id)
     ordered = [b for members in groups.values() for b in members]
@@ -205,21 +220,21 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
     for name, members in groups.items():
         table_columns += [*members, name]
     table_columns += [b for b in benchmarks if b not in table_columns]
-    table, wide = paper.table1(frame, table_columns, k, model)
+    table, wide = paper.table1(frame, table_columns, k, model, floors_at_k)
     wide.to_csv(out["table1"], index=False)
     figures = out["figures"]
     figures.mkdir(parents=True, exist_ok=True)
     paper.curves_figure(
-        frame[frame["column"].isin(ordered)], ordered, figures / "figure5_passk.png"
+        frame[frame["column"].isin(ordered)], ordered, figures / "figure5_passk.png", options
     )
     averages = [*groups, "average"]
     paper.bars_figure(
         frame, paper.MATCHED, [*ordered, *averages], k, "Matched budget (paper Figure 6)",
-        figures / "figure6_matched_budget.png",
+        figures / "figure6_matched_budget.png", floors_at_k,
     )  # fmt: skip
     paper.bars_figure(
         frame, paper.ABLATION, averages, k, "Ablation (paper Figure 8)",
-        figures / "figure8_ablation.png",
+        figures / "figure8_ablation.png", floors_at_k,
     )  # fmt: skip
     scaling = config.runs.data_scaling
     scaled = {
@@ -237,7 +252,10 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
         n_resamples,
     )
     scaling_frame.to_csv(out["data_scaling"], index=False)
-    paper.scaling_figure(scaling_frame, scaling.methods, k, figures / "figure7_data_scaling.png")
+    paper.scaling_figure(
+        scaling_frame, scaling.methods, k, figures / "figure7_data_scaling.png",
+        floors_at_k["average"],
+    )  # fmt: skip
     link = out_link(out)
     beside = (
         f"The run's base model is {model}: the paper's Table 1 rows follow ours, with the "
@@ -252,7 +270,10 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
         "",
         table,
         "",
-        "Figure 5: pass@k curves per benchmark, every method (shaded: 95% intervals).",
+        "Figure 5: pass@k curves per benchmark, every method (the mean over its seeds; shaded: "
+        "the 95% intervals of the base policy and TA-GRPO, every method's in Table 1 and "
+        "`reports/tables/paper_scores.csv`; dashed: the chance floor of a multiple-choice "
+        "benchmark).",
         "",
         f"![Figure 5]({link}/figure5_passk.png)",
         "",
@@ -265,9 +286,9 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
             f"{max(scaling.multiples):g}x training questions against TA-GRPO on 1x "
             "(average over all benchmarks)."
             if scaling.multiples
-            else "Figure 7: data scaling: **no data-scaling runs in this profile** "
+            else "Figure 7: data scaling: **not run in this profile** "
             "(`runs.data_scaling.multiples` is empty; `profiles/data-scaling.yaml` runs "
-            "them): only the 1x points are shown."
+            "them): the 1x scores only, no figure."
         ),
         "",
         markdown_table(
@@ -275,10 +296,14 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
             [
                 [r.method, f"{r.data_multiple:g}x", f"{r.value:.1f} [{r.low:.1f}, {r.high:.1f}]"]
                 for r in scaling_frame.itertuples()
-            ],
+            ]
+            + (
+                [["chance (uniform guess)", "", f"{floors_at_k['average']:.1f}"]]
+                if floors_at_k["average"] is not None
+                else []
+            ),
         ),
-        "",
-        f"![Figure 7]({link}/figure7_data_scaling.png)",
+        *(["", f"![Figure 7]({link}/figure7_data_scaling.png)"] if scaling.multiples else []),
         "",
         "Figure 8: the ablation: GRPO, TA-GRPO* (rephrasings, per-rephrasing groups and "
         "ratios), unanchored TA-GRPO (joint groups, own-prompt ratios), TA-GRPO.",
@@ -288,6 +313,63 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
     quoted = paper.quoted_numbers(model)
     if quoted:
         lines += ["", f"The paper's other figures for {model}:", "", quoted]
+    return "\n".join(lines)
+
+
+def paper_floor(
+    column: str, k: int, options: Mapping[str, int], columns: Mapping[str, Sequence[str]]
+) -> float | None:
+    """A column's chance pass@k in percent (None: free-form)."""
+    floor = chance_floor(column, k, options, columns)
+    return None if floor is None else 100 * floor
+
+
+def chance_section(
+    passk: pd.DataFrame, options: Mapping[str, int], groups: Mapping[str, Sequence[str]]
+) -> str:
+    """The chance floors of the multiple-choice benchmarks beside the base policy, and the k
+    from which each stops being informative (:func:`tagrpo.report.chance.uninformative_from`)."""
+    lines = ["## Chance floors of the multiple-choice benchmarks", ""]
+    if not options:
+        lines.append("Every benchmark of this profile is free-form: guessing scores nothing.")
+        return "\n".join(lines)
+    ks = sorted(int(k) for k in passk["k"].unique())
+    base = passk[passk["policy"] == BASE_POLICY]
+    rows, verdicts = [], []
+    for name, count in options.items():
+        by_k = {int(r.k): float(r.pass_at_k) for r in base[base["name"] == name].itertuples()}
+        if not by_k:
+            raise KeyError(f"{name}: the base policy has no pass@k for this benchmark")
+        chance = [chance_pass_at_k(count, k) for k in ks]
+        rows.append([f"{name}: chance ({count} options)", *[f"{100 * c:.1f}" for c in chance]])
+        rows.append([f"{name}: base policy", *[f"{100 * by_k[k]:.1f}" for k in ks]])
+        margins = [by_k[k] - c for k, c in zip(ks, chance, strict=True)]
+        rows.append([f"{name}: base minus chance", *[f"{100 * m:+.1f}" for m in margins]])
+        k, why = uninformative_from(count, ks, by_k)
+        verdict = (
+            f"informative up to pass@{ks[-1]} ({why})"
+            if k is None
+            else f"stops being informative at pass@{k}: {why}"
+        )
+        verdicts.append(f"- **{name}** ({count} options): {verdict}.")
+    holding = [g for g, members in groups.items() if any(m in options for m in members)]
+    lines += [
+        "pass@k of a uniform guesser among a question's options is "
+        "1 - (1 - 1/options)^k; every pass@k table of this report shows it beside the "
+        "multiple-choice rows (a *chance* row or column), and the figures draw it dashed. A "
+        "group average holding a multiple-choice benchmark has the mean of its benchmarks' "
+        "floors (a free-form answer "
+        f"counts 0){': ' + ', '.join(holding) if holding else ''}.",
+        "",
+        markdown_table(["percent", *[f"pass@{k}" for k in ks]], rows),
+        "",
+        f"A multiple-choice benchmark stops being informative at the smallest k where guessing "
+        f"reaches {100 * CHANCE_CEILING:.0f}% pass@k, or where the base policy is less than "
+        f"{100 * MIN_MARGIN:.0f} points above guessing (its score then measures the guess, not "
+        "the model):",
+        "",
+        *verdicts,
+    ]
     return "\n".join(lines)
 
 
@@ -303,15 +385,23 @@ def _interval(value: float, low: float, high: float) -> str:
     return f"{100 * value:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
 
 
-def _scores_markdown(scores: pd.DataFrame, k_large: int) -> str:
+def _scores_markdown(
+    scores: pd.DataFrame,
+    k_large: int,
+    options: Mapping[str, int],
+    groups: Mapping[str, Sequence[str]],
+) -> str:
     rows = []
     for (method, group), part in scores.groupby(["method", "group"], sort=False):
         by_k = part.set_index("k")
+        floors = [chance_floor(group, k, options, groups) for k in (1, k_large)]
         rows.append(
             [method, group, int(part["seeds"].iloc[0])]
             + [_interval(*by_k.loc[k, ["pass_at_k", "ci_low", "ci_high"]]) for k in (1, k_large)]
+            + ["-" if None in floors else " / ".join(f"{100 * f:.1f}" for f in floors)]
         )
-    return markdown_table(["method", "group", "seeds", "pass@1", f"pass@{k_large}"], rows)
+    header = ["method", "group", "seeds", "pass@1", f"pass@{k_large}"]
+    return markdown_table([*header, f"chance pass@1 / pass@{k_large}"], rows)
 
 
 def _differences_markdown(differences: pd.DataFrame) -> str:
@@ -345,7 +435,11 @@ def build_report(
     largest_k = int(passk["k"].max())
     figures_dir.mkdir(parents=True, exist_ok=True)
     curves = figures_dir / "passk_curves.png"
-    passk_curves(passk, curves, f"pass@k ({config.common.profile})")
+    options = multiple_choice_options(config)
+    passk_curves(
+        passk, curves, f"pass@k per policy ({config.common.profile})", options=options,
+        groups=groups,
+    )  # fmt: skip
     layout = report_outputs()
     link_path = Path(os.path.relpath(layout["figures"] / curves.name, layout["report"].parent))
     link = link_path.as_posix()
@@ -363,6 +457,8 @@ def build_report(
         claims,
         "",
         statistics,
+        "",
+        chance_section(passk, options, groups),
         "",
         paper_figures,
         "",
@@ -383,17 +479,20 @@ def build_report(
         "",
         f"## pass@{largest_k} (percent), as in the paper's Table 1",
         "",
-        table1(passk, largest_k, groups),
+        table1(passk, largest_k, groups, options=options),
         "",
         "## pass@1 (percent)",
         "",
-        table1(passk, 1, groups),
+        table1(passk, 1, groups, options=options),
         "",
         "## pass@k with bootstrap 95% confidence intervals over problems (percent)",
         "",
-        passk_long_table(passk),
+        passk_long_table(passk, options=options, groups=groups),
         "",
         "## pass@k curves",
+        "",
+        "Every policy: its method's colour, its seed's line style (the base policy black); "
+        "intervals in the table above; dashed: the chance floor.",
         "",
         f"![pass@k curves]({link})",
         "",

@@ -93,7 +93,7 @@ def diagnostics_figure(zero_gradient: pd.DataFrame, distances: pd.DataFrame, pat
     import matplotlib.pyplot as plt
 
     policies = list(dict.fromkeys(zero_gradient["policy"]))
-    figure, axes = plt.subplots(len(policies), 2, figsize=(12, 3.8 * len(policies)), squeeze=False)
+    figure, axes = plt.subplots(len(policies), 2, figsize=(12, 4.6 * len(policies)), squeeze=False)
     for row, policy in enumerate(policies):
         frame = zero_gradient[zero_gradient["policy"] == policy]
         labels = list(dict.fromkeys(frame["label"]))
@@ -115,7 +115,8 @@ def diagnostics_figure(zero_gradient: pd.DataFrame, distances: pd.DataFrame, pat
         rates.set_ylabel("questions with identical rewards (%)")
         rates.set_title(f"{policy}: gradient vanishing by group (size in legend)")
         rates.grid(alpha=0.3)
-        rates.legend(fontsize=7, ncol=2)
+        # Legends under the panels: inside, they covered lines and whiskers.
+        rates.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.1))
 
         spread = distances[distances["policy"] == policy].dropna(subset=["mean_distance"])
         width = 0.38
@@ -146,7 +147,7 @@ def diagnostics_figure(zero_gradient: pd.DataFrame, distances: pd.DataFrame, pat
         boxes.set_ylabel("mean pairwise cosine distance")
         boxes.set_title(f"{policy}: diversity within one prompt's responses")
         boxes.grid(axis="y", alpha=0.3)
-        boxes.legend(fontsize=7)
+        boxes.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.1))
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)

@@ -14,23 +14,28 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from tagrpo.metrics.compare import SeedRuns, score_with_interval
+from tagrpo.metrics.compare import SeedRuns, chance_pass_at_k, score_with_interval
+from tagrpo.palette import method_colour
 from tagrpo.report.markdown import markdown_table
+from tagrpo.report.style import (
+    CHANCE_LABEL,
+    CHANCE_SHADED_LABEL,
+    chance_line,
+    fill_legend,
+    k_axis,
+    not_run_figure,
+    panels_with_legend,
+    pyplot,
+    save,
+)
 
 NUMBERS = Path(__file__).with_name("data") / "paper_numbers.yaml"
 ABLATION = ("grpo", "ta_grpo_star", "ta_grpo_unanchored", "ta_grpo")
 MATCHED = ("grpo", "grpo_ds", "grpo_x4", "grpo_x4_ds", "ta_grpo")
-COLOURS = {
-    "base": "#7f7f7f",
-    "grpo": "#1f77b4",
-    "grpo_ds": "#aec7e8",
-    "grpo_x4": "#2ca02c",
-    "grpo_x4_ds": "#98df8a",
-    "ta_grpo_star": "#ff7f0e",
-    "ta_grpo_unanchored": "#9467bd",
-    "ta_grpo": "#d62728",
-    "avspo": "#8c564b",
-}
+SCALING_NOT_RUN = (
+    "Data scaling was not run in this profile: runs.data_scaling.multiples is empty\n"
+    "(profiles/data-scaling.yaml runs it); the 1x scores are in the table above."
+)
 
 
 @cache
@@ -41,15 +46,6 @@ def paper_numbers() -> dict[str, Any]:
 def paper_model(hub_id: str | None) -> str | None:
     """The paper's name of the run's base model (None: not one of the paper's four)."""
     return paper_numbers()["models"].get(hub_id or "")
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def scores(
@@ -74,10 +70,15 @@ def scores(
 
 
 def table1(
-    frame: pd.DataFrame, columns: Sequence[str], k: int, paper: str | None
+    frame: pd.DataFrame,
+    columns: Sequence[str],
+    k: int,
+    paper: str | None,
+    floors: Mapping[str, float | None],
 ) -> tuple[str, pd.DataFrame]:
     """Table 1 at ``k`` (markdown with intervals, and the plain CSV frame); with the paper's
-    row and our minus the paper's for the methods it reports, when ``paper`` names a model."""
+    row and our minus the paper's for the methods it reports, when ``paper`` names a model;
+    a last row with each column's chance pass@k (``floors``, percent; None: free-form)."""
     at_k = frame[frame["k"] == k]
     wide = at_k.pivot(index="method", columns="column", values="value")[list(columns)]
     cells = at_k.set_index(["method", "column"])
@@ -101,32 +102,58 @@ def table1(
                 ours = cells.loc[(method, c), "value"]
                 diff_row.append("" if value is None else f"{ours - value:+.2f}")
             rows += [paper_row, diff_row]
+    if any(floors.get(c) is not None for c in columns):
+        rows.append(
+            ["chance (uniform guess)"]
+            + ["-" if floors.get(c) is None else f"{floors[c]:.1f}" for c in columns]
+        )
     return markdown_table(["method", *columns], rows), wide.reset_index()
 
 
-def curves_figure(frame: pd.DataFrame, benchmarks: Sequence[str], path: Path) -> None:
-    """Figure 5: pass@k against k per benchmark, one colour per method, intervals shaded."""
-    plt = _plt()
-    columns = min(3, len(benchmarks))
-    rows = -(-len(benchmarks) // columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.3 * rows), squeeze=False)
-    for axis, benchmark in zip(axes.flat, benchmarks, strict=False):
+# Figure 5 shades the intervals of these two only: nine overlapping bands read as one blur;
+# every method's interval is in Table 1 and reports/tables/paper_scores.csv.
+SHADED = ("base", "ta_grpo")
+
+
+def curves_figure(
+    frame: pd.DataFrame, benchmarks: Sequence[str], path: Path, options: Mapping[str, int]
+) -> None:
+    """Figure 5: pass@k against k per benchmark, one colour per method (the mean over its
+    seeds), the base policy's and TA-GRPO's 95% intervals shaded, and a multiple-choice
+    benchmark's chance floor (``options``: its answers) dashed."""
+    ks = sorted(int(k) for k in frame["k"].unique())
+    figure, panels, legend_axis = panels_with_legend(len(benchmarks), columns=2)
+    entries: dict[str, Any] = {}
+    for axis, benchmark in zip(panels, benchmarks, strict=True):
         part = frame[frame["column"] == benchmark]
         for method, line in part.groupby("method", sort=False):
-            colour = COLOURS.get(method)
-            axis.plot(line["k"], line["value"], marker="o", ms=3, color=colour, label=method)
-            axis.fill_between(line["k"], line["low"], line["high"], color=colour, alpha=0.15)
-        axis.set_xscale("log", base=2)
-        axis.set_title(benchmark)
-        axis.set_xlabel("k")
+            line = line.sort_values("k")
+            colour = method_colour(method)
+            shaded = method in SHADED
+            (handle,) = axis.plot(
+                line["k"], line["value"], marker="o", ms=3, color=colour,
+                lw=2.0 if shaded else 1.3, zorder=3 if shaded else 2,
+            )  # fmt: skip
+            entries.setdefault(method, handle)
+            if shaded:
+                axis.fill_between(line["k"], line["low"], line["high"], color=colour, alpha=0.12)
+        title = benchmark
+        if benchmark in options:
+            floors = [100 * chance_pass_at_k(options[benchmark], k) for k in ks]
+            entries[CHANCE_SHADED_LABEL] = chance_line(axis, ks, floors, shade=True)
+            title = f"{benchmark} ({options[benchmark]} options)"
+        k_axis(axis, ks)
+        axis.set_title(title)
         axis.set_ylabel("pass@k (%)")
         axis.grid(alpha=0.3)
-    for axis in list(axes.flat)[len(benchmarks) :]:
-        axis.axis("off")
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="lower center", ncol=min(5, len(labels)), fontsize=8)
-    figure.tight_layout(rect=(0, 0.08, 1, 1))
-    _save(figure, path)
+    fill_legend(legend_axis, [(h, label) for label, h in entries.items()], title="method")
+    shaded_names = " and ".join(SHADED)
+    figure.suptitle(
+        f"pass@k per benchmark (mean over seeds; shaded: 95% intervals of {shaded_names})",
+        fontsize=10,
+    )
+    figure.tight_layout()
+    save(figure, path)
 
 
 def bars_figure(
@@ -136,33 +163,53 @@ def bars_figure(
     k: int,
     title: str,
     path: Path,
+    floors: Mapping[str, float] | None = None,
 ) -> None:
     """Figures 6 and 8: pass@k bars per column (benchmark or average), one colour per method,
-    95% intervals as error bars."""
-    plt = _plt()
+    95% intervals as error bars, a column's chance floor (``floors``, percent) dashed across
+    its bars; a figure saying so when none of ``methods`` was run in this profile."""
     at_k = frame[(frame["k"] == k) & frame["method"].isin(methods)]
     present = [m for m in methods if m in set(at_k["method"])]
-    figure, axis = plt.subplots(figsize=(max(6.0, 1.3 * len(columns) * len(present) / 3), 3.8))
-    width = 0.8 / max(1, len(present))
+    missing = [m for m in methods if m not in present]
+    if not present:
+        not_run_figure(path, title, f"Not run in this profile: {', '.join(methods)}.")
+        return
+    plt = pyplot()
+    bars_width = max(6.0, 1.3 * len(columns) * len(present) / 3)
+    figure, (axis, legend_axis) = plt.subplots(
+        1, 2, figsize=(bars_width + 2.2, 3.8), gridspec_kw={"width_ratios": [bars_width, 2.2]}
+    )
+    legend_axis.axis("off")
+    width = 0.8 / len(present)
+    entries = []
     for index, method in enumerate(present):
         part = at_k[at_k["method"] == method].set_index("column").reindex(columns)
         positions = [i + (index - (len(present) - 1) / 2) * width for i in range(len(columns))]
-        axis.bar(
+        bars = axis.bar(
             positions,
             part["value"],
             width,
             yerr=[part["value"] - part["low"], part["high"] - part["value"]],
             capsize=2,
-            color=COLOURS.get(method),
-            label=method,
+            color=method_colour(method),
         )
+        entries.append((bars, method))
+    chance = None
+    for i, column in enumerate(columns):
+        floor = (floors or {}).get(column)
+        if floor is not None:
+            chance = chance_line(axis, [i - 0.45, i + 0.45], [floor, floor])
+    if chance is not None:
+        entries.append((chance, CHANCE_LABEL))
     axis.set_xticks(range(len(columns)), columns, rotation=15)
     axis.set_ylabel(f"pass@{k} (%)")
-    axis.set_title(title)
+    axis.set_title(
+        title + (f"\n(not run in this profile: {', '.join(missing)})" if missing else "")
+    )
     axis.grid(axis="y", alpha=0.3)
-    axis.legend(fontsize=8, ncol=2)
+    fill_legend(legend_axis, entries, title="method")
     figure.tight_layout()
-    _save(figure, path)
+    save(figure, path)
 
 
 def scaling_frame(
@@ -191,41 +238,51 @@ def scaling_frame(
     return pd.DataFrame(rows).sort_values(["method", "data_multiple"], kind="stable")
 
 
-def scaling_figure(frame: pd.DataFrame, baselines: Sequence[str], k: int, path: Path) -> None:
+def scaling_figure(
+    frame: pd.DataFrame, baselines: Sequence[str], k: int, path: Path, floor: float | None = None
+) -> None:
     """Figure 7: the baselines' average pass@k against the training-set multiple, TA-GRPO at
-    1x as a horizontal band."""
-    plt = _plt()
-    figure, axis = plt.subplots(figsize=(5.5, 3.8))
+    1x as a horizontal band, the average's chance floor (``floor``, percent) dashed; a figure
+    saying so when the profile ran no multiple but 1x (a single point is no scaling curve)."""
+    title = "Data scaling (paper Figure 7)"
+    if not (frame["data_multiple"] != 1.0).any():
+        not_run_figure(path, title, SCALING_NOT_RUN)
+        return
+    plt = pyplot()
+    figure, (axis, legend_axis) = plt.subplots(
+        1, 2, figsize=(7.5, 3.8), gridspec_kw={"width_ratios": [5.3, 2.2]}
+    )
+    legend_axis.axis("off")
+    entries = []
     for method in baselines:
         part = frame[frame["method"] == method]
-        colour = COLOURS.get(method)
-        axis.errorbar(
+        handle = axis.errorbar(
             part["data_multiple"],
             part["value"],
             yerr=[part["value"] - part["low"], part["high"] - part["value"]],
             marker="o",
             capsize=3,
-            color=colour,
-            label=method,
+            color=method_colour(method),
         )
+        entries.append((handle, method))
     ta = frame[(frame["method"] == "ta_grpo") & (frame["data_multiple"] == 1.0)]
     if not ta.empty:
         row = ta.iloc[0]
-        axis.axhline(row["value"], color=COLOURS["ta_grpo"], label="ta_grpo (1x data)")
-        axis.axhspan(row["low"], row["high"], color=COLOURS["ta_grpo"], alpha=0.12)
+        colour = method_colour("ta_grpo")
+        entries.append((axis.axhline(row["value"], color=colour), "ta_grpo (1x data)"))
+        axis.axhspan(row["low"], row["high"], color=colour, alpha=0.12)
+    if floor is not None:
+        multiples = [frame["data_multiple"].min(), frame["data_multiple"].max()]
+        entries.append((chance_line(axis, multiples, [floor, floor]), CHANCE_LABEL))
+    multiples = sorted(frame["data_multiple"].unique())
+    axis.set_xticks(multiples, [f"{m:g}x" for m in multiples])
     axis.set_xlabel("training set (x the 1x set)")
     axis.set_ylabel(f"average pass@{k} (%)")
-    axis.set_title("Data scaling (paper Figure 7)")
+    axis.set_title(title)
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
+    fill_legend(legend_axis, entries, title="method")
     figure.tight_layout()
-    _save(figure, path)
-
-
-def _save(figure: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    _plt().close(figure)
+    save(figure, path)
 
 
 def quoted_numbers(paper: str | None) -> str:

@@ -17,6 +17,7 @@ import pandas as pd
 
 from tagrpo.config.params import Params
 from tagrpo.layout import BASE_POLICY, evaluate_outputs, train_outputs
+from tagrpo.report.chance import chance_floor, multiple_choice_options
 
 # Roles of the report stage's outputs written here (tagrpo.layout.report_outputs).
 PLOT_DATA_ROLES = ("passk_plot", "training_plot", "zero_gradient_plot", "data_scaling_plot")
@@ -114,6 +115,13 @@ def write_plot_data(config: Params, root: Path, paths: Mapping[str, Path]) -> di
     """Write the CSVs of :data:`PLOT_DATA_ROLES` to ``paths``; returns the key metrics."""
     trained = config.runs.policies()
     passk = passk_long(root, [BASE_POLICY, *trained])
+    # The chance floor of a multiple-choice benchmark (or a group holding one; empty: free-form),
+    # drawn dashed by the pass@k template.
+    options, groups = multiple_choice_options(config), config.evaluate.groups
+    passk["chance"] = [
+        chance_floor(name, int(k), options, groups)
+        for name, k in zip(passk["benchmark"], passk["k"], strict=True)
+    ]
     curves, rates = training_long(root, trained)
     largest_k = int(passk["k"].max())
     scaling = data_scaling_long(root, config, largest_k)
