@@ -34,10 +34,25 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if args.dry_run:
         if backend != "verl":
             parser.error("--dry-run applies to train.backend: verl")
-        from tagrpo.verl_ext.launcher import run_training
+        import sys
+
+        from tagrpo.paths import project_root
+        from tagrpo.verl_ext.launcher import planned_model, run_training
 
         policy = policy_name(args.method, seed, args.data_multiple)
-        return run_training(args.method, seed, policy, legacy_train_params(config), dry_run=True)
+        params = legacy_train_params(config)
+        # A fresh clone has no models/base yet: print the command with the model it will be.
+        try:
+            model = planned_model(params, project_root(), config.base_model.model_dump())
+        except ValueError as error:
+            parser.exit(2, f"{parser.prog}: {error}\n")
+        if model is not None:
+            print(
+                f"# {config.train.model} is not built yet (dvc repro base_model): the command "
+                f"names the model it will hold, {model}",
+                file=sys.stderr,
+            )
+        return run_training(args.method, seed, policy, params, dry_run=True, model=model)
     plan = plan_training(config, args.method, seed, args.data_multiple)
     with running_stage(
         "train",
