@@ -17,6 +17,7 @@ import pandas as pd
 from tagrpo.backends.base import GenerationBackend, SamplingParams
 from tagrpo.data.schema import Question
 from tagrpo.metrics.passk import pass_at_k_table
+from tagrpo.progress import labelled
 from tagrpo.prompts import chat_messages
 
 if TYPE_CHECKING:
@@ -42,9 +43,10 @@ def sample_benchmarks(
 ) -> pd.DataFrame:
     """Sample ``sampling.n`` responses per question; one row per response, ungraded."""
     rows = []
-    for name, questions in benchmarks.items():
+    for number, (name, questions) in enumerate(benchmarks.items(), 1):
         conversations = [chat_messages(q.problem, q.choices) for q in questions]
-        completions = backend.generate(conversations, sampling)
+        with labelled(f"{name} ({number} of {len(benchmarks)})"):
+            completions = backend.generate(conversations, sampling)
         for question, samples in zip(questions, completions, strict=True):
             for sample_index, completion in enumerate(samples):
                 rows.append(
