@@ -66,6 +66,9 @@ stages:
 """
 
 
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+
+
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DVC_", "TAGRPO_"))}
     env["DVC_NO_ANALYTICS"] = "1"
@@ -77,10 +80,9 @@ def _ran(log: str) -> list[str]:
     return re.findall(r"Running stage '([^']+)'", log)
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The project's params (two methods, one seed) and the small DAG, reproduced once."""
-    root = tmp_path_factory.mktemp("plan")
+def small_project(root: Path, dvc_yaml: str = DVC_YAML) -> dict[str, str]:
+    """The project's params (two methods, one seed) and a small DAG in a new git repo with DVC
+    initialised; the environment to run dvc in."""
     params = resolve_params(
         ROOT,
         RerunRequest(
@@ -88,19 +90,28 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ),
     )
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    (root / "dvc.yaml").write_text(DVC_YAML)
+    (root / "dvc.yaml").write_text(dvc_yaml)
     (root / "models").mkdir()
     (root / "evals").mkdir()
     (root / "profiles").mkdir()
     (root / "profiles" / "more-samples.yaml").write_text("evaluate: {n: 128}\n")
     env = _env()
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
-    run_checked([*git, "init", "-q"], root, env)
+    run_checked([*GIT, "init", "-q"], root, env)
     run_checked([dvc_binary(), "init", "-q"], root, env)
+    run_checked([*GIT, "add", "-A"], root, env)
+    run_checked([*GIT, "commit", "-q", "-m", "small project"], root, env)
+    return env
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small project, reproduced once."""
+    root = tmp_path_factory.mktemp("plan")
+    env = small_project(root)
     log = run_checked([dvc_binary(), "repro"], root, env)
     assert len(_ran(log)) == 6
-    run_checked([*git, "add", "-A"], root, env)
-    run_checked([*git, "commit", "-q", "-m", "reproduced"], root, env)
+    run_checked([*GIT, "add", "-A"], root, env)
+    run_checked([*GIT, "commit", "-q", "-m", "reproduced"], root, env)
     return root
 
 
