@@ -30,7 +30,8 @@ NPM_STAMP := node_modules/.package-lock.json
 PLOTS_PAGE := .dvc/plots/offline.html
 PREFECT_PORT ?= 4200
 PREFECT_API ?= http://127.0.0.1:$(PREFECT_PORT)/api
-CRON ?= 0 3 * * *
+# A schedule for the deployment only when asked: make prefect-deploy CRON='0 3 * * *'.
+CRON ?=
 # Debian packages the tools need when the machine lacks them (root and apt only).
 APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
 
@@ -105,11 +106,12 @@ prefect-server: install
 	$(BIN)/prefect server start --host 127.0.0.1 --port $(PREFECT_PORT)
 
 # Create the pipeline deployment (typed parameters: profile, methods, seeds, overrides, force,
-# mode; schedule CRON) on the local server of `make prefect-server`, and serve its runs.
+# mode) on the local server of `make prefect-server`, and serve its runs; no schedule unless
+# CRON is given (e.g. CRON="0 3 * * *": daily at 03:00).
 prefect-deploy: install
 	@$(BIN)/python -c "import urllib.request; urllib.request.urlopen('$(PREFECT_API)/health', timeout=10)" \
 	  2>/dev/null || { echo "no Prefect server at $(PREFECT_API): run make prefect-server first"; exit 2; }
-	PREFECT_API_URL=$(PREFECT_API) $(BIN)/python -m flows.pipeline serve --cron "$(CRON)"
+	PREFECT_API_URL=$(PREFECT_API) $(BIN)/python -m flows.pipeline serve $(if $(CRON),--cron "$(CRON)")
 
 # The pipeline flow once, in this checkout (params.yaml as it is), one Prefect task per stage.
 pipeline-flow: install

@@ -7,8 +7,9 @@ never edits the checkout's params.yaml:
 
 * ``mode: scratch`` (default): the DAG runs in a copy under ``.tagrpo/runs/<name>`` holding the
   checkout's outputs, so DVC reruns only what the new params change; one Prefect task per DVC
-  stage (``dvc repro -s <stage>`` in ``dvc dag`` order), each with its own logs (dvc's and the
-  stage's output, progress included), duration, retries and state;
+  stage (``dvc repro -s <stage>`` in ``dvc dag`` order, each waiting for its upstream stages:
+  the flow-run graph is DVC's), each with its own logs (dvc's and the stage's output, progress
+  included), duration, retries and state; "stage i of n done" and a progress artifact;
 * ``mode: experiment``: ``dvc exp run --temp -S key=value ...`` for every changed key, one task;
   the experiment is listed by ``dvc exp show`` in the checkout;
 * ``mode: workspace``: the checkout itself, per-stage tasks, only when nothing is changed
@@ -20,13 +21,14 @@ run nests under it.
 
     python -m flows.pipeline run [--profile smoke] [--method M ...] [--seed S ...]
                                  [--set key=value ...] [--force] [--mode scratch]
-    python -m flows.pipeline serve [--cron "0 3 * * *"] [--name rerun]   # needs a server:
+    python -m flows.pipeline serve [--name rerun] [--cron "0 3 * * *"]   # needs a server:
         make prefect-server; PREFECT_API_URL=http://127.0.0.1:4200/api (make prefect-deploy)
 """
 
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -36,7 +38,12 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
 from prefect.runtime import flow_run
 from pydantic import Field, StringConstraints
 
@@ -53,7 +60,7 @@ from tagrpo.rerun import (
     read_yaml_mapping,
     resolve_params,
     set_param_arguments,
-    stage_order,
+    stage_graph,
 )
 from tagrpo.tracking import PARENT_RUN_ENV, redact_tree, tracking_uri
 
@@ -68,6 +75,20 @@ _PROGRESS_EVERY_S = 15.0
 # A cancelled task's dvc gets this long after SIGTERM to stop its stage, then SIGKILL.
 _STOP_GRACE_S = 60.0
 _TAIL_LINES = 60
+# Terminal control sequences (tqdm moves the cursor up, ESC [ A, to redraw nested bars) and the
+# 8-bit CSI: meaningless in a log.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|\x9b[0-?]*[ -/]*[@-~]")
+# Hints DVC prints after every stage it runs: logged once per flow run (the files its
+# "git add ..." names vary from stage to stage: the first is shown).
+_DVC_HINTS = (
+    "To track the changes with git, run:",
+    "git add",
+    "To enable auto staging, run:",
+    "dvc config core.autostage true",
+    "Use `dvc push` to send your updates to remote storage.",
+)
+# The hints already logged, per flow run (the stage tasks run in the flow's process).
+_HINTS_SHOWN: dict[str, set[str]] = {}
 
 
 def _stage_env(parent_run_id: str | None) -> dict[str, str]:
@@ -83,17 +104,23 @@ def _stage_env(parent_run_id: str | None) -> dict[str, str]:
 
 class OutputLogger:
     """Feeds a subprocess's output to a logger: every line as it completes, and a progress bar
-    (redrawn with carriage returns) at most every ``every_s`` seconds; keeps the last lines."""
+    (redrawn with carriage returns) at most every ``every_s`` seconds; keeps the last lines.
 
-    def __init__(self, logger: Any, every_s: float = _PROGRESS_EVERY_S) -> None:
+    Terminal escape sequences are removed; DVC's hints are logged the first time only among
+    the loggers that share ``hints_shown``."""
+
+    def __init__(
+        self, logger: Any, every_s: float = _PROGRESS_EVERY_S, hints_shown: set[str] | None = None
+    ) -> None:
         self.logger = logger
         self.every_s = every_s
         self.pending = ""
         self.last_progress = -every_s
         self.tail: list[str] = []
+        self.hints_shown = set() if hints_shown is None else hints_shown
 
     def feed(self, text: str) -> None:
-        self.pending += text.replace("\r\n", "\n")
+        self.pending += _ESCAPES.sub("", text).replace("\r\n", "\n")
         while True:
             found = [i for i in (self.pending.find("\n"), self.pending.find("\r")) if i >= 0]
             cut = min(found, default=-1)
@@ -115,14 +142,23 @@ class OutputLogger:
         self.pending = ""
 
     def _emit(self, line: str) -> None:
-        self.logger.info(line)
         self.tail = [*self.tail[-_TAIL_LINES:], line]
+        hint = "git add" if line.startswith("git add ") else line
+        if hint in _DVC_HINTS:
+            if hint in self.hints_shown:
+                return
+            self.hints_shown.add(hint)
+        self.logger.info(line)
+
+
+def _hints_shown() -> set[str]:
+    return _HINTS_SHOWN.setdefault(str(flow_run.get_id() or ""), set())
 
 
 def stream_command(command: list[str], cwd: Path, env: dict[str, str], logger: Any) -> list[str]:
     """Run ``command`` with its output streamed to ``logger``; the last lines, or RuntimeError
     with them if it fails."""
-    output = OutputLogger(logger)
+    output = OutputLogger(logger, hints_shown=_hints_shown())
     process = subprocess.Popen(
         command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
@@ -170,9 +206,45 @@ def scratch_copy(source: str, target: str, resolved: dict[str, Any], message: st
     return commit
 
 
-@task(name="dvc-dag")
-def planned_stages(root: str) -> list[str]:
-    return stage_order(Path(root))
+def run_stages(root: Path, parent_run_id: str, force: bool) -> dict[str, str]:
+    """One ``dvc-stage`` task per DVC stage, one at a time in ``dvc dag`` order (stages of one
+    repo cannot run concurrently); each waits for its upstream stages, so the flow-run graph
+    draws DVC's edges. Progress: a log line and the ``progress`` artifact after each stage."""
+    logger = get_run_logger()
+    order, edges = stage_graph(root)
+    upstream: dict[str, list[str]] = {name: [] for name in order}
+    for source, target in edges:
+        upstream[target].append(source)
+    logger.info("%d DVC stages to check, in this order: %s", len(order), ", ".join(order))
+    progress = create_progress_artifact(
+        0.0, key="progress", description=f"DVC stages done of {len(order)}"
+    )
+    futures: dict[str, Any] = {}
+    outcomes: dict[str, str] = {}
+    for done, name in enumerate(order, 1):
+        # Futures, not states: Prefect would also walk a state's result, and the string "ran"
+        # (one object for every task that ran) would link the stage to the last one that ran.
+        futures[name] = dvc_stage.submit(
+            name,
+            str(root),
+            parent_run_id,
+            force,
+            wait_for=[futures[source] for source in upstream[name]],
+        )
+        outcomes[name] = futures[name].result()  # one at a time; a stage's error fails the flow
+        ran = sum(outcome == "ran" for outcome in outcomes.values())
+        logger.info(
+            "stage %d of %d done: %s (%s); %d ran, %d unchanged, %d left",
+            done,
+            len(order),
+            name,
+            outcomes[name],
+            ran,
+            done - ran,
+            len(order) - done,
+        )
+        update_progress_artifact(progress, 100.0 * done / len(order))
+    return outcomes
 
 
 def _yaml(params: dict[str, Any]) -> str:
@@ -302,10 +374,7 @@ def pipeline(
                 outcome["commit"] = scratch_copy(
                     str(source), str(root), resolved, request.describe()
                 )
-            stages = planned_stages(str(root))
-            outcome["stages"] = {
-                stage: dvc_stage(stage, str(root), parent, force) for stage in stages
-            }
+            outcome["stages"] = run_stages(root, parent, force)
             create_table_artifact(
                 [{"stage": s, "outcome": o} for s, o in outcome["stages"].items()],
                 key="stages",
@@ -313,6 +382,7 @@ def pipeline(
             )
         status = "FINISHED"
     finally:
+        _HINTS_SHOWN.pop(str(flow_run.get_id() or ""), None)
         outcome["root"] = str(root)
         outcome["metrics"] = _finish_parent(client, parent, root, status)
     report = root / "reports" / "report.md"
@@ -322,6 +392,7 @@ def pipeline(
 
 
 def _serve(name: str, cron: str | None) -> None:
+    """Create (or update) the deployment and serve its runs; a schedule only with ``cron``."""
     if not os.environ.get("PREFECT_API_URL"):
         raise SystemExit(
             "serving needs a Prefect server: run `make prefect-server` and export "
@@ -347,7 +418,9 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--mode", default="scratch", choices=["scratch", "experiment", "workspace"])
     serve = commands.add_parser("serve", help="create the deployment and serve its runs")
     serve.add_argument("--name", default="rerun", help="deployment name (default rerun)")
-    serve.add_argument("--cron", default="0 3 * * *", help='schedule; "" for none')
+    serve.add_argument(
+        "--cron", default=None, help='a schedule, e.g. "0 3 * * *" (default: none, runs on demand)'
+    )
     args = parser.parse_args(argv)
     if args.command == "serve":
         _serve(args.name, args.cron)

@@ -34,11 +34,26 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if args.dry_run:
         if backend != "verl":
             parser.error("--dry-run applies to train.backend: verl")
+        import sys
+
+        from tagrpo.paths import project_root
         from tagrpo.verl_ext.dry_run import evaluation_lines
-        from tagrpo.verl_ext.launcher import run_training
+        from tagrpo.verl_ext.launcher import planned_model, run_training
 
         policy = policy_name(args.method, seed, args.data_multiple)
-        planned = run_training(args.method, seed, policy, legacy_train_params(config), dry_run=True)
+        params = legacy_train_params(config)
+        # A fresh clone has no models/base yet: print the command with the model it will be.
+        try:
+            model = planned_model(params, project_root(), config.base_model.model_dump())
+        except ValueError as error:
+            parser.exit(2, f"{parser.prog}: {error}\n")
+        if model is not None:
+            print(
+                f"# {config.train.model} is not built yet (dvc repro base_model): the command "
+                f"names the model it will hold, {model}",
+                file=sys.stderr,
+            )
+        planned = run_training(args.method, seed, policy, params, dry_run=True, model=model)
         print("\n".join(evaluation_lines(config)))  # what the evaluate stage will sample with
         return planned
     plan = plan_training(config, args.method, seed, args.data_multiple)

@@ -5,6 +5,7 @@
     tagrpo params apply PROFILE.yaml [--params params.yaml]
     tagrpo params check [FILE]
     tagrpo params explain [KEY] [--file params.yaml]
+    tagrpo plan [-S key=value ...] [--profile P]   (what dvc repro would rerun, and why)
     tagrpo plots show|diff [DVC PLOTS ARGS]   (offline page: dvc_plots/index.html)
     tagrpo compare [--method M ...] [--k K ...] [--benchmark B ...] [--profile P]
                    [--experiment NAME] [--tracking-uri URI] [--format text|markdown|csv]
@@ -291,6 +292,25 @@ def _cmd_params_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- plan ----------------------------------------------------------------------------------
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from tagrpo.config.params import ConfigError
+    from tagrpo.paths import project_root
+    from tagrpo.plan import plan_rerun, render_plan
+    from tagrpo.rerun import RerunRequest
+
+    request = RerunRequest(profile=args.profile, overrides=list(args.overrides))
+    try:
+        plan = plan_rerun(project_root(), request)
+    except (ConfigError, OSError, RuntimeError, KeyError) as error:
+        print(f"tagrpo plan: {error}", file=sys.stderr)
+        return 2
+    print(render_plan(plan))
+    return 0
+
+
 # --- compare ---------------------------------------------------------------------------------
 
 
@@ -402,6 +422,32 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("key", nargs="?", default="", help="e.g. train.learning_rate, or train")
     explain.add_argument("--file", default=None, help="params file for the current value")
     explain.set_defaults(handler=_cmd_params_explain)
+
+    plan = commands.add_parser(
+        "plan",
+        help="which DVC stages a params change would rerun, and why (runs nothing)",
+        description="Resolves the change as a rerun does (params.yaml, then the profile, then "
+        "the -S overrides, validated like `tagrpo params check`) and lists the stages `dvc "
+        "repro` would run with it, in order, each with its reason: params it declares that "
+        "change, a command that changes, no entry in dvc.lock, a changed dependency or a missing "
+        "output in the checkout (`dvc status`), or an upstream stage that runs. The checkout's "
+        "params.yaml and outputs are not touched.",
+    )
+    plan.add_argument(
+        "-S",
+        "--set",
+        action="append",
+        default=[],
+        dest="overrides",
+        metavar="KEY=VALUE",
+        help="a params key to change (value in YAML), e.g. train.learning_rate=2e-4; repeatable",
+    )
+    plan.add_argument(
+        "--profile",
+        default="current",
+        help="merge profiles/PROFILE.yaml first (default: params.yaml as it is)",
+    )
+    plan.set_defaults(handler=_cmd_plan)
 
     compare = commands.add_parser(
         "compare",

@@ -6,12 +6,17 @@ of `dvc repro` in CI stay readable); ``TAGRPO_PROGRESS=1`` forces bars, ``=0`` h
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+# What the bars opened inside :func:`labelled` are about, e.g. "mini_arith (2 of 4)": the
+# sampler that draws the bar does not know which benchmark or variant it samples.
+_LABEL: contextvars.ContextVar[str] = contextvars.ContextVar("tagrpo_progress_label", default="")
 
 
 def enabled() -> bool:
@@ -21,12 +26,33 @@ def enabled() -> bool:
     return sys.stderr.isatty()
 
 
+@contextlib.contextmanager
+def labelled(label: str) -> Iterator[None]:
+    """Bars opened inside say what they are about: ``sampling mini_arith (2 of 4)``."""
+    token = _LABEL.set(label)
+    try:
+        yield
+    finally:
+        _LABEL.reset(token)
+
+
+def describe(desc: str) -> str:
+    """``desc`` with the current :func:`labelled` label."""
+    label = _LABEL.get()
+    return f"{desc} {label}" if label else desc
+
+
 def bar(total: int | None, desc: str, unit: str = "it") -> Any:
     """A tqdm bar (``update(n)``, ``close()``, usable as a context manager), disabled off a tty."""
     from tqdm.auto import tqdm
 
     return tqdm(
-        total=total, desc=desc, unit=unit, disable=not enabled(), leave=False, dynamic_ncols=True
+        total=total,
+        desc=describe(desc),
+        unit=unit,
+        disable=not enabled(),
+        leave=False,
+        dynamic_ncols=True,
     )
 
 

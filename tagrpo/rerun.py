@@ -12,7 +12,8 @@ then runs either
 * as a **DVC experiment** (:func:`set_param_arguments`): ``dvc exp run --temp -S key=value ...``
   for every leaf that differs, run in DVC's temporary copy and listed by ``dvc exp show``.
 
-:func:`stage_order` lists the stages in the order ``dvc repro`` would run them, from ``dvc dag``.
+:func:`stage_order` lists the stages in the order ``dvc repro`` would run them, from ``dvc dag``
+(:func:`stage_graph`: with its edges).
 """
 
 from __future__ import annotations
@@ -245,14 +246,21 @@ def dvc_binary() -> str:
     return str(local) if local.exists() else "dvc"
 
 
-def stage_order(root: Path) -> list[str]:
-    """Every stage of ``root``'s pipeline in an order ``dvc repro -s`` can run them."""
+def stage_graph(root: Path) -> tuple[list[str], list[tuple[str, str]]]:
+    """Every stage of ``root``'s pipeline in an order ``dvc repro -s`` can run them, and the
+    edges (upstream, downstream) of ``dvc dag``."""
     result = subprocess.run(
         [dvc_binary(), "dag", "--dot"], cwd=root, capture_output=True, text=True, check=False
     )
     if result.returncode != 0:
         raise RuntimeError(f"dvc dag failed in {root}:\n{result.stderr[-4000:]}")
-    return topological(*parse_dot(result.stdout))
+    nodes, edges = parse_dot(result.stdout)
+    return topological(nodes, edges), edges
+
+
+def stage_order(root: Path) -> list[str]:
+    """Every stage of ``root``'s pipeline in an order ``dvc repro -s`` can run them."""
+    return stage_graph(root)[0]
 
 
 # --------------------------------------------------------------------------- scratch copy

@@ -11,36 +11,80 @@ loss              clipped policy loss (Eq. 2/4) with the low-variance KL loss
 step              advantages and diagnostics of one step for a method
 """
 
-from tagrpo.algorithms.advantages import EPSILON, group_moments, grpo_advantages
-from tagrpo.algorithms.avspo import (
-    AdaptiveThreshold,
-    AVSPOConfig,
-    AVSPOResult,
-    avspo_advantages,
-    num_virtual_samples,
-    virtual_rewards,
-)
-from tagrpo.algorithms.diagnostics import (
-    collapse_rates,
-    step_diagnostics,
-    training_group_diagnostics,
-)
-from tagrpo.algorithms.dynamic_sampling import (
-    DynamicSamplingResult,
-    dynamic_sampling,
-    is_informative,
-)
-from tagrpo.algorithms.estimators import (
-    ESTIMATORS,
-    EstimatorOutput,
-    EstimatorSpec,
-    get_estimator,
-    register_estimator,
-)
-from tagrpo.algorithms.grouping import Layout, dense_ids, group_ids, rollout_layout
-from tagrpo.algorithms.loss import LossOutput, low_var_kl, policy_loss, token_log_probs
-from tagrpo.algorithms.methods import METHODS, MethodSpec, get_method
-from tagrpo.algorithms.step import StepAdvantages, advantages_and_diagnostics
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tagrpo.algorithms.advantages import EPSILON, group_moments, grpo_advantages
+    from tagrpo.algorithms.avspo import (
+        AdaptiveThreshold,
+        AVSPOConfig,
+        AVSPOResult,
+        avspo_advantages,
+        num_virtual_samples,
+        virtual_rewards,
+    )
+    from tagrpo.algorithms.diagnostics import (
+        collapse_rates,
+        step_diagnostics,
+        training_group_diagnostics,
+    )
+    from tagrpo.algorithms.dynamic_sampling import (
+        DynamicSamplingResult,
+        dynamic_sampling,
+        is_informative,
+    )
+    from tagrpo.algorithms.estimators import (
+        ESTIMATORS,
+        EstimatorOutput,
+        EstimatorSpec,
+        get_estimator,
+        register_estimator,
+    )
+    from tagrpo.algorithms.grouping import Layout, dense_ids, group_ids, rollout_layout
+    from tagrpo.algorithms.loss import LossOutput, low_var_kl, policy_loss, token_log_probs
+    from tagrpo.algorithms.methods import METHODS, MethodSpec, get_method
+    from tagrpo.algorithms.step import StepAdvantages, advantages_and_diagnostics
+
+# Exports resolve lazily: the method registry (read by every params check) must not load torch
+# with the loss, nor numpy's estimators before they are needed.
+_EXPORTS = {
+    "EPSILON": "advantages",
+    "group_moments": "advantages",
+    "grpo_advantages": "advantages",
+    "AdaptiveThreshold": "avspo",
+    "AVSPOConfig": "avspo",
+    "AVSPOResult": "avspo",
+    "avspo_advantages": "avspo",
+    "num_virtual_samples": "avspo",
+    "virtual_rewards": "avspo",
+    "collapse_rates": "diagnostics",
+    "step_diagnostics": "diagnostics",
+    "training_group_diagnostics": "diagnostics",
+    "DynamicSamplingResult": "dynamic_sampling",
+    "dynamic_sampling": "dynamic_sampling",
+    "is_informative": "dynamic_sampling",
+    "ESTIMATORS": "estimators",
+    "EstimatorOutput": "estimators",
+    "EstimatorSpec": "estimators",
+    "get_estimator": "estimators",
+    "register_estimator": "estimators",
+    "Layout": "grouping",
+    "dense_ids": "grouping",
+    "group_ids": "grouping",
+    "rollout_layout": "grouping",
+    "LossOutput": "loss",
+    "low_var_kl": "loss",
+    "policy_loss": "loss",
+    "token_log_probs": "loss",
+    "METHODS": "methods",
+    "MethodSpec": "methods",
+    "get_method": "methods",
+    "StepAdvantages": "step",
+    "advantages_and_diagnostics": "step",
+}
 
 __all__ = [
     "EPSILON",
@@ -77,3 +121,10 @@ __all__ = [
     "training_group_diagnostics",
     "virtual_rewards",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import pyarrow as pa
+
+if TYPE_CHECKING:  # pandas loads only when a frame is built (`to_pandas`): params checks stay fast
+    import pandas as pd
 
 ANSWER_KINDS = ("math", "multiple_choice")
 

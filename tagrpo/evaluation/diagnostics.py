@@ -44,6 +44,7 @@ from tagrpo.data.training_set import TrainQuestion
 from tagrpo.evaluation.runner import GradeFn
 from tagrpo.metrics.compare import Estimate, mean_difference_interval, sign_test_p
 from tagrpo.metrics.diversity import EmbedFn, mean_pairwise_cosine_distance
+from tagrpo.progress import labelled
 
 GROUPINGS = ("original", "neighbour_each", "neighbours", "original_NG", "joint", "original_N1G")
 # (first, second): the comparisons reported, first - second, paired over questions.
@@ -102,7 +103,7 @@ def sample_training_questions(
         (0, (neighbours + 1) * group, sampling.seed),
         *((v, group, sampling.seed + 7919 * v) for v in range(1, neighbours + 1)),
     ]
-    for variant, count, seed in plans:
+    for number, (variant, count, seed) in enumerate(plans, 1):
         conversations = [q.messages(variant) for q in questions]
         drawn = SamplingParams(
             n=count,
@@ -111,7 +112,8 @@ def sample_training_questions(
             max_new_tokens=sampling.max_new_tokens,
             seed=seed,
         )
-        completions = backend.generate(conversations, drawn)
+        with labelled(f"phrasing q{variant} ({number} of {len(plans)})"):
+            completions = backend.generate(conversations, drawn)
         rows = [
             {
                 "question_id": question.id,

@@ -17,6 +17,7 @@ import pandas as pd
 from tagrpo.backends.base import GenerationBackend, SamplingParams
 from tagrpo.data.schema import Question
 from tagrpo.metrics.passk import pass_at_k_table
+from tagrpo.progress import labelled
 from tagrpo.prompts import authors_prompt_text, chat_messages
 
 if TYPE_CHECKING:
@@ -55,9 +56,10 @@ def sample_benchmarks(
     if served != prompt_format:  # the authors' text inside a chat template is neither setting
         raise ValueError(f"prompt_format {prompt_format!r} but the backend serves {served!r}")
     rows = []
-    for name, questions in benchmarks.items():
+    for number, (name, questions) in enumerate(benchmarks.items(), 1):
         conversations = [evaluation_messages(q, prompt_format) for q in questions]
-        completions = backend.generate(conversations, sampling)
+        with labelled(f"{name} ({number} of {len(benchmarks)})"):
+            completions = backend.generate(conversations, sampling)
         for question, samples in zip(questions, completions, strict=True):
             for sample_index, completion in enumerate(samples):
                 rows.append(

@@ -88,6 +88,36 @@ def resolve_model(params: Mapping[str, Any], root: Path) -> str:
     )
 
 
+def planned_model(params: Mapping[str, Any], root: Path, base: Mapping[str, Any]) -> str | None:
+    """The starting policy as :func:`resolve_model` will find it once ``train.model`` is built,
+    for a dry run before that: None when it is built (or ``verl.model`` names it).
+
+    ``base`` is the ``base_model`` section: ``models/base`` becomes a pointer to the hub id or
+    the local folder, or a folder of weights written there (warm start, GGUF). ValueError names
+    the stage to run first for any other ``train.model``.
+    """
+    from tagrpo.models import resolve
+
+    if verl_settings(params).get("model"):
+        return None
+    folder = root / str(params["model"])
+    try:
+        resolve(folder)
+        return None
+    except FileNotFoundError:
+        pass
+    if Path(str(params["model"])) != Path("models/base"):
+        raise ValueError(
+            f"{params['model']} (train.model) is not built yet, and no stage writes it"
+        )
+    kind = base["kind"]
+    if kind == "hub":
+        return str(base["hub"]["hub_id"])
+    if kind == "local":
+        return str((root / str(base["local"]["path"])).resolve())
+    return str(folder.resolve())  # warm start, GGUF: the base_model stage writes weights there
+
+
 def tracking_settings(params: Mapping[str, Any]) -> tuple[bool, str, str]:
     """(enabled, absolute tracking URI, experiment) from ``common.tracking``."""
     from tagrpo.tracking import DEFAULT_EXPERIMENT, tracking_uri
@@ -180,6 +210,7 @@ def run_training(
     summarize: Summarize | None = None,
     runner: Callable[..., Any] | None = None,
     outputs: Mapping[str, Path] | None = None,
+    model: str | None = None,
 ) -> dict[str, float]:
     """Train ``policy`` with verl (see the module docstring); returns the run summary.
 
@@ -187,7 +218,8 @@ def run_training(
     backends report the same keys; ``runner`` starts the process (tests pass a fake).
     ``outputs`` (``model``, ``rollouts``, ``history``): where the stage wants the policy, the
     dumps and the per-step table (its staging area); then the caller writes the metrics and
-    owns the MLflow run.
+    owns the MLflow run. ``model`` (dry runs only): the starting policy to print when it is not
+    built yet (:func:`planned_model`).
     """
     root = project_root()
     paths = run_paths(root, policy, params)
@@ -203,7 +235,7 @@ def run_training(
         paths, export_dir=Path(outputs["model"]), rollout_dir=Path(outputs["rollouts"])
     )
     if dry_run:
-        command = build_command(method, params, seed, policy, root, paths=paths)
+        command = build_command(method, params, seed, policy, root, model=model, paths=paths)
         print(command.shell())
         return {}
     from tagrpo.algorithms import get_method

@@ -1,0 +1,252 @@
+"""What ``dvc repro`` would rerun after a params change, computed without running anything.
+
+``dvc exp run --dry`` cannot answer this (DVC makes a temporary copy without the outputs, so it
+fails on the first missing input). :func:`plan_rerun` resolves the change like a rerun does
+(:func:`tagrpo.rerun.resolve_params`: profile, ``key=value`` overrides, validated against the
+typed params) and then reads, never writes, the checkout:
+
+* the stages are dvc.yaml expanded with the *new* params (a changed ``runs.methods`` adds or
+  drops matrix items);
+* a stage runs when its recorded run in dvc.lock differs from what it would be: a param it
+  declares has another value (compared as DVC reads YAML), its command changed, it has no
+  entry in dvc.lock, or ``dvc status`` reports a changed dependency or a missing/changed output
+  in the checkout as it is;
+* and every stage downstream of one that runs (its inputs are about to be rewritten; DVC skips
+  it only if they come out byte-identical).
+
+The checkout's params.yaml and outputs are not touched (``dvc status`` only reads them).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tagrpo.dvc_stages import ExpandedStage, expand_stages
+from tagrpo.rerun import RerunRequest, dvc_binary, resolve_params, topological
+
+PARAMS_FILE = "params.yaml"
+
+
+@dataclass(frozen=True)
+class PlannedStage:
+    name: str
+    reasons: tuple[str, ...]  # why the stage itself is out of date (empty: only downstream)
+    after: tuple[str, ...] = ()  # the stages upstream of it that run first
+
+
+@dataclass(frozen=True)
+class RerunPlan:
+    request: RerunRequest
+    changed_params: dict[str, tuple[Any, Any]]  # dotted key -> (params.yaml value, new value)
+    order: list[str]  # every stage of the new pipeline, in dvc repro order
+    runs: list[PlannedStage] = field(default_factory=list)  # in dvc repro order
+
+    @property
+    def unchanged(self) -> list[str]:
+        running = {stage.name for stage in self.runs}
+        return [name for name in self.order if name not in running]
+
+
+def _dvc_yaml_view(data: Mapping[str, Any]) -> Any:
+    """``data`` as DVC reads it: YAML 1.2 (``1e-6`` is a number there, a string in PyYAML)."""
+    from dvc.utils.serialize import parse_yaml
+
+    return parse_yaml(yaml.safe_dump(dict(data), sort_keys=False), PARAMS_FILE)
+
+
+def _lookup(tree: Any, dotted: str) -> tuple[bool, Any]:
+    node = tree
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def leaf_differences(old: Any, new: Any, prefix: str) -> list[str]:
+    """Dotted keys under ``prefix`` whose values differ (lists are leaves)."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        keys = sorted(set(old) | set(new), key=str)
+        found: list[str] = []
+        for key in keys:
+            if key not in old or key not in new:
+                found.append(f"{prefix}.{key}")
+            else:
+                found += leaf_differences(old[key], new[key], f"{prefix}.{key}")
+        return found
+    return [] if old == new else [prefix]
+
+
+def dvc_status(root: Path) -> dict[str, list[Any]]:
+    """``dvc status --json`` of the checkout as it is: stage -> DVC's list of changes."""
+    result = subprocess.run(
+        [dvc_binary(), "status", "--json"], cwd=root, capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"dvc status failed in {root}:\n{result.stderr[-3000:]}")
+    text = result.stdout.strip()
+    return json.loads(text) if text else {}
+
+
+def checkout_reasons(changes: Sequence[Any]) -> list[str]:
+    """DVC's status entries of one stage, except params and command (compared with the new
+    params instead): changed dependencies and missing or changed outputs, one reason each."""
+    deps: list[str] = []
+    outs: list[str] = []
+    reasons: list[str] = []
+    for change in changes:
+        if change == "always changed":
+            reasons.append("always changed")
+        if not isinstance(change, Mapping):
+            continue
+        for path, state in (change.get("changed deps") or {}).items():
+            if path != PARAMS_FILE:
+                deps.append(path if state == "modified" else f"{path} ({_state(state)})")
+        for path, state in (change.get("changed outs") or {}).items():
+            outs.append(f"{path} ({_state(state)})")
+    if deps:
+        reasons.append("changed deps: " + ", ".join(deps))
+    if outs:
+        reasons.append("outputs: " + ", ".join(outs))
+    return reasons
+
+
+def _state(state: str) -> str:
+    return {"deleted": "missing", "not in cache": "missing, not in the cache"}.get(state, state)
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def stage_edges(stages: Mapping[str, ExpandedStage]) -> list[tuple[str, str]]:
+    """(upstream, downstream) whenever a dependency is, holds or lies inside an output, as in
+    ``dvc dag``."""
+    edges = []
+    for upstream in stages.values():
+        for downstream in stages.values():
+            if upstream.name != downstream.name and any(
+                _inside(dep, out) or _inside(out, dep)
+                for dep in downstream.deps
+                for out in upstream.outs
+            ):
+                edges.append((upstream.name, downstream.name))
+    return edges
+
+
+def _param_reasons(
+    stage: ExpandedStage, recorded: Mapping[str, Any] | None, new_view: Any
+) -> list[str]:
+    if recorded is None:
+        return []
+    reasons = []
+    for key in stage.params:
+        present, value = _lookup(new_view, key)
+        if key not in recorded:
+            reasons.append(f"new params dependency {key}")
+        elif not present:
+            reasons.append(f"params: {key} removed")
+        else:
+            changed = leaf_differences(recorded[key], value, key)
+            if changed:
+                reasons.append("params: " + ", ".join(changed))
+    dropped = sorted(set(recorded) - set(stage.params))
+    if dropped:
+        reasons.append(f"no longer depends on params {', '.join(dropped)}")
+    return reasons
+
+
+def plan_rerun(
+    root: Path, request: RerunRequest, status: Mapping[str, Sequence[Any]] | None = None
+) -> RerunPlan:
+    """The stages ``dvc repro`` would run in ``root`` with ``request``'s params, and why.
+
+    ``status``: ``dvc status --json`` of the checkout (read from DVC when None); raises
+    :class:`~tagrpo.config.params.ConfigError` for an invalid request.
+    """
+    from dvc.utils.serialize import parse_yaml
+
+    from tagrpo.rerun import changed_leaves, read_yaml_mapping
+
+    resolved = resolve_params(root, request)
+    current = read_yaml_mapping(root / PARAMS_FILE)
+    changed = {
+        key: (_lookup(current, key)[1], value)
+        for key, value in changed_leaves(current, resolved).items()
+    }
+    dvc_yaml = yaml.safe_load((root / "dvc.yaml").read_text()) or {}
+    stages = expand_stages(dvc_yaml, resolved)
+    lock_path = root / "dvc.lock"
+    lock = parse_yaml(lock_path.read_text(), str(lock_path)) if lock_path.is_file() else {}
+    recorded_stages = (lock or {}).get("stages") or {}
+    if status is None:
+        status = dvc_status(root)
+    new_view = _dvc_yaml_view(resolved)
+
+    edges = stage_edges(stages)
+    order = topological(list(stages), edges)
+    upstream_of: dict[str, list[str]] = {name: [] for name in stages}
+    for upstream, downstream in edges:
+        upstream_of[downstream].append(upstream)
+
+    runs: list[PlannedStage] = []
+    running: set[str] = set()
+    for name in order:
+        stage = stages[name]
+        recorded = recorded_stages.get(name)
+        reasons: list[str] = []
+        if recorded is None:
+            reasons.append("not in dvc.lock (never run)")
+        else:
+            if str(recorded.get("cmd", "")) != stage.cmd:
+                reasons.append(f"command changed: {stage.cmd}")
+            reasons += _param_reasons(
+                stage, (recorded.get("params") or {}).get(PARAMS_FILE), new_view
+            )
+            reasons += checkout_reasons(status.get(name, []))
+        after = tuple(up for up in order if up in running and up in upstream_of[name])
+        if reasons or after:
+            runs.append(PlannedStage(name, tuple(reasons), after))
+            running.add(name)
+    return RerunPlan(request=request, changed_params=changed, order=order, runs=runs)
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def render_plan(plan: RerunPlan) -> str:
+    """The plan as the ``tagrpo plan`` command prints it."""
+    lines = [f"request: {plan.request.describe()}"]
+    if plan.changed_params:
+        lines.append(f"params changed from params.yaml ({len(plan.changed_params)}):")
+        lines += [
+            f"  {key}: {_short(old)} -> {_short(new)}"
+            for key, (old, new) in plan.changed_params.items()
+        ]
+    else:
+        lines.append("params changed from params.yaml: none")
+    total = len(plan.order)
+    if not plan.runs:
+        lines.append(f"dvc repro would run nothing: all {total} stages are up to date")
+        return "\n".join(lines)
+    lines.append(f"dvc repro would run {len(plan.runs)} of {total} stages, in this order:")
+    width = max(len(stage.name) for stage in plan.runs)
+    for stage in plan.runs:
+        why = list(stage.reasons)
+        if stage.after:
+            shown = ", ".join(stage.after[:3])
+            more = f" and {len(stage.after) - 3} more" if len(stage.after) > 3 else ""
+            why.append(f"upstream runs: {shown}{more}")
+        lines.append(f"  {stage.name:<{width}}  {'; '.join(why)}")
+    unchanged = plan.unchanged
+    lines.append(f"up to date ({len(unchanged)}): {', '.join(unchanged) or '-'}")
+    return "\n".join(lines)

@@ -1,0 +1,227 @@
+"""`tagrpo plan`: which stages a params change would rerun, checked against what `dvc repro`
+then really runs, in a scratch DVC project whose stages are shell one-liners (the real
+params.yaml and its typed validation, a dvc.yaml shaped like the project's: matrix stages over
+`runs`, per-section params, `${train.backend}`, a report over a folder of outputs)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from scratch_project import run_checked
+
+from tagrpo.config.params import ConfigError
+from tagrpo.paths import project_root
+from tagrpo.plan import plan_rerun, render_plan
+from tagrpo.rerun import RerunRequest, dvc_binary, resolve_params
+
+ROOT = project_root()
+
+DVC_YAML = """\
+stages:
+  data:
+    cmd: echo data > data.txt
+    params:
+      - data
+    outs:
+      - data.txt
+  train:
+    matrix:
+      method: ${runs.methods}
+      seed: ${runs.seeds}
+    cmd: cat data.txt params.yaml > models/${item.method}-s${item.seed}.txt
+    deps:
+      - data.txt
+    params:
+      - train
+      - ${train.backend}
+    outs:
+      - models/${item.method}-s${item.seed}.txt
+  evaluate:
+    matrix:
+      method: ${runs.methods}
+      seed: ${runs.seeds}
+    cmd: >-
+      cat models/${item.method}-s${item.seed}.txt params.yaml
+      > evals/${item.method}-s${item.seed}.txt
+    deps:
+      - models/${item.method}-s${item.seed}.txt
+    params:
+      - evaluate
+    outs:
+      - evals/${item.method}-s${item.seed}.txt
+  report:
+    cmd: ls evals > report.txt
+    deps:
+      - evals
+    params:
+      - report
+    outs:
+      - report.txt
+"""
+
+
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DVC_", "TAGRPO_"))}
+    env["DVC_NO_ANALYTICS"] = "1"
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def _ran(log: str) -> list[str]:
+    return re.findall(r"Running stage '([^']+)'", log)
+
+
+def small_project(root: Path, dvc_yaml: str = DVC_YAML) -> dict[str, str]:
+    """The project's params (two methods, one seed) and a small DAG in a new git repo with DVC
+    initialised; the environment to run dvc in."""
+    params = resolve_params(
+        ROOT,
+        RerunRequest(
+            methods=["grpo", "ta_grpo"], seeds=[0], overrides=["diagnostics.policies=[grpo-s0]"]
+        ),
+    )
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    (root / "dvc.yaml").write_text(dvc_yaml)
+    (root / "models").mkdir()
+    (root / "evals").mkdir()
+    (root / "profiles").mkdir()
+    (root / "profiles" / "more-samples.yaml").write_text("evaluate: {n: 128}\n")
+    env = _env()
+    run_checked([*GIT, "init", "-q"], root, env)
+    run_checked([dvc_binary(), "init", "-q"], root, env)
+    run_checked([*GIT, "add", "-A"], root, env)
+    run_checked([*GIT, "commit", "-q", "-m", "small project"], root, env)
+    return env
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small project, reproduced once."""
+    root = tmp_path_factory.mktemp("plan")
+    env = small_project(root)
+    log = run_checked([dvc_binary(), "repro"], root, env)
+    assert len(_ran(log)) == 6
+    run_checked([*GIT, "add", "-A"], root, env)
+    run_checked([*GIT, "commit", "-q", "-m", "reproduced"], root, env)
+    return root
+
+
+def _names(root: Path, request: RerunRequest) -> list[str]:
+    return [stage.name for stage in plan_rerun(root, request).runs]
+
+
+def _apply_and_repro(root: Path, request: RerunRequest) -> list[str]:
+    """Write the request's params into params.yaml, `dvc repro`, restore: the stages DVC ran."""
+    env = _env()
+    original = (root / "params.yaml").read_text()
+    try:
+        (root / "params.yaml").write_text(yaml.safe_dump(resolve_params(root, request)))
+        return _ran(run_checked([dvc_binary(), "repro"], root, env))
+    finally:
+        (root / "params.yaml").write_text(original)
+        # Back to the committed state: the lock, and no output of a stage it does not list.
+        run_checked(["git", "checkout", "-q", "--", "."], root, env)
+        run_checked(["git", "clean", "-q", "-fdx", "-e", "/.dvc"], root, env)
+        run_checked([dvc_binary(), "checkout", "-q"], root, env)
+
+
+def test_a_learning_rate_reruns_training_and_everything_after_it(project: Path) -> None:
+    request = RerunRequest(overrides=["train.learning_rate=2e-4"])
+    params_before = (project / "params.yaml").read_bytes()
+    outputs_before = {p: p.stat().st_mtime_ns for p in project.rglob("*.txt")}
+    plan = plan_rerun(project, request)
+    assert (project / "params.yaml").read_bytes() == params_before  # nothing touched
+    assert {p: p.stat().st_mtime_ns for p in project.rglob("*.txt")} == outputs_before
+    expected = ["train@grpo-0", "train@ta_grpo-0", "evaluate@grpo-0", "evaluate@ta_grpo-0"]
+    assert [s.name for s in plan.runs] == [*expected, "report"]
+    assert plan.changed_params == {"train.learning_rate": (0.0001, 0.0002)}
+    by_name = {stage.name: stage for stage in plan.runs}
+    assert by_name["train@grpo-0"].reasons == ("params: train.learning_rate",)
+    assert by_name["evaluate@grpo-0"].reasons == ()
+    assert by_name["evaluate@grpo-0"].after == ("train@grpo-0",)
+    assert by_name["report"].after == ("evaluate@grpo-0", "evaluate@ta_grpo-0")
+    assert plan.unchanged == ["data"]
+    assert sorted(_apply_and_repro(project, request)) == sorted([*expected, "report"])  # as DVC
+
+
+def test_a_new_method_adds_its_matrix_stages(project: Path) -> None:
+    request = RerunRequest(overrides=["runs.methods=[grpo,ta_grpo,grpo_x4]"])
+    plan = plan_rerun(project, request)
+    assert [s.name for s in plan.runs] == ["train@grpo_x4-0", "evaluate@grpo_x4-0", "report"]
+    assert plan.runs[0].reasons == ("not in dvc.lock (never run)",)
+    assert "dvc repro would run 3 of 8 stages" in render_plan(plan)
+    assert sorted(_apply_and_repro(project, request)) == sorted(s.name for s in plan.runs)
+
+
+def test_a_profile_and_the_checkout_state_count(project: Path) -> None:
+    # Only evaluate declares evaluate.*: the profile's n reruns evaluation and the report.
+    names = _names(project, RerunRequest(profile="more-samples"))
+    assert names == ["evaluate@grpo-0", "evaluate@ta_grpo-0", "report"]
+    # The backend's section is a param of train through ${train.backend}.
+    assert _names(project, RerunRequest(overrides=["local.micro_batch_sequences=8"])) == [
+        "train@grpo-0",
+        "train@ta_grpo-0",
+        "evaluate@grpo-0",
+        "evaluate@ta_grpo-0",
+        "report",
+    ]
+    # No change, nothing to run; a missing output reruns its stage and what follows.
+    plan = plan_rerun(project, RerunRequest())
+    assert plan.runs == [] and "would run nothing: all 6 stages" in render_plan(plan)
+    (project / "evals" / "ta_grpo-s0.txt").unlink()
+    try:
+        plan = plan_rerun(project, RerunRequest())
+        assert [s.name for s in plan.runs] == ["evaluate@ta_grpo-0", "report"]
+        assert plan.runs[0].reasons == ("outputs: evals/ta_grpo-s0.txt (missing)",)
+    finally:
+        run_checked([dvc_binary(), "checkout", "-q"], project, _env())
+
+
+def test_params_are_compared_with_the_last_run_not_with_params_yaml(project: Path) -> None:
+    """params.yaml edited but not reproduced: setting the value back reruns nothing (DVC
+    compares with dvc.lock); YAML 1.2 numbers such as train.epsilon: 1e-6 compare equal."""
+    original = (project / "params.yaml").read_text()
+    edited = yaml.safe_load(original)
+    edited["train"]["learning_rate"] = 0.0003
+    (project / "params.yaml").write_text(yaml.safe_dump(edited, sort_keys=False))
+    try:
+        assert _names(project, RerunRequest())[:2] == ["train@grpo-0", "train@ta_grpo-0"]
+        assert _names(project, RerunRequest(overrides=["train.learning_rate=1e-4"])) == []
+    finally:
+        (project / "params.yaml").write_text(original)
+
+
+def test_the_command_refuses_an_unknown_key_and_prints_the_plan(project: Path) -> None:
+    with pytest.raises(ConfigError, match=r"train\.lerning_rate: not a params key"):
+        plan_rerun(project, RerunRequest(overrides=["train.lerning_rate=2e-4"]))
+    command = [sys.executable, "-m", "tagrpo.cli", "plan"]
+    env = {**_env(), "PYTHONPATH": str(ROOT)}
+    typo = subprocess.run(
+        [*command, "-S", "train.lerning_rate=2e-4"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert typo.returncode == 2 and typo.stdout == ""
+    assert "train.lerning_rate: not a params key" in typo.stderr
+    shown = run_checked([*command, "-S", "evaluate.n=128"], project, env)
+    assert shown.splitlines() == [
+        "request: profile current; evaluate.n=128",
+        "params changed from params.yaml (1):",
+        "  evaluate.n: 64 -> 128",
+        "dvc repro would run 3 of 6 stages, in this order:",
+        "  evaluate@grpo-0     params: evaluate.n",
+        "  evaluate@ta_grpo-0  params: evaluate.n",
+        "  report              upstream runs: evaluate@grpo-0, evaluate@ta_grpo-0",
+        "up to date (3): data, train@grpo-0, train@ta_grpo-0",
+    ]
