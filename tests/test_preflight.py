@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from scratch_project import run_checked, scratch_project
 
 from tagrpo.paths import project_root
-from scratch_project import run_checked, scratch_project
 
 FIXTURES = project_root() / "tests" / "fixtures" / "data"
 
@@ -89,13 +89,12 @@ def test_a_changed_benchmark_file_outside_the_repo_reruns_the_data_stage(tmp_pat
     output = run_checked(["dvc", "repro", "data"], project, env)
     assert "Stage 'data' didn't change, skipping" in output
 
-    # Fix a benchmark file in place (drop its last row): DVC sees the data stage changed.
+    # Fix a benchmark file in place (drop its last row): the data stage reruns.
     benchmark = data_dir / "amc23" / "test.jsonl"
     lines = benchmark.read_text().splitlines(keepends=True)
     benchmark.write_text("".join(lines[:-1]))
-    run_checked(["dvc", "repro", "--single-item", "preflight"], project, env)
     status = run_checked(["dvc", "status", "data"], project, env)
-    assert "modified:           data/preflight/inputs.json" in status, status
+    assert "always changed" in status  # preflight: it hashes the files DVC cannot see
     output = run_checked(["dvc", "repro", "data"], project, env)
     assert "Running stage 'data'" in output
     assert _rows_in(project, "test/amc23") == rows - 1

@@ -222,9 +222,7 @@ def test_the_reply_cache_is_keyed_by_endpoint_template_and_sampling(
 ) -> None:
     questions = _questions(2)
     with ReplyCache(tmp_path / "cache.sqlite") as cache:
-        OpenAIRephraser(_endpoint(server), APPENDIX_A, n=2, seed=1, cache=cache).rephrase(
-            questions
-        )
+        OpenAIRephraser(_endpoint(server), APPENDIX_A, n=2, seed=1, cache=cache).rephrase(questions)
         assert server.received == 4 and cache.count() == 4
 
         # The same model name at another server (nothing listens there): no cache hit, every

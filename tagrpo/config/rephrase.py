@@ -11,7 +11,6 @@ from pydantic import model_validator
 
 from tagrpo.config.model import ConfigModel, EnvVarName, Field
 
-
 DEFAULT_BASE_URL = "https://api.openai.com/v1"  # the openai client's default
 
 

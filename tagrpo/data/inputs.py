@@ -9,21 +9,11 @@ identical content (a clone elsewhere, the same files copied) does not.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
 from tagrpo.config.params import Params
-
-_CHUNK = 1 << 20
-
-
-def file_md5(path: Path) -> str:
-    digest = hashlib.md5()
-    with path.open("rb") as stream:
-        while chunk := stream.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+from tagrpo.verify import file_md5
 
 
 def local_source_files(config: Params) -> list[str]:
