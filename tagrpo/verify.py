@@ -145,6 +145,7 @@ def check_against_lock(root: Path, relative: str) -> bool:
         raise OutputCorruptedError(
             f"{mismatch.describe()}. It was changed after the stage that wrote it (DVC's state "
             "cache trusts size and mtime, so `dvc status` may not see it): restore it with "
-            f"`dvc checkout {relative}` or rerun its stage (`dvc repro --force` that stage)"
+            f"`dvc checkout {relative}` or rerun its stage (`dvc repro --force` that stage); "
+            "if you changed it on purpose, `dvc commit` that stage records it"
         )
     return True

@@ -93,7 +93,7 @@ def test_a_changed_benchmark_file_outside_the_repo_reruns_the_data_stage(tmp_pat
     benchmark = data_dir / "amc23" / "test.jsonl"
     lines = benchmark.read_text().splitlines(keepends=True)
     benchmark.write_text("".join(lines[:-1]))
-    status = run_checked(["dvc", "status", "data"], project, env)
+    status = run_checked(["dvc", "status", "--with-deps", "data"], project, env)
     assert "always changed" in status  # preflight: it hashes the files DVC cannot see
     output = run_checked(["dvc", "repro", "data"], project, env)
     assert "Running stage 'data'" in output

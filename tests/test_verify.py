@@ -98,6 +98,40 @@ def test_a_model_corrupted_in_place_is_found_by_verify_and_refused_by_evaluate(
     assert (project / "models/base/model.safetensors").is_file()
 
 
+def test_a_retrained_model_is_checked_against_its_new_lock_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DVC writes a stage's lock entry as soon as it ends: a model the same repro retrained
+    passes the check of the evaluation that follows (no false alarm on a legitimate rerun)."""
+    shutil.copy(project_root() / "params.yaml", tmp_path / "params.yaml")
+    (tmp_path / "size.txt").write_text("64")
+    write = _WRITE_MODEL.replace("* 64", "* int(pathlib.Path('size.txt').read_text())")
+    check = (
+        "from pathlib import Path; from tagrpo.verify import check_against_lock; "
+        "assert check_against_lock(Path.cwd(), 'models/base'); Path('checked').write_text('ok')"
+    )
+    stages = {
+        "base_model": {
+            "cmd": f'{sys.executable} -c "{write}"',
+            "deps": ["size.txt"],
+            "outs": ["models/base"],
+        },
+        "evaluate": {
+            "cmd": f'{sys.executable} -c "{check}"',
+            "deps": ["models/base"],
+            "outs": ["checked"],
+        },
+    }
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
+    monkeypatch.setenv("PYTHONPATH", str(project_root()))  # this checkout's tagrpo
+    _dvc(tmp_path, "init", "--no-scm", "-q")
+    _dvc(tmp_path, "repro")
+    (tmp_path / "size.txt").write_text("65")  # retrain: a new model, a new lock entry
+    output = _dvc(tmp_path, "repro")
+    assert "Running stage 'base_model'" in output and "Running stage 'evaluate'" in output
+
+
 def test_no_lock_entry_means_nothing_to_compare(tmp_path: Path) -> None:
     (tmp_path / "models/base").mkdir(parents=True)
     assert check_against_lock(tmp_path, "models/base") is False
