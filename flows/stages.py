@@ -16,10 +16,16 @@ from stages import (
     data,
     diagnostics,
     evaluate,
+    preflight,
     rephrase,
     report,
     train,
 )
+
+
+@flow(name="stage-preflight", log_prints=True)
+def preflight_flow() -> dict:
+    return preflight.main([])
 
 
 @flow(name="stage-data", log_prints=True)
@@ -72,6 +78,7 @@ def report_flow() -> str:
 
 
 STAGE_FLOWS = {
+    "preflight": preflight_flow,
     "data": data_flow,
     "base_model": base_model_flow,
     "rephrase": rephrase_flow,

@@ -27,6 +27,7 @@ from tagrpo.layout import (
 from tagrpo.paths import project_root
 from tagrpo.runtime import running_stage
 from tagrpo.tracking_assets import log_datasets, log_passk_intervals
+from tagrpo.verify import check_against_lock
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -44,6 +45,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     model = project_root() / model_dir(policy)
     if not model.is_dir():  # before the stage deletes its old outputs
         raise FileNotFoundError(f"{model} does not exist: train the policy first")
+    # By content, not DVC's size-and-mtime state: a model damaged in place is refused by name.
+    check_against_lock(project_root(), model_dir(policy).as_posix())
     with running_stage(
         "evaluate",
         evaluate_outputs(policy),

@@ -7,6 +7,7 @@
     tagrpo params explain [KEY] [--file params.yaml]
     tagrpo plan [-S key=value ...] [--profile P]   (what dvc repro would rerun, and why)
     tagrpo plots show|diff [DVC PLOTS ARGS]   (offline page: dvc_plots/index.html)
+    tagrpo verify [PATH ...]   (outputs rehashed and compared with dvc.lock)
     tagrpo compare [--method M ...] [--k K ...] [--benchmark B ...] [--profile P]
                    [--experiment NAME] [--tracking-uri URI] [--format text|markdown|csv]
 
@@ -283,9 +284,10 @@ def _cmd_params_check(args: argparse.Namespace) -> int:
 
 def _cmd_params_explain(args: argparse.Namespace) -> int:
     from tagrpo.config.explain import explain
+    from tagrpo.config.model import redact_secrets
 
     try:
-        print(explain(args.key, args.file))
+        print(redact_secrets(explain(args.key, args.file)))
     except (KeyError, ValueError, OSError) as error:
         print(f"tagrpo params explain: {error}", file=sys.stderr)
         return 2
@@ -356,6 +358,28 @@ def _cmd_plots(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as error:
         print(f"tagrpo plots: {error}", file=sys.stderr)
         return 2
+
+
+# --- verify ----------------------------------------------------------------------------------
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from tagrpo.paths import project_root
+    from tagrpo.verify import verify_outputs
+
+    root = project_root()
+    try:
+        checked, mismatches = verify_outputs(root, args.paths or None)
+    except KeyError as error:
+        print(f"tagrpo verify: {error.args[0]}", file=sys.stderr)
+        return 2
+    if not checked:
+        print("tagrpo verify: dvc.lock lists no outputs (run dvc repro first)", file=sys.stderr)
+        return 2
+    for mismatch in mismatches:
+        print(f"tagrpo verify: {mismatch.describe()}", file=sys.stderr)
+    print(f"{len(checked)} output(s) of dvc.lock checked by content: {len(mismatches)} differ")
+    return 1 if mismatches else 0
 
 
 # --- parser ----------------------------------------------------------------------------------
@@ -476,6 +500,16 @@ def build_parser() -> argparse.ArgumentParser:
     plots.add_argument("action", choices=("show", "diff"))
     plots.add_argument("dvc_args", nargs=argparse.REMAINDER, help="passed to dvc plots")
     plots.set_defaults(handler=_cmd_plots)
+
+    verify = commands.add_parser(
+        "verify",
+        help="rehash outputs and compare with dvc.lock (finds changes DVC's mtime cache misses)",
+        description="Hashes each output dvc.lock lists (or those at or under PATH) as DVC does "
+        "and compares: exit 1 naming every output (and, from DVC's cache, every file) that "
+        "differs or is missing.",
+    )
+    verify.add_argument("paths", nargs="*", help="outputs or folders, e.g. models/grpo-s0")
+    verify.set_defaults(handler=_cmd_verify)
     return parser
 
 

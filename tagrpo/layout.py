@@ -56,6 +56,18 @@ class Outputs:
         return self.outs[role]
 
 
+def preflight_outputs() -> Outputs:
+    """The gate every stage depends on: ``params_ok`` (constant text, written only when
+    params.yaml validates) and the data stage's external-input manifest."""
+    return Outputs(
+        {
+            "params_ok": Path("data/preflight/params.ok"),
+            "inputs": Path("data/preflight/inputs.json"),
+        },
+        Path("metrics/preflight.json"),
+    )
+
+
 def data_outputs() -> Outputs:
     return Outputs({"processed": Path("data/processed")}, Path("metrics/data.json"))
 
@@ -162,6 +174,7 @@ def stage_outputs(stage: str, **item: str) -> Outputs:
     if stage == "evaluate_base":
         return evaluate_outputs(BASE_POLICY)
     builders = {
+        "preflight": preflight_outputs,
         "data": data_outputs,
         "base_model": base_model_outputs,
         "rephrase": rephrase_outputs,

@@ -4,6 +4,7 @@ is allowed; params.yaml and the models agree; profiles may only override; secret
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -217,3 +218,44 @@ def test_params_check_and_explain_commands(tmp_path: Path, capsys) -> None:
     shown = capsys.readouterr().out
     assert "type: float" in shown and "bounds: > 0, <= 1" in shown and "help: peak" in shown
     assert cli(["params", "explain", "train.lerning_rate"]) == 2
+
+
+def test_params_check_never_echoes_a_key_shaped_value(tmp_path: Path, capsys) -> None:
+    secret = "sk-proj-" + "Ab3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z"
+    raw = _default()
+    raw["rephrase"]["openai"]["api_key_env"] = secret  # the key pasted where its name goes
+    raw["train"]["learning_rate"] = secret  # and into a number
+    broken = tmp_path / "params.yaml"
+    broken.write_text(yaml.safe_dump(raw))
+    assert cli(["params", "check", str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert "rephrase.openai.api_key_env = '[redacted: looks like an API key]'" in err
+    assert "train.learning_rate = '[redacted: looks like an API key]'" in err
+    assert secret not in err and "Ab3dE5" not in err
+    raw = _default()
+    raw["rephrase"]["openai"]["model"] = secret  # valid, but explain shows current values
+    broken.write_text(yaml.safe_dump(raw))
+    assert cli(["params", "explain", "rephrase.openai.model", "--file", str(broken)]) == 0
+    shown = capsys.readouterr().out
+    assert "value: '[redacted: looks like an API key]'" in shown and secret not in shown
+
+
+def _comments(text: str) -> list[str]:
+    return [line[line.index("#") :] for line in text.splitlines() if "#" in line]
+
+
+@pytest.mark.parametrize(
+    "profile", sorted((ROOT / "profiles").glob("*.yaml")), ids=lambda path: path.stem
+)
+def test_params_apply_keeps_every_comment_and_writes_the_merged_params(
+    profile: Path, tmp_path: Path
+) -> None:
+    params = tmp_path / "params.yaml"
+    shutil.copy(ROOT / "params.yaml", params)
+    original = params.read_text()
+    expected = merged_with_profile(profile, params)
+    assert cli(["params", "apply", str(profile), "--params", str(params)]) == 0
+    written = params.read_text()
+    assert yaml.safe_load(written) == expected  # PyYAML (the stages) reads the merged values
+    assert _comments(written) == _comments(original)  # all 139 comment lines, in order
+    assert len(_comments(original)) > 100

@@ -157,9 +157,11 @@ def test_dvc_repro_runs_every_stage_and_reconciles(smoke_checkout) -> None:
     assert header.split()[2:] == method_order(columns)  # scaled policies: columns of their own
     assert re.search(r"mini_arith\s+4\s+\d+\.\d \[\d+\.\d, \d+\.\d\]", compared)
 
-    # Nothing changed: the second repro reruns nothing (and opens no parent run).
+    # Nothing changed: the second repro reruns nothing but the preflight check (always run: it
+    # validates params.yaml and hashes the data inputs), and opens no parent run.
     again = run_checked(["dvc", "repro"], checkout, env)
-    assert "Data and pipelines are up to date" in again
+    assert re.findall(r"Running stage '([^']+)'", again) == ["preflight"]
+    assert "Stage 'report' didn't change, skipping" in again
     assert len(client.search_runs([experiment], "tags.`tagrpo.origin` = 'dvc'")) == 1
 
 
@@ -239,6 +241,7 @@ def test_prefect_deployment_reruns_with_parameters(smoke_checkout, tmp_path: Pat
     stages = [n for n in tasks if not n.startswith(("scratch-copy", "dvc-dag"))]
     scaled = [f"{s}_scaling@grpo-{m}-0" for s in ("train", "evaluate") for m in (1.5, 2.0, 2.5)]
     expected = {
+        "preflight",
         "data",
         "base_model",
         "rephrase",
@@ -259,6 +262,7 @@ def test_prefect_deployment_reruns_with_parameters(smoke_checkout, tmp_path: Pat
     outcome = {row["stage"]: row["outcome"] for row in json.loads(artifacts["stages"]["data"])}
     assert outcome["evaluate@ta_grpo-0"] == "ran" and outcome["report"] == "ran"
     assert outcome["train@ta_grpo-0"] == "unchanged" and outcome["data"] == "unchanged"
+    assert outcome["preflight"] == "ran"  # always_changed: it checks what DVC cannot see
     assert "bootstrap_resamples: 20" in artifacts["params"]["data"]
     assert "[sampling" in logs or "it/s" in logs  # progress of long stages reaches the UI
 

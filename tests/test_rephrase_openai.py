@@ -7,10 +7,12 @@ run killed with SIGKILL that resumes without losing or repeating more than was i
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import random
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -205,6 +207,59 @@ def test_requests_that_keep_failing_are_recorded_and_the_run_goes_on(
         assert metrics["requests/failed/rate_limited"] == 1.0
         assert metrics["requests/failed/http_400"] == 1.0
         assert cache.count() == 1  # failures are not cached: the next run retries them
+
+
+def _dead_port_url() -> str:
+    """A loopback URL where nothing listens (a port bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def test_the_reply_cache_is_keyed_by_endpoint_template_and_sampling(
+    server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    questions = _questions(2)
+    with ReplyCache(tmp_path / "cache.sqlite") as cache:
+        OpenAIRephraser(_endpoint(server), APPENDIX_A, n=2, seed=1, cache=cache).rephrase(questions)
+        assert server.received == 4 and cache.count() == 4
+
+        # The same model name at another server (nothing listens there): no cache hit, every
+        # request is sent and fails (the drill: 24 cache hits and 0 requests at a dead port).
+        dead = OpenAIRephraser(
+            _endpoint(server, base_url=_dead_port_url(), max_attempts=1, timeout_s=2.0),
+            APPENDIX_A,
+            n=2,
+            seed=1,
+            cache=cache,
+        )
+        out = dead.rephrase(questions)
+        assert [(c.error, c.cached) for c in out] == [("generation_failed", False)] * 4
+        assert all(c.detail.startswith("connection") for c in out), [c.detail for c in out]
+        assert dead.metrics()["requests/cache_hits"] == 0
+        assert dead.metrics()["requests/http_requests"] == 4
+
+        # The same server spelt with a trailing slash and upper-case host: still one endpoint.
+        spelt = server.base_url.replace("127.0.0.1", "127.0.0.1".upper()) + "/"
+        same = OpenAIRephraser(_endpoint(server, base_url=spelt), APPENDIX_A, n=2, seed=1,
+                               cache=cache)  # fmt: skip
+        assert all(c.cached for c in same.rephrase(questions))
+        assert server.received == 4
+
+        # Edited prompt text under the same template name, other sampling, no seed sent: misses.
+        edited = dataclasses.replace(APPENDIX_A, body=APPENDIX_A.body + " Be brief.")
+        for template, endpoint in (
+            (edited, _endpoint(server)),
+            (APPENDIX_A, _endpoint(server, temperature=0.5)),
+            (APPENDIX_A, _endpoint(server, top_p=0.9)),
+            (APPENDIX_A, _endpoint(server, max_tokens=64)),
+            (APPENDIX_A, _endpoint(server, send_seed=False)),
+        ):
+            sent = server.received
+            rephraser = OpenAIRephraser(endpoint, template, n=2, seed=1, cache=cache)
+            assert not any(c.cached for c in rephraser.rephrase(questions))
+            assert server.received == sent + 4
 
 
 def test_api_key_comes_from_the_environment_and_never_leaks(

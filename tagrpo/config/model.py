@@ -14,7 +14,15 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-__all__ = ["ENV_NAME", "ConfigModel", "EnvVarName", "Field", "looks_like_secret"]
+__all__ = [
+    "ENV_NAME",
+    "REDACTED",
+    "ConfigModel",
+    "EnvVarName",
+    "Field",
+    "looks_like_secret",
+    "redact_secrets",
+]
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Shapes of API keys and tokens seen in the wild: OpenAI/Anthropic-style prefixes, bearer
@@ -27,6 +35,16 @@ _SECRET_SHAPES = (
     re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
     re.compile(r"\b(?=[A-Za-z0-9_\-]*\d)(?=[A-Za-z0-9_\-]*[A-Za-z])[A-Za-z0-9_\-]{32,}\b"),
 )
+
+
+REDACTED = "[redacted: looks like an API key]"
+
+
+def redact_secrets(text: str) -> str:
+    """``text`` with every key-shaped part replaced (for messages that echo user values)."""
+    for shape in _SECRET_SHAPES:
+        text = shape.sub(REDACTED, text)
+    return text
 
 
 def looks_like_secret(value: Any) -> bool:

@@ -22,7 +22,7 @@ from tagrpo.config.data import DataSettings
 from tagrpo.config.engines import HFEngineSettings, VerlSettings, VLLMEngineSettings
 from tagrpo.config.equivalence import CheckEquivalenceSettings
 from tagrpo.config.evaluation import DiagnosticsSettings, EvaluateSettings, ReportSettings
-from tagrpo.config.model import ConfigModel
+from tagrpo.config.model import ConfigModel, redact_secrets
 from tagrpo.config.rephrase import RephraseSettings
 from tagrpo.config.train import LocalBackendSettings, TrainSettings
 
@@ -32,7 +32,8 @@ class ConfigError(ValueError):
 
     def __init__(self, source: str, problems: list[str]) -> None:
         self.source = source
-        self.problems = problems
+        # Values are echoed to help; a key pasted into the wrong field must not be.
+        self.problems = problems = [redact_secrets(problem) for problem in problems]
         listed = "\n".join(f"  - {problem}" for problem in problems)
         super().__init__(f"{source}: {len(problems)} problem(s) in the params:\n{listed}")
 
@@ -287,8 +288,59 @@ def apply_profile(profile_path: str | Path, params_path: str | Path | None = Non
     """
     target = Path(params_path) if params_path else default_params_path()
     merged = merged_with_profile(profile_path, target)
-    target.write_text(yaml.safe_dump(merged, sort_keys=False, width=100), encoding="utf-8")
+    text = _with_comments_kept(target, read_yaml_mapping(profile_path))
+    if yaml.safe_load(text) != merged:  # the round trip must write exactly the merged params
+        raise RuntimeError(f"applying {profile_path} would not write the validated params")
+    target.write_text(text, encoding="utf-8")
     return validate_params(merged, str(target))
+
+
+def _with_comments_kept(params_path: Path, override: Mapping[str, Any]) -> str:
+    """params.yaml with ``override`` merged in, its comments and key order kept (ruamel's
+    round trip; DVC depends on ruamel.yaml, so it is always installed)."""
+    import io
+
+    from ruamel.yaml import YAML
+
+    editor = YAML()  # round-trip mode: comments, order and flow/block style survive
+    editor.width = 4096  # a flow mapping stays on its line (ruamel's wrapping splits lists)
+    editor.preserve_quotes = True
+    editor.representer.add_representer(
+        type(None), lambda dumper, _: dumper.represent_scalar("tag:yaml.org,2002:null", "null")
+    )
+    editor.representer.add_representer(float, _yaml11_float)
+    document = editor.load(params_path.read_text(encoding="utf-8"))
+    _merge_in_place(document, override)
+    stream = io.StringIO()
+    editor.dump(document, stream)
+    return stream.getvalue()
+
+
+def _yaml11_float(dumper: Any, value: float) -> Any:
+    """A new float as YAML 1.1 readers (PyYAML, which the stages use) read it back: ruamel
+    writes ``1e-06``, which PyYAML reads as a string; ``1.0e-06`` is a float to both."""
+    text = yaml.safe_dump(value).splitlines()[0]  # PyYAML's own spelling: 1.0e-06, .inf, .nan
+    return dumper.represent_scalar("tag:yaml.org,2002:float", text)
+
+
+def _merge_in_place(node: Any, override: Mapping[str, Any]) -> None:
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    for key, value in override.items():
+        old = node.get(key)
+        if isinstance(value, Mapping) and isinstance(old, Mapping):
+            _merge_in_place(old, value)
+            continue
+        new = copy.deepcopy(value)
+        # A list or mapping written inline (``seeds: [0, 1, 2]``) is replaced inline.
+        flow = getattr(getattr(old, "fa", None), "flow_style", lambda: False)()
+        if flow and isinstance(new, list):
+            new = CommentedSeq(new)
+            new.fa.set_flow_style()
+        elif flow and isinstance(new, dict):
+            new = CommentedMap(new)
+            new.fa.set_flow_style()
+        node[key] = new
 
 
 def apply_overrides(raw: Mapping[str, Any], assignments: list[str]) -> dict[str, Any]:

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import os
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import model_validator
 
 from tagrpo.config.model import ConfigModel, EnvVarName, Field
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"  # the openai client's default
 
 
 class EndpointConfig(ConfigModel):
@@ -48,6 +51,25 @@ class EndpointConfig(ConfigModel):
     def sampling(self) -> dict[str, Any]:
         """The sampling settings that enter cache keys."""
         return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
+
+    def endpoint_url(self) -> str:
+        """Where requests go, normalised: the openai client's own fallback when ``base_url``
+        is null (``OPENAI_BASE_URL``, else api.openai.com), no trailing slash, lower-case
+        scheme and host."""
+        url = self.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        parts = urlsplit(url.strip())
+        path = parts.path.rstrip("/")
+        return urlunsplit((parts.scheme.lower(), parts.netloc.lower(), path, parts.query, ""))
+
+    def reply_identity(self) -> dict[str, Any]:
+        """Everything of the endpoint that changes a reply, for cache keys (never the key):
+        a cache filled at one server is not served for another."""
+        return {
+            "endpoint": self.endpoint_url(),
+            "model": self.model,
+            "sampling": self.sampling(),
+            "send_seed": self.send_seed,
+        }
 
 
 class LocalRephraseModel(ConfigModel):

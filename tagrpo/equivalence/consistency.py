@@ -208,6 +208,7 @@ class EndpointSolver:
                 {
                     "backend": "openai-solver",
                     "model": self.endpoint.model,
+                    "endpoint": self.endpoint.reply_identity(),
                     "sampling": self.endpoint.sampling(),
                     "seed": self.seed,
                     "k": k,

@@ -193,8 +193,14 @@ def plan_requests(
     sampling: Mapping[str, Any],
     round: int,
     slots: Mapping[str, Sequence[int]] | None = None,
+    endpoint: Mapping[str, Any] | None = None,
 ) -> list[_Planned]:
-    """The requests for these slots, each with its content-addressed cache key."""
+    """The requests for these slots, each with its content-addressed cache key.
+
+    The key covers the prompt as sent (the template's text, not only its name), and for an
+    endpoint backend ``endpoint``: its URL, model and settings (a cache filled at one server
+    must not answer for another).
+    """
     if mode not in REQUEST_MODES:
         raise ValueError(f"requests must be one of {REQUEST_MODES}, got {mode!r}")
     planned = []
@@ -206,11 +212,14 @@ def plan_requests(
         for group in groups:
             n_items = len(group) if mode == "numbered" else 1
             n_choices = len(group) if mode == "choices" else 1
+            messages = template.messages(question.problem, n_items)
             key = cache_key(
                 {
                     "backend": backend,
                     "model": model,
+                    "endpoint": dict(endpoint or {}),
                     "template": template.cache_version(n_items),
+                    "prompt": cache_key({"messages": messages}),
                     "mode": mode,
                     "sampling": dict(sampling),
                     "seed": seed,
@@ -228,7 +237,7 @@ def plan_requests(
                     n_items=n_items,
                     # Distinct per slot and round, so seeded endpoints do not repeat a sample.
                     seed=seed * 1_000_003 + round * 1009 + group[0],
-                    messages=template.messages(question.problem, n_items),
+                    messages=messages,
                 )
             )
     return planned
@@ -343,6 +352,7 @@ class OpenAIRephraser:
             sampling=self.endpoint.sampling(),
             round=round,
             slots=slots,
+            endpoint=self.endpoint.reply_identity(),
         )
         requests = [
             ChatRequest(p.key, p.messages, n=p.n_choices, seed=p.seed, namespace="rephrase")

@@ -1,0 +1,71 @@
+"""DVC stage ``preflight``: validate params.yaml and record the data stage's external inputs.
+
+DVC deletes a stage's outputs before it runs the stage's command, so a stage that refuses bad
+params has already lost its outputs. Every other stage depends on ``data/preflight/params.ok``:
+DVC runs this stage first and stops at its failure, before it touches any other stage. The
+file's text is constant, so a valid params change reruns only the stages whose params changed.
+
+The stage is ``always_changed`` (it also hashes the benchmark files outside the repository,
+which DVC cannot track: :mod:`tagrpo.data.inputs`); it takes about a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from tagrpo.config.params import ConfigError, load_config
+from tagrpo.data.inputs import input_manifest
+from tagrpo.layout import preflight_outputs
+from tagrpo.paths import project_root
+
+PARAMS_OK = (
+    "params.yaml validated. Every stage depends on this file: when the params do not validate, "
+    "the preflight stage fails and DVC runs (and deletes the outputs of) no other stage.\n"
+)
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
+    try:
+        config = load_config()
+    except (ConfigError, OSError) as error:
+        print(f"[preflight] {error}", file=sys.stderr)
+        print(
+            "[preflight] refused before any stage ran: no output was deleted; fix params.yaml "
+            "(tagrpo params check) and run again",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
+    manifest = input_manifest(config)
+    files = manifest["files"]
+    missing = sorted(name for name, entry in files.items() if entry == "missing")
+    metrics = {
+        "input_files": len(files),
+        "input_files_missing": len(missing),
+        "input_bytes": sum(entry["bytes"] for entry in files.values() if entry != "missing"),
+    }
+    if missing:
+        print(f"[preflight] data inputs missing (the data stage will need them): {missing}")
+    root = project_root()
+    outputs = preflight_outputs()
+    _write(root / outputs["inputs"], json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    _write(root / outputs.metrics, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    _write(root / outputs["params_ok"], PARAMS_OK)  # last: only a complete run gives it
+    print(f"[preflight] params valid; data inputs: {metrics}")
+    return metrics
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""Outputs checked against dvc.lock by content, not by size and modification time.
+
+DVC trusts its state cache: a file changed in place with the same size and mtime (a bad disk,
+a tool that restores mtimes) still counts as the locked output, and ``dvc status`` says up to
+date. :func:`verify_outputs` (``tagrpo verify``) rehashes each output the way DVC 3 hashes it
+(a file: the md5 of its bytes; a folder: the md5 of the sorted JSON list of its files' md5 and
+relative paths, plus ``.dir``) and compares with dvc.lock; the evaluate stage checks its model
+this way before it evaluates (:func:`check_against_lock`). Hashing is cheap next to the work
+it guards (md5 runs at several hundred MB/s).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+_CHUNK = 1 << 20
+
+
+def file_md5(path: Path) -> str:
+    digest = hashlib.md5()
+    with path.open("rb") as stream:
+        while chunk := stream.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def directory_entries(path: Path) -> list[dict[str, str]]:
+    """DVC's listing of a folder: ``{"md5", "relpath"}`` per file, sorted by relpath."""
+    files = (p for p in path.rglob("*") if p.is_file())
+    entries = [{"md5": file_md5(p), "relpath": p.relative_to(path).as_posix()} for p in files]
+    return sorted(entries, key=lambda entry: entry["relpath"])
+
+
+def dvc_md5(path: Path) -> str:
+    """The md5 dvc.lock records for ``path`` (``<md5>.dir`` for a folder)."""
+    if path.is_dir():
+        listing = json.dumps(directory_entries(path), sort_keys=True).encode("utf-8")
+        return hashlib.md5(listing).hexdigest() + ".dir"
+    return file_md5(path)
+
+
+def locked_outputs(root: Path) -> dict[str, str]:
+    """Every output of dvc.lock: path -> md5 (outs, metrics and plots alike)."""
+    lock = root / "dvc.lock"
+    if not lock.is_file():
+        return {}
+    stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages") or {}
+    return {
+        out["path"]: out["md5"]
+        for stage in stages.values()
+        for out in stage.get("outs") or []
+        if "md5" in out
+    }
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    path: str
+    expected: str
+    found: str | None  # None: the output is missing
+    files: tuple[str, ...] = ()  # the files of a folder that differ, when DVC's cache lists it
+
+    def describe(self) -> str:
+        if self.found is None:
+            return f"{self.path}: missing (dvc.lock has {self.expected})"
+        detail = f"; changed files: {', '.join(self.files)}" if self.files else ""
+        return (
+            f"{self.path}: content differs from dvc.lock ({self.found} != {self.expected}){detail}"
+        )
+
+
+def _cached_listing(root: Path, dir_md5: str) -> list[dict[str, Any]] | None:
+    """The per-file listing of a locked folder from DVC's local cache, if it is there."""
+    value = dir_md5.removesuffix(".dir")
+    path = root / ".dvc" / "cache" / "files" / "md5" / value[:2] / f"{value[2:]}.dir"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _changed_files(root: Path, relative: str, expected: str) -> tuple[str, ...]:
+    listing = _cached_listing(root, expected)
+    if listing is None:
+        return ()
+    wanted = {entry["relpath"]: entry["md5"] for entry in listing}
+    found = {entry["relpath"]: entry["md5"] for entry in directory_entries(root / relative)}
+    return tuple(
+        f"{relative}/{name}"
+        for name in sorted(wanted.keys() | found.keys())
+        if wanted.get(name) != found.get(name)
+    )
+
+
+def verify_output(root: Path, relative: str, expected: str) -> Mismatch | None:
+    path = root / relative
+    if not path.exists():
+        return Mismatch(relative, expected, None)
+    found = dvc_md5(path)
+    if found == expected:
+        return None
+    files = _changed_files(root, relative, expected) if expected.endswith(".dir") else ()
+    return Mismatch(relative, expected, found, files)
+
+
+def verify_outputs(root: Path, paths: list[str] | None = None) -> tuple[list[str], list[Mismatch]]:
+    """The locked outputs checked (all, or those at or under ``paths``) and the mismatches."""
+    locked = locked_outputs(root)
+    if paths:
+        prefixes = [p.rstrip("/") for p in paths]
+        unknown = [p for p in prefixes if not any(_under(out, p) for out in locked)]
+        if unknown:
+            raise KeyError(f"not outputs in dvc.lock: {unknown}")
+        locked = {out: md5 for out, md5 in locked.items() if any(_under(out, p) for p in prefixes)}
+    checked = sorted(locked)
+    mismatches = [m for out in checked if (m := verify_output(root, out, locked[out]))]
+    return checked, mismatches
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + "/")
+
+
+class OutputCorruptedError(RuntimeError):
+    """An input output differs from what dvc.lock recorded when it was produced."""
+
+
+def check_against_lock(root: Path, relative: str) -> bool:
+    """Refuse ``relative`` (e.g. ``models/grpo-s0``) if its content differs from dvc.lock.
+
+    False when dvc.lock has no entry for it (never produced by ``dvc repro``): nothing to
+    compare with. Raises :class:`OutputCorruptedError` naming the changed files.
+    """
+    expected = locked_outputs(root).get(relative)
+    if expected is None:
+        return False
+    mismatch = verify_output(root, relative, expected)
+    if mismatch is not None:
+        raise OutputCorruptedError(
+            f"{mismatch.describe()}. It was changed after the stage that wrote it (DVC's state "
+            "cache trusts size and mtime, so `dvc status` may not see it): restore it with "
+            f"`dvc checkout {relative}` or rerun its stage (`dvc repro --force` that stage); "
+            "if you changed it on purpose, `dvc commit` that stage records it"
+        )
+    return True

@@ -1,0 +1,137 @@
+"""Outputs rehashed against dvc.lock (``tagrpo verify``, the evaluate stage's model check): a
+file corrupted in place with its size and mtime kept, which DVC's state cache does not see."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tagrpo.cli import main as cli
+from tagrpo.paths import project_root
+from tagrpo.verify import OutputCorruptedError, check_against_lock, dvc_md5, verify_outputs
+
+pytestmark = pytest.mark.skipif(shutil.which("dvc") is None, reason="dvc is not installed")
+
+# A stage that writes a small "model" folder (nested files, as a saved policy has).
+_WRITE_MODEL = (
+    "import pathlib; m = pathlib.Path('models/base'); (m / 'tok').mkdir(parents=True); "
+    "(m / 'model.safetensors').write_bytes(bytes(range(256)) * 64); "
+    "(m / 'config.json').write_text('{\"layers\": 2}'); "
+    "(m / 'tok' / 'vocab.txt').write_text('a b c')"
+)
+
+
+def _dvc(root: Path, *args: str) -> str:
+    result = subprocess.run(
+        ["dvc", *args], cwd=root, capture_output=True, text=True, env={**os.environ}
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout + result.stderr
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A DVC project (no git) whose one stage wrote models/base, with the real params.yaml."""
+    monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
+    shutil.copy(project_root() / "params.yaml", tmp_path / "params.yaml")
+    stage = {"cmd": f'{sys.executable} -c "{_WRITE_MODEL}"', "outs": ["models/base"]}
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"base_model": stage}}))
+    _dvc(tmp_path, "init", "--no-scm", "-q")
+    _dvc(tmp_path, "repro")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _corrupt_in_place(path: Path) -> None:
+    """Flip one byte; same size, same mtime (what a bad disk or an mtime-restoring tool does)."""
+    stat = path.stat()
+    data = bytearray(path.read_bytes())
+    data[100] ^= 0xFF
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert path.stat().st_size == stat.st_size and path.stat().st_mtime_ns == stat.st_mtime_ns
+
+
+def test_dvc_md5_is_the_hash_dvc_records(project: Path) -> None:
+    lock = yaml.safe_load((project / "dvc.lock").read_text())
+    (out,) = lock["stages"]["base_model"]["outs"]
+    assert out["md5"].endswith(".dir") and dvc_md5(project / "models/base") == out["md5"]
+    (project / "notes.txt").write_text("x\n")
+    _dvc(project, "add", "-q", "notes.txt")
+    added = yaml.safe_load((project / "notes.txt.dvc").read_text())["outs"][0]["md5"]
+    assert dvc_md5(project / "notes.txt") == added
+
+
+def test_a_model_corrupted_in_place_is_found_by_verify_and_refused_by_evaluate(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(["verify"]) == 0
+    assert "1 output(s) of dvc.lock checked by content: 0 differ" in capsys.readouterr().out
+    assert check_against_lock(project, "models/base") is True
+
+    _corrupt_in_place(project / "models/base/model.safetensors")
+    # The drill: DVC's state cache trusts size and mtime, so DVC sees nothing.
+    assert "up to date" in _dvc(project, "status")
+
+    checked, mismatches = verify_outputs(project)
+    assert checked == ["models/base"]
+    assert [(m.path, m.files) for m in mismatches] == [
+        ("models/base", ("models/base/model.safetensors",))
+    ]
+    assert cli(["verify", "models/base"]) == 1
+    err = capsys.readouterr().err
+    assert "models/base: content differs from dvc.lock" in err
+    assert "changed files: models/base/model.safetensors" in err
+    assert cli(["verify", "models/other"]) == 2
+
+    # The evaluate stage refuses before it deletes or loads anything.
+    from stages.evaluate import main as evaluate
+
+    with pytest.raises(OutputCorruptedError, match=r"models/base/model\.safetensors"):
+        evaluate(["--policy", "base"])
+    assert (project / "models/base/model.safetensors").is_file()
+
+
+def test_a_retrained_model_is_checked_against_its_new_lock_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DVC writes a stage's lock entry as soon as it ends: a model the same repro retrained
+    passes the check of the evaluation that follows (no false alarm on a legitimate rerun)."""
+    shutil.copy(project_root() / "params.yaml", tmp_path / "params.yaml")
+    (tmp_path / "size.txt").write_text("64")
+    write = _WRITE_MODEL.replace("* 64", "* int(pathlib.Path('size.txt').read_text())")
+    check = (
+        "from pathlib import Path; from tagrpo.verify import check_against_lock; "
+        "assert check_against_lock(Path.cwd(), 'models/base'); Path('checked').write_text('ok')"
+    )
+    stages = {
+        "base_model": {
+            "cmd": f'{sys.executable} -c "{write}"',
+            "deps": ["size.txt"],
+            "outs": ["models/base"],
+        },
+        "evaluate": {
+            "cmd": f'{sys.executable} -c "{check}"',
+            "deps": ["models/base"],
+            "outs": ["checked"],
+        },
+    }
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
+    monkeypatch.setenv("PYTHONPATH", str(project_root()))  # this checkout's tagrpo
+    _dvc(tmp_path, "init", "--no-scm", "-q")
+    _dvc(tmp_path, "repro")
+    (tmp_path / "size.txt").write_text("65")  # retrain: a new model, a new lock entry
+    output = _dvc(tmp_path, "repro")
+    assert "Running stage 'base_model'" in output and "Running stage 'evaluate'" in output
+
+
+def test_no_lock_entry_means_nothing_to_compare(tmp_path: Path) -> None:
+    (tmp_path / "models/base").mkdir(parents=True)
+    assert check_against_lock(tmp_path, "models/base") is False
