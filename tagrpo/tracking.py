@@ -144,16 +144,17 @@ def open_store(uri: str) -> Any:
     from mlflow.tracking import MlflowClient
 
     database = sqlite_path(uri)
-    client = MlflowClient(tracking_uri=uri)
     with tracking_errors("opening the store", uri):
         if database is None:
+            client = MlflowClient(tracking_uri=uri)
             client.search_experiments(max_results=1)
             return client
         database.parent.mkdir(parents=True, exist_ok=True)
         with open(database.with_name(database.name + ".lock"), "a+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
-                client.search_experiments(max_results=1)  # creates the tracking tables
+                client = MlflowClient(tracking_uri=uri)  # creates the tracking tables
+                client.search_experiments(max_results=1)
                 client.search_registered_models(max_results=1)  # and the registry's
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
