@@ -21,7 +21,7 @@ from tagrpo.config.params import Params, config_with
 from tagrpo.layout import Outputs
 from tagrpo.paths import project_root
 from tagrpo.runtime import running_stage
-from tagrpo.tracking import PARENT_RUN_ENV, checkout_id, checkout_label
+from tagrpo.tracking import PARENT_RUN_ENV
 
 SOURCE = project_root()
 # A toy stage, as a stage module runs it; waits at a barrier so that two copies open the
@@ -105,6 +105,9 @@ def test_each_checkout_keeps_its_artifacts(
         artifacts = _local(runs[run_id].info.artifact_uri)
         assert artifacts.is_relative_to(root / "mlruns"), artifacts  # not in the other checkout
         assert (artifacts / "note.txt").read_text() == "x"
+    from tagrpo.tracking import checkout_id, checkout_label
+
+    for run_id, root in ((first_run, first), (second_run, second), (again, first)):
         assert runs[run_id].data.tags["tagrpo.checkout"] == checkout_id(root)
     names = {run_id: client.get_experiment(r.info.experiment_id).name for run_id, r in runs.items()}
     assert names == {
