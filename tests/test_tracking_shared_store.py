@@ -287,3 +287,17 @@ def test_tracking_against_a_real_mlflow_server(
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
+
+
+def test_scratch_and_dvc_exp_copies_belong_to_their_checkout(tmp_path: Path) -> None:
+    """A Prefect scratch copy or a `dvc exp` copy logs as the checkout that made it: its runs
+    go to that checkout's experiment and artifacts, not to a new experiment per copy."""
+    from tagrpo.paths import checkout_root
+
+    checkout = _project(tmp_path / "repo")
+    scratch = _project(checkout / ".tagrpo" / "runs" / "20261125-120000-brave-fox")
+    experiment = _project(checkout / ".dvc" / "tmp" / "exps" / "tmpabc")
+    (scratch / "stages").mkdir()
+    assert checkout_root(scratch / "stages") == checkout
+    assert checkout_root(experiment) == checkout
+    assert checkout_root(checkout) == checkout
