@@ -317,7 +317,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     # otherwise silently show the smoke profile's numbers.
     profile = args.profile or (config.common.profile if config is not None else None)
     if profile is None:
-        print("tagrpo compare: no params.yaml here to take the profile from: pass --profile")
+        print(
+            "tagrpo compare: no valid params.yaml here to take the profile from: pass --profile",
+            file=sys.stderr,
+        )
         return 2
     checkout = None if args.checkout == ALL_CHECKOUTS else args.checkout or checkout_id()
     from mlflow.tracking import MlflowClient
