@@ -105,9 +105,9 @@ def weights_fingerprint(model_dir: Path) -> str:
 def link_evaluated_policy(model_dir: Path, policy: str) -> dict[str, str]:
     """Tag the active (evaluate) run with the training run and logged model whose weights it
     evaluates, and log that model as the run's input; matched by :func:`weights_fingerprint`,
-    so a policy DVC restored from its cache still finds the run that trained it. Returns the
-    tags set (only the fingerprint when no logged model in the experiment has those weights,
-    e.g. the base policy, or a policy trained with tracking off)."""
+    and by policy name, so a policy DVC restored from its cache still finds the run that trained
+    it. Returns the tags set (only the fingerprint when no logged model of that policy in the
+    experiment has those weights: the base policy, a policy trained with tracking off)."""
     import mlflow
     from mlflow.entities import LoggedModelInput
 
@@ -119,7 +119,9 @@ def link_evaluated_policy(model_dir: Path, policy: str) -> dict[str, str]:
     with tracking_errors(f"linking the evaluated policy {policy}"):
         models = client.search_logged_models(
             [run.info.experiment_id],
-            filter_string=f"tags.{WEIGHTS_TAG} = '{fingerprint}'",
+            # The policy too: two policies can have the same weights (a method whose groups
+            # all had zero gradient never moved), and each evaluation names its own.
+            filter_string=f"tags.{WEIGHTS_TAG} = '{fingerprint}' and tags.policy = '{policy}'",
             order_by=[{"field_name": "creation_time", "ascending": False}],
             max_results=1,
         )

@@ -134,6 +134,9 @@ def test_an_evaluation_is_linked_to_the_run_and_model_it_evaluated(tmp_path: Pat
     (final / "checkpoints" / "step.bin").write_bytes(b"other")
     with mlflow.start_run(run_name="train-grpo-s0") as train:
         model_id = log_policy_model(staged, "grpo-s0", final_dir=final)
+    # Trained later with the same weights (a method that never moved): not grpo-s0's model.
+    with mlflow.start_run(run_name="train-grpo_ds-s0"):
+        log_policy_model(staged, "grpo_ds-s0", final_dir=tmp_path / "models" / "grpo_ds-s0")
     other = tmp_path / "models" / "ta_grpo-s0"
     other.mkdir()
     (other / "config.json").write_text('{"hidden_size": 16}')
@@ -155,9 +158,9 @@ def test_an_evaluation_is_linked_to_the_run_and_model_it_evaluated(tmp_path: Pat
         # The model is the run's input: the run page lists it, the model page lists the run.
         assert [m.model_id for m in stored.inputs.model_inputs] == [model_id]
         assert "tagrpo.evaluated_run_id" not in client.get_run(unlinked.info.run_id).data.tags
-        (model,) = mlflow.search_logged_models(
+        models = mlflow.search_logged_models(
             experiment_ids=[experiment.experiment_id], output_format="list"
         )
-        assert model.tags["weights_md5"] == weights_fingerprint(final)
+        assert {m.tags["weights_md5"] for m in models} == {weights_fingerprint(final)}
     finally:
         mlflow.set_tracking_uri(None)
