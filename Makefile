@@ -96,8 +96,10 @@ quality: lint
 bench: install
 	$(BIN)/python benchmarks/grading_throughput.py
 
-# MLflow UI on the project's SQLite store (one worker: starts in ~20 s on 2 cores).
+# MLflow UI on the project's SQLite store (one worker: starts in ~20 s on 2 cores). MLflow 3.17
+# opens experiments in its GenAI view; the workflowType parameter shows runs and charts.
 mlflow-ui: install
+	@echo "runs: http://127.0.0.1:5000/#/experiments?workflowType=machine_learning"
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db --host 127.0.0.1 \
 	  --port 5000 --workers 1
 

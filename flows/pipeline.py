@@ -62,7 +62,13 @@ from tagrpo.rerun import (
     set_param_arguments,
     stage_graph,
 )
-from tagrpo.tracking import PARENT_RUN_ENV, redact_tree, tracking_uri
+from tagrpo.tracking import (
+    PARENT_RUN_ENV,
+    checkout_experiment,
+    open_store,
+    redact_tree,
+    tracking_uri,
+)
 
 # The UI form's choices, read when the deployment is created (redeploy to list a new profile).
 ProfileName = Literal[tuple(profile_names(project_root()))]  # type: ignore[valid-type]
@@ -255,17 +261,12 @@ def _open_parent_run(
     request: RerunRequest, mode: str, resolved: dict[str, Any], changes: dict[str, Any]
 ) -> tuple[Any, str]:
     """The flow's MLflow parent run, with the request and the exact resolved params."""
-    from mlflow.tracking import MlflowClient
-
     from tagrpo.pipeline_run import pipeline_tags
 
     config = validate_params(resolved, "resolved params")
     settings = config.common.tracking
-    client = MlflowClient(tracking_uri(settings.uri))
-    experiment = client.get_experiment_by_name(settings.experiment)
-    experiment_id = (
-        experiment.experiment_id if experiment else client.create_experiment(settings.experiment)
-    )
+    client = open_store(tracking_uri(settings.uri))
+    experiment_id = checkout_experiment(client, settings.experiment).experiment_id
     name = flow_run.get_name() or "pipeline"
     tags = {
         **pipeline_tags(config, "prefect"),
@@ -292,15 +293,14 @@ def _open_parent_run(
 
 def _finish_parent(client: Any, run_id: str, root: Path, status: str) -> dict[str, float]:
     """Headline metrics, dvc.lock and the report on the parent run; then its end state."""
-    from tagrpo.tracking import flatten_numbers, metric_name
+    from tagrpo.tracking import flatten_numbers, metric_batch
 
     metrics: dict[str, float] = {}
     report_metrics = root / "metrics" / "report.json"
     if report_metrics.is_file():
-        raw = flatten_numbers(json.loads(report_metrics.read_text()))
-        metrics = {metric_name(k): v for k, v in raw.items() if v == v}
-        for key, value in metrics.items():
-            client.log_metric(run_id, key, value)
+        report = json.loads(report_metrics.read_text())
+        metrics = {key: value for key, value in flatten_numbers(report).items() if value == value}
+        client.log_batch(run_id, metrics=metric_batch(report))  # pass@k at step k
     for artifact in ("dvc.lock", "reports/report.md"):
         if (root / artifact).is_file():
             client.log_artifact(run_id, str(root / artifact))

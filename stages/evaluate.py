@@ -8,7 +8,8 @@ and per benchmark group (:func:`tagrpo.evaluation.runner.evaluate_policy`).
     python -m stages.evaluate --policy base               # the base policy
 
 Outputs for policy ``P``: ``evals/P/responses.parquet``, ``evals/P/passk.csv``,
-``metrics/eval/P.json``.
+``metrics/eval/P.json``. The MLflow run is tagged with the training run and logged model whose
+weights it evaluated (:func:`tagrpo.tracking_assets.link_evaluated_policy`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from tagrpo.layout import (
 )
 from tagrpo.paths import project_root
 from tagrpo.runtime import running_stage
-from tagrpo.tracking_assets import log_datasets, log_passk_intervals
+from tagrpo.tracking_assets import link_evaluated_policy, log_datasets, log_passk_intervals
 from tagrpo.verify import check_against_lock
 
 
@@ -69,6 +70,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     ) as ctx:
         benchmarks = ctx.root / data_outputs()["processed"] / "benchmarks"
         log_datasets(sorted(benchmarks.glob("*.parquet")), "evaluation")
+        link_evaluated_policy(model, policy)  # the training run and logged model evaluated
         result = evaluate_policy(config, model, benchmarks)
         log_passk_intervals(result.passk)
         result.responses.to_parquet(ctx.path("responses"), index=False)

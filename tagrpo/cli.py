@@ -9,7 +9,8 @@
     tagrpo plots show|diff [DVC PLOTS ARGS]   (offline page: dvc_plots/index.html)
     tagrpo verify [PATH ...]   (outputs rehashed and compared with dvc.lock)
     tagrpo compare [--method M ...] [--k K ...] [--benchmark B ...] [--profile P]
-                   [--experiment NAME] [--tracking-uri URI] [--format text|markdown|csv]
+                   [--checkout all|HOST:PATH] [--experiment NAME] [--tracking-uri URI]
+                   [--format text|markdown|csv]
 
 Adding a command: write ``_cmd_<name>(args) -> int`` (the exit status) and one ``add_parser``
 block in :func:`build_parser` that ends with ``set_defaults(handler=_cmd_<name>)``. Import heavy
@@ -316,34 +317,55 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 # --- compare ---------------------------------------------------------------------------------
 
 
-def _default_experiment() -> str:
+def _checkout_config() -> Any:
+    """The checkout's params (None outside a checkout or when params.yaml does not load)."""
     from tagrpo.config.params import ConfigError, load_config
 
     try:
-        return load_config().common.tracking.experiment
+        return load_config()
     except (ConfigError, OSError):
-        return "tagrpo"
+        return None
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
+    from tagrpo.compare import ALL_CHECKOUTS, by_checkout, compare, latest_evaluations, render
+    from tagrpo.tracking import checkout_id, tracking_uri
+
+    config = _checkout_config()
+    settings = config.common.tracking if config is not None else None
+    uri = args.tracking_uri or tracking_uri(settings.uri if settings else None)
+    experiment = args.experiment or (settings.experiment if settings else "tagrpo")
+    # The checkout's profile, not whatever ran last: after a smoke run the table would
+    # otherwise silently show the smoke profile's numbers.
+    profile = args.profile or (config.common.profile if config is not None else None)
+    if profile is None:
+        print(
+            "tagrpo compare: no valid params.yaml here to take the profile from: pass --profile",
+            file=sys.stderr,
+        )
+        return 2
+    checkout = None if args.checkout == ALL_CHECKOUTS else args.checkout or checkout_id()
     from mlflow.tracking import MlflowClient
 
-    from tagrpo.compare import compare, latest_evaluations, render
-    from tagrpo.tracking import tracking_uri
-
-    uri = args.tracking_uri or tracking_uri()
     client = MlflowClient(tracking_uri=uri)
-    experiment = args.experiment or _default_experiment()
     try:
-        profile, runs = latest_evaluations(client, experiment, args.profile)
-        table = compare(runs, profile, args.method, args.k, args.benchmark)
+        runs = latest_evaluations(client, experiment, profile, checkout)
+        tables = [
+            compare(group, profile, args.method, args.k, args.benchmark)
+            for group in by_checkout(runs).values()
+        ]
     except LookupError as error:
         print(f"tagrpo compare: {error} ({uri})", file=sys.stderr)
         return 2
-    if not table.rows:
+    tables = [table for table in tables if table.rows]
+    if not tables:
         print(f"tagrpo compare: no pass@k matches the filters ({uri})", file=sys.stderr)
         return 2
-    print(render(table, args.format))
+    if args.format == "csv":  # one header; each row names its checkout
+        rendered = [render(table, "csv") for table in tables]
+        print(rendered[0] + "".join(text.split("\n", 1)[1] for text in rendered[1:]), end="")
+    else:
+        print("\n\n".join(render(table, args.format) for table in tables))
     return 0
 
 
@@ -477,13 +499,21 @@ def build_parser() -> argparse.ArgumentParser:
         "compare",
         help="pass@k with intervals of each method's latest evaluation, from MLflow",
         description="Queries the tracking store for each policy's latest finished evaluate run "
-        "(one profile: by default that of the most recent evaluation) and prints pass@k per "
-        "benchmark and group with 95%% intervals, one column per method.",
+        "(one profile: by default that of the checkout's params.yaml; by default only this "
+        "checkout's runs, --checkout all for one table per checkout) and prints pass@k per "
+        "benchmark and group with 95% intervals, one column per method. A one-seed interval "
+        "(marked *) is over problems, conditional on that seed; a table of runs from several "
+        "commits says so.",
     )
     compare.add_argument("--method", action="append", help="only these methods (repeatable)")
     compare.add_argument("--k", type=_positive_int, action="append", help="only these k")
     compare.add_argument("--benchmark", action="append", help="only these benchmarks/groups")
-    compare.add_argument("--profile", help="default: the most recent evaluation's profile")
+    compare.add_argument("--profile", help="default: common.profile of the checkout's params")
+    compare.add_argument(
+        "--checkout",
+        help="'all' (a table per checkout) or a tagrpo.checkout tag value HOST:PATH; "
+        "default: this checkout",
+    )
     compare.add_argument("--experiment", help="default: common.tracking.experiment")
     compare.add_argument(
         "--tracking-uri", help="default: MLFLOW_TRACKING_URI, else the checkout's mlflow.db"

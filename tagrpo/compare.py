@@ -1,11 +1,14 @@
 """``tagrpo compare``: the pass@k table of the latest evaluation of each method, from MLflow.
 
-Reads the tracking store, not the workspace: it compares whatever was evaluated (any checkout,
-``dvc exp`` copies, Prefect reruns), each policy's latest FINISHED ``evaluate`` run of one
-profile. Data-scaling policies are columns of their own (``grpo_data1.5x``). A method
-evaluated with one seed shows its bootstrap 95% interval over problems (from
-the run's ``pass_at_k_ci`` metrics; benchmark groups have none); with several seeds, the mean
-over seeds and a t-interval over the seed means.
+Reads the tracking store, not the workspace: it compares whatever was evaluated (``dvc exp``
+copies, Prefect reruns), each policy's latest FINISHED ``evaluate`` run of one profile (by
+default the profile of the checkout's params.yaml). Runs are separated by checkout (their
+``tagrpo.checkout`` tag: one table per checkout, by default only this checkout's), and a table
+whose runs come from several commits says so and names each run's commit. Data-scaling policies
+are columns of their own (``grpo_data1.5x``). A method evaluated with one seed shows its
+bootstrap 95% interval over problems (from the run's ``pass_at_k_ci`` metrics; benchmark groups
+have none), which is conditional on that seed (marked ``*``); with several seeds, the mean over
+seeds and a t-interval over the seed means.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from typing import Any
 
 PASS_PREFIX = "pass_at_k/"
 CI_PREFIX = "pass_at_k_ci/"
+CHECKOUT_TAG = "tagrpo.checkout"
+UNRECORDED = "(checkout not recorded)"
+ALL_CHECKOUTS = "all"
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,9 @@ class EvaluationRun:
     profile: str
     passk: dict[tuple[str, int], float]
     intervals: dict[tuple[str, int], tuple[float, float]] = field(default_factory=dict)
+    checkout: str = UNRECORDED
+    commit: str = "unknown"
+    dirty: str = "unknown"
 
 
 @dataclass(frozen=True)
@@ -46,7 +55,8 @@ class Cell:
 
 
 def parse_metrics(metrics: dict[str, float]) -> tuple[dict, dict]:
-    """``pass_at_k/<name>/<k>`` values and ``pass_at_k_ci/<name>/<k>/{low,high}`` bounds."""
+    """pass@k values and CI bounds from metric keys of the earlier layout, one key per k:
+    ``pass_at_k/<name>/<k>`` and ``pass_at_k_ci/<name>/<k>/{low,high}``."""
     passk: dict[tuple[str, int], float] = {}
     bounds: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
     for key, value in metrics.items():
@@ -60,6 +70,40 @@ def parse_metrics(metrics: dict[str, float]) -> tuple[dict, dict]:
             if k.isdigit() and bound in ("low", "high"):
                 bounds[(name, int(k))][bound] = value
     intervals = {key: (b["low"], b["high"]) for key, b in bounds.items() if len(b) == 2}
+    return passk, intervals
+
+
+def curve_keys(metrics: dict[str, float]) -> list[str]:
+    """The run's pass@k curves (``pass_at_k/<name>``, ``pass_at_k_ci/<name>/{low,high}``: one
+    key per name, step = k); keys of the earlier layout end in a number and are not curves."""
+
+    def is_curve(key: str) -> bool:
+        head, _, last = key.rpartition("/")
+        if key.startswith(PASS_PREFIX):
+            return not last.isdigit()
+        if key.startswith(CI_PREFIX):
+            return last in ("low", "high") and not head.rpartition("/")[2].isdigit()
+        return False
+
+    return [key for key in metrics if is_curve(key)]
+
+
+def read_passk(client: Any, run: Any) -> tuple[dict, dict]:
+    """A run's pass@k values and CI bounds by (name, k): the curves' histories (step = k; the
+    latest value at a step wins), plus any keys of the earlier layout."""
+    passk, intervals = parse_metrics(run.data.metrics)
+    bounds: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
+    for key in curve_keys(run.data.metrics):
+        history = sorted(
+            client.get_metric_history(run.info.run_id, key), key=lambda m: (m.step, m.timestamp)
+        )
+        for metric in history:
+            if key.startswith(PASS_PREFIX):
+                passk[(key[len(PASS_PREFIX) :], metric.step)] = metric.value
+            else:
+                name, _, bound = key[len(CI_PREFIX) :].rpartition("/")
+                bounds[(name, metric.step)][bound] = metric.value
+    intervals |= {key: (b["low"], b["high"]) for key, b in bounds.items() if len(b) == 2}
     return passk, intervals
 
 
@@ -88,29 +132,51 @@ def column_name(method: str, data_multiple: str) -> str:
     return f"{method}_data{float(data_multiple)}x"
 
 
+def experiments_of(client: Any, experiment: str) -> list[Any]:
+    """``experiment`` and the experiments other checkouts log to (``<experiment> @ ...``)."""
+    found = []
+    token = None
+    while True:
+        page = client.search_experiments(max_results=1000, page_token=token)
+        found += [e for e in page if e.name == experiment or e.name.startswith(f"{experiment} @ ")]
+        token = page.token
+        if not token:
+            return sorted(found, key=lambda e: e.name)
+
+
 def latest_evaluations(
-    client: Any, experiment: str, profile: str | None = None
-) -> tuple[str, list[EvaluationRun]]:
-    """The profile compared (default: that of the most recent evaluation) and, per policy,
-    its latest FINISHED evaluate run of that profile."""
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
+    client: Any, experiment: str, profile: str, checkout: str | None = None
+) -> list[EvaluationRun]:
+    """Per checkout and policy, its latest FINISHED evaluate run of ``profile``; only the runs
+    of ``checkout`` (a ``tagrpo.checkout`` value) unless it is None."""
+    experiments = experiments_of(client, experiment)
+    if not experiments:
         raise LookupError(f"no MLflow experiment {experiment!r} in this tracking store")
-    query = "tags.stage = 'evaluate' and attributes.status = 'FINISHED'"
-    runs = _search_all(client, [found.experiment_id], query)
+    query = (
+        f"tags.stage = 'evaluate' and attributes.status = 'FINISHED' and tags.profile = '{profile}'"
+    )
+    runs = _search_all(client, [e.experiment_id for e in experiments], query)
+    everywhere = len(runs)
+    if checkout is not None:
+        runs = [run for run in runs if run.data.tags.get(CHECKOUT_TAG, UNRECORDED) == checkout]
     if not runs:
-        raise LookupError(f"experiment {experiment!r} has no finished evaluate run")
-    profile = profile or runs[0].data.tags.get("profile", "")
-    latest: dict[str, EvaluationRun] = {}
+        where = f" of the checkout {checkout}" if checkout is not None else ""
+        others = (
+            f" ({everywhere} in other checkouts: --checkout all shows them)" if everywhere else ""
+        )
+        raise LookupError(f"no finished evaluate run of profile {profile!r}{where}{others}")
+    runs.sort(key=lambda run: run.info.start_time, reverse=True)
+    latest: dict[tuple[str, str], EvaluationRun] = {}
     for run in runs:  # newest first: the first run seen of a policy is its latest
         tags = run.data.tags
         policy = tags.get("policy", "")
-        if tags.get("profile") != profile or not policy or policy in latest:
+        where = tags.get(CHECKOUT_TAG, UNRECORDED)
+        if not policy or (where, policy) in latest:
             continue
-        passk, intervals = parse_metrics(run.data.metrics)
+        passk, intervals = read_passk(client, run)
         if not passk:
             continue
-        latest[policy] = EvaluationRun(
+        latest[(where, policy)] = EvaluationRun(
             policy=policy,
             method=column_name(tags.get("method", policy), tags.get("data_multiple", "")),
             seed=tags.get("seed", ""),
@@ -119,10 +185,21 @@ def latest_evaluations(
             profile=profile,
             passk=passk,
             intervals=intervals,
+            checkout=where,
+            commit=tags.get("git_commit", "unknown"),
+            dirty=tags.get("git_dirty", "unknown"),
         )
     if not latest:
         raise LookupError(f"no finished evaluate run with pass@k metrics for profile {profile!r}")
-    return profile, list(latest.values())
+    return list(latest.values())
+
+
+def by_checkout(runs: Iterable[EvaluationRun]) -> dict[str, list[EvaluationRun]]:
+    """The runs of each checkout: never compared in one table."""
+    groups: dict[str, list[EvaluationRun]] = defaultdict(list)
+    for run in runs:
+        groups[run.checkout].append(run)
+    return dict(sorted(groups.items()))
 
 
 def _t_quantile(df: int) -> float:
@@ -172,6 +249,12 @@ class Comparison:
     rows: list[tuple[str, int]]
     cells: dict[tuple[str, int, str], Cell]
     runs: dict[str, list[EvaluationRun]]
+    checkout: str = UNRECORDED
+
+    @property
+    def commits(self) -> list[str]:
+        """The commits the compared runs were made at (more than one: a mixed table)."""
+        return sorted({run.commit for runs in self.runs.values() for run in runs})
 
 
 def compare(
@@ -181,6 +264,9 @@ def compare(
     ks: Sequence[int] | None = None,
     names: Sequence[str] | None = None,
 ) -> Comparison:
+    checkouts = {run.checkout for run in runs}
+    if len(checkouts) > 1:
+        raise ValueError(f"runs of several checkouts in one table: {sorted(checkouts)}")
     by_method: dict[str, list[EvaluationRun]] = defaultdict(list)
     for run in runs:
         if not methods or run.method in methods:
@@ -200,7 +286,21 @@ def compare(
         for name, k in rows
         if (cell := combine(by_method[method], (name, k))) is not None
     }
-    return Comparison(profile, order, rows, cells, dict(by_method))
+    checkout = next(iter(checkouts), UNRECORDED)
+    return Comparison(profile, order, rows, cells, dict(by_method), checkout)
+
+
+CONDITIONAL_MARK = "*"
+CSV_HEADER = (
+    *("benchmark", "k", "method", "pass_at_k", "low", "high", "seeds", "interval", "checkout"),
+)
+
+
+def interval_kind(cell: Cell) -> str:
+    """What a cell's interval is: over problems given one seed, or over seeds."""
+    if cell.low is None or cell.high is None:
+        return "none"
+    return "bootstrap_given_seed" if cell.seeds == 1 else "t_over_seeds"
 
 
 def _percent(cell: Cell | None, with_interval: bool = True) -> str:
@@ -209,6 +309,8 @@ def _percent(cell: Cell | None, with_interval: bool = True) -> str:
     text = f"{100 * cell.value:.1f}"
     if with_interval and cell.low is not None and cell.high is not None:
         text += f" [{100 * cell.low:.1f}, {100 * cell.high:.1f}]"
+        if cell.seeds == 1:
+            text += CONDITIONAL_MARK
     return text
 
 
@@ -218,12 +320,30 @@ def render(comparison: Comparison, style: str = "text") -> str:
     if style == "csv":
         out = io.StringIO()
         writer = csv.writer(out)
-        writer.writerow(["benchmark", "k", "method", "pass_at_k", "low", "high", "seeds"])
+        writer.writerow(
+            [
+                "benchmark",
+                "k",
+                "method",
+                "pass_at_k",
+                "low",
+                "high",
+                "seeds",
+                "interval",
+                "checkout",
+            ]
+        )
         for name, k in comparison.rows:
             for method in comparison.methods:
                 cell = comparison.cells.get((name, k, method))
                 if cell is not None:
-                    writer.writerow([name, k, method, cell.value, cell.low, cell.high, cell.seeds])
+                    writer.writerow(
+                        [
+                            *(name, k, method, cell.value, cell.low, cell.high, cell.seeds),
+                            interval_kind(cell),
+                            comparison.checkout,
+                        ]
+                    )
         return out.getvalue()
     body = [
         [name, str(k), *(_percent(comparison.cells.get((name, k, m))) for m in comparison.methods)]
@@ -247,22 +367,35 @@ def _aligned(row: list[str], widths: list[int]) -> str:
 
 def _title(comparison: Comparison) -> str:
     seeds = {len(runs) for runs in comparison.runs.values()}
-    interval = (
-        "bootstrap 95% CI over problems"
-        if seeds == {1}
-        else "one seed: bootstrap 95% CI over problems; several: mean and t 95% CI over seeds"
-    )
-    return f"pass@k (%) [{interval}], profile {comparison.profile!r}"
+    one = f"{CONDITIONAL_MARK} one seed: bootstrap 95% CI over problems, conditional on that seed"
+    several = "several seeds: mean and t 95% CI over seeds"
+    interval = one if seeds == {1} else several if 1 not in seeds else f"{several}; {one}"
+    lines = [
+        f"pass@k (%), profile {comparison.profile!r}, checkout {comparison.checkout}",
+        f"[{interval}]",
+    ]
+    commits = comparison.commits
+    if len(commits) > 1:
+        shown = ", ".join(commit[:8] for commit in commits)
+        lines.append(f"MIXED: runs from {len(commits)} commits ({shown}); each run's is below")
+    return "\n".join(lines)
 
 
 def _provenance(comparison: Comparison) -> list[str]:
+    mixed = len(comparison.commits) > 1
     lines = []
     for method in comparison.methods:
         runs = sorted(comparison.runs[method], key=lambda run: run.seed)
-        described = ", ".join(
-            f"seed {run.seed} run {run.run_id[:8]} "
-            f"({datetime.fromtimestamp(run.start_time / 1000, UTC):%Y-%m-%d %H:%M} UTC)"
-            for run in runs
-        )
+        described = ", ".join(_described(run, with_commit=mixed) for run in runs)
         lines.append(f"{method}: {described}")
+    if not mixed and comparison.commits:
+        lines.append(f"all runs at commit {comparison.commits[0][:8]}")
     return lines
+
+
+def _described(run: EvaluationRun, with_commit: bool) -> str:
+    started = datetime.fromtimestamp(run.start_time / 1000, UTC)
+    commit = ""
+    if with_commit:
+        commit = f", commit {run.commit[:8]}" + ("+dirty" if run.dirty == "true" else "")
+    return f"seed {run.seed} run {run.run_id[:8]} ({started:%Y-%m-%d %H:%M} UTC{commit})"

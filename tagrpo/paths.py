@@ -32,6 +32,17 @@ def home_root(start: Path | None = None) -> Path:
     return Path(root[:marker]) if marker >= 0 else Path(root)
 
 
+def checkout_root(start: Path | None = None) -> Path:
+    """The checkout whose runs these are: :func:`home_root`, and for a Prefect scratch copy
+    (``<checkout>/.tagrpo/runs/<name>/``) the checkout that made it."""
+    root = home_root(start)
+    parts = root.parts
+    for index in range(len(parts) - 2):
+        if parts[index : index + 2] == (".tagrpo", "runs"):
+            return Path(*parts[:index])
+    return root
+
+
 def resolve_path(value: str | os.PathLike[str], base: Path | None = None) -> Path:
     """Resolve a params path: ``~`` and env vars expanded, relative paths against ``base``."""
     expanded = Path(os.path.expandvars(os.path.expanduser(os.fspath(value))))

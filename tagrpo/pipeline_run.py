@@ -143,7 +143,7 @@ def parent_run_for_stage(client: Any, experiment_id: str, config: Any) -> str | 
 
 def pipeline_tags(config: Any, origin: str) -> dict[str, str]:
     """Tags every pipeline parent run carries (dvc's or the Prefect flow's)."""
-    from tagrpo.tracking import git_state, model_label
+    from tagrpo.tracking import CHECKOUT_TAG, checkout_id, git_state, model_label
 
     return {
         "stage": "pipeline",
@@ -152,6 +152,7 @@ def pipeline_tags(config: Any, origin: str) -> dict[str, str]:
         "model": model_label(config),
         "backend": config.train.backend,
         "tagrpo.host": socket.gethostname(),
+        CHECKOUT_TAG: checkout_id(),
         **git_state(),
     }
 

@@ -15,7 +15,8 @@
    the same stage left RUNNING by a killed process are marked KILLED first. It nests under the
    pipeline's parent run: the Prefect flow's (``TAGRPO_PARENT_RUN_ID``) or the one the first
    stage of a ``dvc repro``/``dvc exp run`` opens for that dvc process
-   (:mod:`tagrpo.pipeline_run`, via :func:`tagrpo.tracking.stage_run`).
+   (:mod:`tagrpo.pipeline_run`, via :func:`tagrpo.tracking.stage_run`). A failing tracking
+   store ends the stage with a one-line cause (exit status 1), its outputs not committed.
 """
 
 from __future__ import annotations
@@ -275,7 +276,7 @@ def running_stage(
     The metrics file's numbers are also logged to MLflow, under ``metrics_prefix`` (the train
     stage uses ``summary/``: its per-step metrics have the same names).
     """
-    from tagrpo.tracking import stage_run
+    from tagrpo.tracking import TrackingError, stage_run
 
     die_with_parent()
     root = project_root()
@@ -305,5 +306,8 @@ def running_stage(
                 context.metrics.setdefault("seconds", time.perf_counter() - started)
                 context.log({f"{metrics_prefix}{k}": v for k, v in context.metrics.items()})
                 _commit(context)
+        except TrackingError as error:
+            # One line, not MLflow's and SQLAlchemy's tracebacks: the cause names the store.
+            raise SystemExit(f"stage {name} failed: {error}") from None
         finally:
             remove_path(staging)

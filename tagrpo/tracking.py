@@ -17,13 +17,24 @@ and ``backend`` (and ``method``/``seed``/``policy`` for train and evaluate), so 
 
 Only a short list of key params (:data:`KEY_PARAMS`) is logged as MLflow params, so the compare
 view stays readable; every value of the stage's sections is in the run's ``params.json``
-artifact. pass@k metrics are namespaced ``pass_at_k/<benchmark or group>/<k>``. Key-shaped
+artifact. pass@k is one metric per benchmark or group, ``pass_at_k/<name>``, with step = k, so
+MLflow draws it as a curve over k (one key per name, not one per name and k). Key-shaped
 values are never logged.
+
+Several checkouts may share one store (``MLFLOW_TRACKING_URI``). Every run is tagged with its
+checkout (``tagrpo.checkout``, host and path), and each checkout's artifacts stay in its own
+``mlruns/``: the configured experiment belongs to the checkout that created it, another checkout
+logs to ``<experiment> @ <checkout>`` (:func:`checkout_experiment`). Creating a fresh SQLite
+store is serialised by a file lock (two stages creating its tables at once break MLflow's
+migrations). Any other tracking failure ends the stage with a one-line cause
+(:class:`TrackingError`): a stage missing from the store would let ``tagrpo compare`` show
+stale results.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -35,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.config.model import looks_like_secret
-from tagrpo.paths import home_root, project_root, resolve_path
+from tagrpo.paths import checkout_root, home_root, project_root, resolve_path
 
 PARENT_RUN_ENV = "TAGRPO_PARENT_RUN_ID"
 DEFAULT_EXPERIMENT = "tagrpo"
@@ -71,7 +82,12 @@ KEY_PARAMS: tuple[str, ...] = (
     "diagnostics.group_size",
     "diagnostics.n_neighbours",
 )
-# ``<benchmark or group>/pass@<k>`` (the metrics files' keys) -> ``pass_at_k/<name>/<k>``.
+PASS_AT_K_PREFIX = "pass_at_k/"
+CHECKOUT_TAG = "tagrpo.checkout"
+# What the MLflow UI shows for the experiment: runs, charts and models, not the GenAI overview.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+# ``<benchmark or group>/pass@<k>`` (the metrics files' keys) -> ``pass_at_k/<name>`` at step k.
 _PASS_AT_K = re.compile(r"^(?P<name>.+)/pass@(?P<k>\d+)$")
 # Keys whose values are secrets whatever they look like.
 _SECRET_KEY = re.compile(r"(api[_-]?key|secret|password|token)$", re.IGNORECASE)
@@ -85,6 +101,157 @@ def tracking_uri(configured: str | None = None) -> str:
         return configured
     database = resolve_path(configured or "mlflow.db", base=home_root())
     return f"sqlite:///{database}"
+
+
+class TrackingError(RuntimeError):
+    """The tracking store failed; the message is one line naming the store and the operation."""
+
+
+@contextlib.contextmanager
+def tracking_errors(doing: str, uri: str | None = None) -> Iterator[None]:
+    """Turn a failure of the store (MLflow, database, HTTP, artifact files) into a
+    :class:`TrackingError` whose one-line message names ``doing`` and the store."""
+    import mlflow
+    import requests
+    import sqlalchemy.exc
+    from mlflow.exceptions import MlflowException
+
+    failures = (MlflowException, sqlalchemy.exc.SQLAlchemyError, requests.RequestException, OSError)
+    try:
+        yield
+    except failures as error:
+        where = uri or mlflow.get_tracking_uri()
+        lines = str(error).strip().splitlines() or [""]
+        cause = f"{type(error).__name__}: {lines[0][:300]}"
+        raise TrackingError(f"MLflow tracking failed {doing} ({where}): {cause}") from error
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (None for any other store)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
+
+
+def open_store(uri: str) -> Any:
+    """An ``MlflowClient`` on ``uri`` whose store exists (tables created and migrated).
+
+    MLflow creates a fresh SQLite store's tables without a lock: two stages of two pipelines
+    doing it at once break its migrations (``CircularDependencyError``, ``duplicate column``,
+    ``table _alembic_tmp_metrics already exists``). Here the first use of a SQLite store in a
+    process holds an exclusive lock on ``<db>.lock`` beside it; a server creates its own.
+    """
+    from mlflow.tracking import MlflowClient
+
+    database = sqlite_path(uri)
+    with tracking_errors("opening the store", uri):
+        if database is None:
+            client = MlflowClient(tracking_uri=uri)
+            client.search_experiments(max_results=1)
+            return client
+        database.parent.mkdir(parents=True, exist_ok=True)
+        with open(database.with_name(database.name + ".lock"), "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                client = MlflowClient(tracking_uri=uri)  # creates the tracking tables
+                client.search_experiments(max_results=1)
+                client.search_registered_models(max_results=1)  # and the registry's
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+    return client
+
+
+def checkout_id(root: Path | None = None) -> str:
+    """What ``tagrpo.checkout`` says: ``host:/abs/path`` of the checkout."""
+    return f"{socket.gethostname()}:{root or checkout_root()}"
+
+
+def checkout_label(root: Path | None = None) -> str:
+    """A short readable name of a checkout: ``<folder>-<hash of host and path>``."""
+    root = root or checkout_root()
+    digest = hashlib.sha256(checkout_id(root).encode()).hexdigest()[:8]
+    return f"{root.name}-{digest}"
+
+
+def _artifact_root(root: Path, experiment: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", experiment).strip("_") or "experiment"
+    return (root / "mlruns" / safe).as_uri()
+
+
+def _local_path(location: str) -> Path | None:
+    if location.startswith("file://"):
+        return Path(location.removeprefix("file://"))
+    if location.startswith("/"):
+        return Path(location)
+    return None
+
+
+def owned_by(experiment: Any, root: Path) -> bool:
+    """Whether ``experiment`` keeps its artifacts in checkout ``root``: tagged so (experiments
+    this module creates) or, for older ones, an artifact location inside ``root``."""
+    tagged = experiment.tags.get(CHECKOUT_TAG)
+    if tagged:
+        return tagged == checkout_id(root)
+    local = _local_path(experiment.artifact_location or "")
+    return local is not None and local.is_relative_to(root)
+
+
+def experiment_name_for(name: str, root: Path) -> str:
+    """The experiment a checkout logs to when ``name`` belongs to another checkout."""
+    return f"{name} @ {checkout_label(root)}"
+
+
+def checkout_experiment(client: Any, name: str, root: Path | None = None) -> Any:
+    """The experiment this checkout logs to: ``name`` if it created it (or it is new), else
+    ``<name> @ <checkout>``; created with its artifacts under ``<checkout>/mlruns/``."""
+    root = root or checkout_root()
+    with tracking_errors("choosing the experiment", client.tracking_uri):
+        found = client.get_experiment_by_name(name)
+        if found is not None and owned_by(found, root):
+            _set_kind(client, found)
+            return found
+        if found is not None:
+            own = experiment_name_for(name, root)
+            print(
+                f"[tracking] experiment {name!r} keeps its artifacts in another checkout "
+                f"({found.artifact_location}): this checkout logs to {own!r}"
+            )
+            name = own
+            found = client.get_experiment_by_name(name)
+            if found is not None:
+                _set_kind(client, found)
+                return found
+        return _create_experiment(client, name, root)
+
+
+def _create_experiment(client: Any, name: str, root: Path) -> Any:
+    from mlflow.exceptions import MlflowException
+
+    tags = {
+        CHECKOUT_TAG: checkout_id(root),
+        EXPERIMENT_KIND_TAG: EXPERIMENT_KIND,
+        "mlflow.note.content": (
+            f"tagrpo runs of the checkout {checkout_id(root)}; artifacts in {root / 'mlruns'}."
+        ),
+    }
+    try:
+        experiment_id = client.create_experiment(
+            name, artifact_location=_artifact_root(root, name), tags=tags
+        )
+    except MlflowException as error:
+        if error.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        # Another stage created it meanwhile: use it if it is this checkout's.
+        found = client.get_experiment_by_name(name)
+        if owned_by(found, root):
+            return found
+        return checkout_experiment(client, name, root)
+    return client.get_experiment(experiment_id)
+
+
+def _set_kind(client: Any, experiment: Any) -> None:
+    if EXPERIMENT_KIND_TAG not in experiment.tags:  # a kind set by hand in the UI stays
+        client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
 
 
 def git_state(cwd: Path | None = None) -> dict[str, str]:
@@ -157,10 +324,16 @@ def model_label(config: Any) -> str:
 
 def metric_name(key: str) -> str:
     """The MLflow name of a metrics-file key: pass@k namespaced, '@' replaced (not allowed)."""
+    return metric_point(key)[0]
+
+
+def metric_point(key: str) -> tuple[str, int | None]:
+    """A metrics-file key as an MLflow name and step: ``mini_arith/pass@8`` is
+    ``("pass_at_k/mini_arith", 8)`` (a curve over k); other keys have no step of their own."""
     match = _PASS_AT_K.match(key)
     if match:
-        return f"pass_at_k/{match['name']}/{match['k']}"
-    return key.replace("@", "_at_")
+        return f"{PASS_AT_K_PREFIX}{match['name']}", int(match["k"])
+    return key.replace("@", "_at_"), None
 
 
 def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -284,61 +457,77 @@ def stage_run(
 
     ``config`` is the validated :class:`tagrpo.config.params.Params`; ``log_sections`` names
     the sections logged as params (``common`` always), ``run_params`` adds run-specific ones.
-    With ``common.tracking.enabled: false`` the run is skipped with a message; errors opening
-    the store propagate. An interrupted stage (Ctrl-C, SIGTERM) ends its run KILLED.
+    With ``common.tracking.enabled: false`` the run is skipped with a message; a failing store
+    raises :class:`TrackingError`. An interrupted stage (Ctrl-C, SIGTERM) ends its run KILLED.
     """
     import mlflow
-    from mlflow.tracking import MlflowClient
 
     settings = config.common.tracking
     if not settings.enabled:
         print(f"[tracking] disabled in params: no MLflow run for stage {stage}")
         yield None
         return
-    mlflow.set_tracking_uri(tracking_uri(settings.uri))
-    experiment = mlflow.set_experiment(settings.experiment)
+    uri = tracking_uri(settings.uri)
+    client = open_store(uri)
+    mlflow.set_tracking_uri(uri)
+    experiment = checkout_experiment(client, settings.experiment)
     dvc_key = dvc_name or (f"{stage}@{key}" if key else stage)
-    client = MlflowClient()
-    stale = mark_stale_runs_killed(client, experiment.experiment_id, dvc_key)
-    if stale:
-        print(
-            f"[tracking] marked {stale} run(s) of {dvc_key} left RUNNING by a dead process KILLED"
-        )
-    run_tags = {
-        "stage": stage,
-        "profile": config.common.profile,
-        "model": model_label(config),
-        "backend": _stage_backend(stage, config),
-        "tagrpo.dvc_stage": dvc_key,
-        "tagrpo.deps_hash": deps_hash(dvc_key),
-        "tagrpo.host": socket.gethostname(),
-        "tagrpo.pid": str(os.getpid()),
-        **git_state(),
-        **(tags or {}),
-    }
-    from tagrpo.pipeline_run import parent_run_for_stage
+    with tracking_errors("starting the stage's run", uri):
+        mlflow.set_experiment(experiment_id=experiment.experiment_id)
+        stale = mark_stale_runs_killed(client, experiment.experiment_id, dvc_key)
+        if stale:
+            print(
+                f"[tracking] marked {stale} run(s) of {dvc_key} left RUNNING by a dead process "
+                "KILLED"
+            )
+        run_tags = {
+            "stage": stage,
+            "profile": config.common.profile,
+            "model": model_label(config),
+            "backend": _stage_backend(stage, config),
+            "tagrpo.dvc_stage": dvc_key,
+            "tagrpo.deps_hash": deps_hash(dvc_key),
+            "tagrpo.host": socket.gethostname(),
+            "tagrpo.pid": str(os.getpid()),
+            CHECKOUT_TAG: checkout_id(),
+            **git_state(),
+            **(tags or {}),
+        }
+        from tagrpo.pipeline_run import parent_run_for_stage
 
-    parent = parent_run_for_stage(client, experiment.experiment_id, config)
-    run = mlflow.start_run(run_name=run_name or dvc_key, parent_run_id=parent, tags=run_tags)
+        parent = parent_run_for_stage(client, experiment.experiment_id, config)
+        run = mlflow.start_run(run_name=run_name or dvc_key, parent_run_id=parent, tags=run_tags)
     try:
-        logged = {"common": config.common.model_dump(mode="json")}
-        for section in log_sections:
-            logged[section] = config.section(section).model_dump(mode="json")
-        flat = flatten_params(logged)
-        columns = {name: flat[name] for name in KEY_PARAMS if name in flat}
-        # Run-specific values (a policy's step count...) are few: all of them are columns.
-        columns.update(flatten_params(dict(run_params or {})))
-        mlflow.log_params(columns)
-        log_params_artifact(client, run.info.run_id, logged, PARAMS_ARTIFACT)
+        with tracking_errors("logging the stage's params", uri):
+            logged = {"common": config.common.model_dump(mode="json")}
+            for section in log_sections:
+                logged[section] = config.section(section).model_dump(mode="json")
+            flat = flatten_params(logged)
+            columns = {name: flat[name] for name in KEY_PARAMS if name in flat}
+            # Run-specific values (a policy's step count...) are few: all of them are columns.
+            columns.update(flatten_params(dict(run_params or {})))
+            mlflow.log_params(columns)
+            log_params_artifact(client, run.info.run_id, logged, PARAMS_ARTIFACT)
         yield run
     except (KeyboardInterrupt, SystemExit):
-        mlflow.end_run(status="KILLED")
+        _end_run("KILLED")
         raise
     except BaseException:
-        mlflow.end_run(status="FAILED")
+        _end_run("FAILED")
         raise
     else:
-        mlflow.end_run(status="FINISHED")
+        with tracking_errors("ending the stage's run", uri):
+            mlflow.end_run(status="FINISHED")
+
+
+def _end_run(status: str) -> None:
+    """End the active run after a failure; a store that fails too must not hide the failure."""
+    import mlflow
+
+    try:
+        mlflow.end_run(status=status)
+    except Exception as error:  # the stage's own error is the one to report
+        print(f"[tracking] could not mark the run {status}: {type(error).__name__}: {error}")
 
 
 def _stage_backend(stage: str, config: Any) -> str:
@@ -349,17 +538,39 @@ def _stage_backend(stage: str, config: Any) -> str:
     return "local"
 
 
+def metric_batch(
+    metrics: Mapping[str, Any], step: int | None = None, timestamp: int | None = None
+) -> list[Any]:
+    """The numeric metrics (nested mappings flattened) as MLflow ``Metric`` entries, named as
+    :func:`metric_point` gives them: pass@k at step k, the rest at ``step`` (default 0). NaN is
+    dropped. A pass@k key with an explicit ``step`` is refused: its step is k."""
+    import time
+
+    from mlflow.entities import Metric
+
+    stamp = timestamp if timestamp is not None else int(time.time() * 1000)
+    batch = []
+    for key, value in flatten_numbers(metrics).items():
+        if value != value:
+            continue
+        name, own_step = metric_point(key)
+        if own_step is not None and step is not None:
+            raise ValueError(f"metric {key!r}: pass@k is logged at step k, not at step {step}")
+        batch.append(Metric(name, value, stamp, own_step if own_step is not None else step or 0))
+    return batch
+
+
 def log_metrics(metrics: Mapping[str, Any], step: int | None = None) -> None:
-    """Log the numeric metrics (nested mappings flattened) to the active run.
-
-    Names as :func:`metric_name` gives them (pass@k namespaced); NaN is dropped.
-    """
+    """Log the numeric metrics (nested mappings flattened) to the active run, as
+    :func:`metric_batch` names them (pass@k at step k). No active run: nothing."""
     import mlflow
+    from mlflow.tracking import MlflowClient
 
-    if mlflow.active_run() is None:
+    run = mlflow.active_run()
+    if run is None:
         return
-    clean = {
-        metric_name(key): value for key, value in flatten_numbers(metrics).items() if value == value
-    }
-    if clean:
-        mlflow.log_metrics(clean, step=step)
+    batch = metric_batch(metrics, step)
+    with tracking_errors("logging metrics"):
+        # MLflow takes at most 1000 metrics per request.
+        for start in range(0, len(batch), 1000):
+            MlflowClient().log_batch(run.info.run_id, metrics=batch[start : start + 1000])

@@ -1,5 +1,5 @@
 """What a stage run logs besides params and metrics: the trained policy as an MLflow model, the
-data splits as MLflow datasets, pass@k intervals.
+data splits as MLflow datasets, pass@k intervals, and which trained policy an evaluation used.
 
 Every function logs to the active run and does nothing without one (tracking disabled).
 Dataset digests are the md5 of the parquet file, the hash DVC records for it, so a run's
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.paths import project_root
+from tagrpo.tracking import tracking_errors
 
 # Above this size a policy is linked (an external logged model pointing at its DVC output)
 # instead of copied into the artifact store: the paper's 1.7B-4B policies are 3-8 GB each.
@@ -25,6 +26,7 @@ MODEL_COPY_MAX_BYTES = 512 * 1024**2
 # is the final policy only.
 _MODEL_SKIP = {"checkpoints"}
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+CI_PREFIX = "pass_at_k_ci/"
 
 
 def _active() -> Any:
@@ -58,7 +60,7 @@ def log_datasets(
     finals = list(final_paths) if final_paths is not None else paths
     for path, final in zip(paths, finals, strict=True):
         frame = pd.read_parquet(path)
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), tracking_errors(f"logging the dataset {final}"):
             # A local path matches MLflow's local-artifact source twice (same class): noise.
             warnings.filterwarnings("ignore", message="The specified dataset source")
             # Schema inference's advice about integer columns: these files have no missing ids.
@@ -82,6 +84,63 @@ def _dataset_name(path: Path) -> str:
         return path.stem
     parts = relative.with_suffix("").parts
     return "/".join(parts[1:] if parts[0] == "data" and len(parts) > 1 else parts)
+
+
+WEIGHTS_TAG = "weights_md5"
+EVALUATED_RUN_TAG = "tagrpo.evaluated_run_id"
+EVALUATED_MODEL_TAG = "tagrpo.evaluated_model_id"
+EVALUATED_URI_TAG = "tagrpo.evaluated_model_uri"
+
+
+def weights_fingerprint(model_dir: Path) -> str:
+    """md5 over the final policy's files (names and contents; ``checkpoints/`` left out): the
+    same weights give the same fingerprint wherever DVC checked them out."""
+    digest = hashlib.md5(usedforsecurity=False)
+    for item in sorted(Path(model_dir).iterdir()):
+        if item.is_file() and item.name not in _MODEL_SKIP:
+            digest.update(f"{item.name}\0{file_md5(item)}\n".encode())
+    return digest.hexdigest()
+
+
+def link_evaluated_policy(model_dir: Path, policy: str) -> dict[str, str]:
+    """Tag the active (evaluate) run with the training run and logged model whose weights it
+    evaluates, and log that model as the run's input; matched by :func:`weights_fingerprint`,
+    and by policy name, so a policy DVC restored from its cache still finds the run that trained
+    it. Returns the tags set (only the fingerprint when no logged model of that policy in the
+    experiment has those weights: the base policy, a policy trained with tracking off)."""
+    import mlflow
+    from mlflow.entities import LoggedModelInput
+
+    run = _active()
+    if run is None:
+        return {}
+    fingerprint = weights_fingerprint(model_dir)
+    client = mlflow.tracking.MlflowClient()
+    with tracking_errors(f"linking the evaluated policy {policy}"):
+        models = client.search_logged_models(
+            [run.info.experiment_id],
+            # The policy too: two policies can have the same weights (a method whose groups
+            # all had zero gradient never moved), and each evaluation names its own.
+            filter_string=f"tags.{WEIGHTS_TAG} = '{fingerprint}' and tags.policy = '{policy}'",
+            order_by=[{"field_name": "creation_time", "ascending": False}],
+            max_results=1,
+        )
+        tags = {WEIGHTS_TAG: fingerprint}
+        if models:
+            model = models[0]
+            tags |= {
+                EVALUATED_RUN_TAG: model.source_run_id or "",
+                EVALUATED_MODEL_TAG: model.model_id,
+                EVALUATED_URI_TAG: model.model_uri,
+            }
+            client.log_inputs(run.info.run_id, models=[LoggedModelInput(model.model_id)])
+        else:
+            print(
+                f"[tracking] no logged model with the weights of {policy} (md5 {fingerprint}) in "
+                "this experiment: the evaluation is not linked to a training run"
+            )
+        mlflow.set_tags(tags)
+    return tags
 
 
 def _folder_bytes(folder: Path) -> int:
@@ -116,14 +175,26 @@ def log_policy_model(
     when the base model's own license applies) go into the model card. Returns the logged
     model's id ("" without an active run).
     """
-    import mlflow
-
     run = _active()
     if run is None:
         return ""
+    with tracking_errors(f"logging the policy {policy} as a model"):
+        return _log_policy_model(model_dir, policy, run, final_dir, base_model, license_id)
+
+
+def _log_policy_model(
+    model_dir: Path,
+    policy: str,
+    run: Any,
+    final_dir: Path | None,
+    base_model: str,
+    license_id: str,
+) -> str:
+    import mlflow
+
     final = Path(final_dir or model_dir).resolve()
     size = _folder_bytes(model_dir)
-    tags = {"policy": policy, "dvc_output": str(final)}
+    tags = {"policy": policy, "dvc_output": str(final), WEIGHTS_TAG: weights_fingerprint(model_dir)}
     linked_because = ""
     if size > MODEL_COPY_MAX_BYTES:
         linked_because = f"{size / 1024**2:.0f} MB (copies stop at {MODEL_COPY_MAX_BYTES >> 20} MB)"
@@ -186,18 +257,28 @@ def _model_requirements() -> list[str]:
 
 
 def log_passk_intervals(passk: Any) -> None:
-    """Bootstrap CI bounds of each pass@k as ``pass_at_k_ci/<name>/<k>/{low,high}``.
+    """Bootstrap CI bounds of each pass@k as ``pass_at_k_ci/<name>/{low,high}`` at step k.
 
-    pass@k itself is in the stage's metrics (``pass_at_k/<name>/<k>``); group rows have no CI.
+    pass@k itself is in the stage's metrics (``pass_at_k/<name>`` at step k); group rows have
+    no CI.
     """
-    import mlflow
+    import time
 
-    if _active() is None:
+    import mlflow
+    from mlflow.entities import Metric
+
+    run = _active()
+    if run is None:
         return
-    values: dict[str, float] = {}
-    for row in passk.itertuples():
-        for bound, value in (("low", row.ci_low), ("high", row.ci_high)):
-            if value == value:  # NaN: no interval (benchmark groups)
-                values[f"pass_at_k_ci/{row.name}/{int(row.k)}/{bound}"] = float(value)
-    if values:
-        mlflow.log_metrics(values)
+    stamp = int(time.time() * 1000)
+    batch = [
+        Metric(f"{CI_PREFIX}{row.name}/{bound}", float(value), stamp, int(row.k))
+        for row in passk.itertuples()
+        for bound, value in (("low", row.ci_low), ("high", row.ci_high))
+        if value == value  # NaN: no interval (benchmark groups)
+    ]
+    with tracking_errors("logging pass@k intervals"):
+        for start in range(0, len(batch), 1000):
+            mlflow.tracking.MlflowClient().log_batch(
+                run.info.run_id, metrics=batch[start : start + 1000]
+            )

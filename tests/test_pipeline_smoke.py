@@ -123,9 +123,11 @@ def test_dvc_repro_runs_every_stage_and_reconciles(smoke_checkout) -> None:
     assert [run.data.tags["seed"] for run in evaluations] == ["0"]
     evaluation = evaluations[0]
     assert evaluation.data.tags["backend"] == "hf" and evaluation.data.tags["model"]
-    assert "pass_at_k/mini_arith/4" in evaluation.data.metrics
-    assert "pass_at_k/competition/4" in evaluation.data.metrics
-    assert "pass_at_k_ci/mini_arith/4/low" in evaluation.data.metrics
+    # pass@k: one curve per benchmark or group over k (step = k)
+    ks = yaml.safe_load((checkout / "params.yaml").read_text())["evaluate"]["ks"]
+    for key in ("pass_at_k/mini_arith", "pass_at_k/competition", "pass_at_k_ci/mini_arith/low"):
+        history = client.get_metric_history(evaluation.info.run_id, key)
+        assert sorted(m.step for m in history) == sorted(ks), key
     assert len(evaluation.data.params) < 20  # key params only; the rest in params.json
     assert "params.json" in {a.path for a in client.list_artifacts(evaluation.info.run_id)}
     inputs = {d.dataset.name: d for d in evaluation.inputs.dataset_inputs}
@@ -139,6 +141,9 @@ def test_dvc_repro_runs_every_stage_and_reconciles(smoke_checkout) -> None:
         [experiment], filter_string=f"source_run_id = '{training.info.run_id}'"
     )
     assert [m.name for m in models] == ["ta_grpo-s0"]
+    # The evaluation names the training run and the model it evaluated.
+    assert evaluation.data.tags["tagrpo.evaluated_run_id"] == training.info.run_id
+    assert evaluation.data.tags["tagrpo.evaluated_model_id"] == models[0].model_id
     assert {"rephrased/train"} == {d.dataset.name for d in training.inputs.dataset_inputs}
 
     # tagrpo compare reads that store: every method's pass@k with its interval.

@@ -11,7 +11,13 @@ import pandas as pd
 import pytest
 from tiny_policy import tiny_policy
 
-from tagrpo.tracking_assets import log_datasets, log_passk_intervals, log_policy_model
+from tagrpo.tracking_assets import (
+    link_evaluated_policy,
+    log_datasets,
+    log_passk_intervals,
+    log_policy_model,
+    weights_fingerprint,
+)
 
 
 @pytest.fixture
@@ -99,12 +105,62 @@ def test_splits_are_datasets_with_dvcs_md5_and_intervals_are_metrics(
     assert entry.dataset.digest == hashlib.md5(staged.read_bytes()).hexdigest()
     assert entry.dataset.source.endswith(str(final)) or str(final) in entry.dataset.source
     assert [tag.value for tag in entry.tags] == ["evaluation"]
+    # Bounds are curves over k, as pass@k itself.
     assert stored.data.metrics == {
-        "pass_at_k_ci/mini_arith/4/low": 0.2,
-        "pass_at_k_ci/mini_arith/4/high": 0.6,
+        "pass_at_k_ci/mini_arith/low": 0.2,
+        "pass_at_k_ci/mini_arith/high": 0.6,
     }
+    client = mlflow.tracking.MlflowClient()
+    history = client.get_metric_history(run.info.run_id, "pass_at_k_ci/mini_arith/low")
+    assert [(m.step, m.value) for m in history] == [(4, 0.2)]
 
 
 def test_nothing_is_logged_without_an_active_run(tmp_path: Path) -> None:
     assert log_policy_model(tmp_path, "p") == ""
     assert log_datasets([tmp_path / "missing.parquet"], "training") == 0
+
+
+def test_an_evaluation_is_linked_to_the_run_and_model_it_evaluated(tmp_path: Path) -> None:
+    """Matched by the weights, wherever DVC put them (staged when trained, final when
+    evaluated); another policy's weights are not linked."""
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = mlflow.set_experiment("links")
+    staged, final = tmp_path / "staging" / "grpo-s0", tmp_path / "models" / "grpo-s0"
+    for folder in (staged, final):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text('{"hidden_size": 16}')
+        (folder / "model.safetensors").write_bytes(b"weights")
+    (final / "checkpoints").mkdir()  # not part of the final policy
+    (final / "checkpoints" / "step.bin").write_bytes(b"other")
+    with mlflow.start_run(run_name="train-grpo-s0") as train:
+        model_id = log_policy_model(staged, "grpo-s0", final_dir=final)
+    # Trained later with the same weights (a method that never moved): not grpo-s0's model.
+    with mlflow.start_run(run_name="train-grpo_ds-s0"):
+        log_policy_model(staged, "grpo_ds-s0", final_dir=tmp_path / "models" / "grpo_ds-s0")
+    other = tmp_path / "models" / "ta_grpo-s0"
+    other.mkdir()
+    (other / "config.json").write_text('{"hidden_size": 16}')
+    (other / "model.safetensors").write_bytes(b"different weights")
+    try:
+        with mlflow.start_run(run_name="evaluate-grpo-s0") as evaluation:
+            tags = link_evaluated_policy(final, "grpo-s0")
+        with mlflow.start_run(run_name="evaluate-ta_grpo-s0") as unlinked:
+            assert set(link_evaluated_policy(other, "ta_grpo-s0")) == {"weights_md5"}
+        client = mlflow.tracking.MlflowClient()
+        stored = client.get_run(evaluation.info.run_id)
+        assert tags == {
+            "weights_md5": weights_fingerprint(staged),
+            "tagrpo.evaluated_run_id": train.info.run_id,
+            "tagrpo.evaluated_model_id": model_id,
+            "tagrpo.evaluated_model_uri": f"models:/{model_id}",
+        }
+        assert {k: stored.data.tags[k] for k in tags} == tags
+        # The model is the run's input: the run page lists it, the model page lists the run.
+        assert [m.model_id for m in stored.inputs.model_inputs] == [model_id]
+        assert "tagrpo.evaluated_run_id" not in client.get_run(unlinked.info.run_id).data.tags
+        models = mlflow.search_logged_models(
+            experiment_ids=[experiment.experiment_id], output_format="list"
+        )
+        assert {m.tags["weights_md5"] for m in models} == {weights_fingerprint(final)}
+    finally:
+        mlflow.set_tracking_uri(None)

@@ -70,7 +70,9 @@ def test_stage_run_tags_commit_stage_and_logs_params(
         log_sections=("evaluate",),
         run_params={"run": {"n": 4}},
     ) as run:
-        log_metrics({"bench/pass@1": 0.25, "nan": float("nan"), "label": "text"})
+        # The metrics file's keys, in its (text) order: 1, 16, 2, 32, 4, 8.
+        ks = (1, 16, 2, 32, 4, 8)
+        log_metrics({f"bench/pass@{k}": k / 100 for k in ks} | {"nan": float("nan"), "label": "x"})
         run_id = run.info.run_id
     client = mlflow.tracking.MlflowClient(tracking_store)
     stored = client.get_run(run_id)
@@ -99,8 +101,24 @@ def test_stage_run_tags_commit_stage_and_logs_params(
     )
     assert artifact["evaluate"]["bootstrap_resamples"] == 1000
     assert artifact["common"]["grading"]["workers"] == 2
-    # pass@k namespaced ('@' is not allowed in MLflow keys); NaN and non-numbers not logged.
-    assert stored.data.metrics == {"pass_at_k/bench/1": 0.25}
+    # pass@k is one curve per benchmark, step = k (MLflow draws a line over k, in numeric
+    # order); NaN and non-numbers are not logged. The table shows the largest k's value.
+    assert stored.data.metrics == {"pass_at_k/bench": 0.32}
+    history = client.get_metric_history(run_id, "pass_at_k/bench")
+    assert sorted((m.step, m.value) for m in history) == [
+        (1, 0.01),
+        (2, 0.02),
+        (4, 0.04),
+        (8, 0.08),
+        (16, 0.16),
+        (32, 0.32),
+    ]
+    # What the UI orders the chart's x axis by: the step, a number.
+    assert all(isinstance(m.step, int) for m in history)
+    experiment = client.get_experiment(stored.info.experiment_id)
+    # The experiment opens on its runs, not on MLflow's GenAI overview.
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert stored.data.tags["tagrpo.checkout"] == f"{socket.gethostname()}:{project_root()}"
     assert client.get_experiment(stored.info.experiment_id).name == "t-exp"
 
     # A second stage started under an orchestrator's run nests under it.
