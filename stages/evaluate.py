@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 
+from tagrpo.backends.sample_store import SampleStore, default_store_dir
 from tagrpo.config.params import load_config
 from tagrpo.evaluation.runner import evaluate_policy
 from tagrpo.layout import (
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     model = project_root() / model_dir(policy)
     if not model.is_dir():  # before the stage deletes its old outputs
         raise FileNotFoundError(f"{model} does not exist: train the policy first")
+    store = SampleStore(default_store_dir())  # samples survive a failure after sampling
     with running_stage(
         "evaluate",
         evaluate_outputs(policy),
@@ -66,15 +68,20 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     ) as ctx:
         benchmarks = ctx.root / data_outputs()["processed"] / "benchmarks"
         log_datasets(sorted(benchmarks.glob("*.parquet")), "evaluation")
-        result = evaluate_policy(config, model, benchmarks)
+        result = evaluate_policy(config, model, benchmarks, store, scope=f"evaluate@{policy}")
         log_passk_intervals(result.passk)
         result.responses.to_parquet(ctx.path("responses"), index=False)
         result.passk.assign(policy=policy).to_csv(ctx.path("passk"), index=False)
-        ctx.set_metrics(result.summary)
+        ctx.set_metrics({**result.summary, **store.counts()})
         for row in result.passk.itertuples():
             if row.k in (1, max(result.passk["k"])):
                 print(f"[evaluate:{policy}] {row.name:>16} pass@{row.k:<2} = {row.pass_at_k:.3f}")
-    return result.summary
+        print(
+            f"[evaluate:{policy}] samples reused {store.samples_reused}, "
+            f"resampled {store.samples_resampled}"
+        )
+    store.discard()  # the outputs now hold the samples; a forced rerun samples afresh
+    return {**result.summary, **store.counts()}
 
 
 if __name__ == "__main__":
