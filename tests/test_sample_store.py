@@ -31,7 +31,7 @@ from tagrpo.evaluation.runner import evaluate_policy
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
-from tiny_policy import boxed_grade, save_chat_policy  # noqa: E402
+from tiny_policy import boxed_grade, save_chat_policy, tiny_questions  # noqa: E402
 
 BENCHMARKS = {
     "alpha": ["What is 3 + 4?", "Compute 5 - 2.", "Add 1 and 6."],
@@ -263,3 +263,55 @@ def test_an_unreadable_chunk_is_resampled_not_trusted(inputs, engine_calls, monk
         "[samples] evaluate@t#1",
     ]
     assert parquet_bytes(again.responses) == parquet_bytes(first.responses)
+
+
+def test_diagnostics_sampling_failure_then_rerun_without_sampling(inputs, engine_calls):
+    from tagrpo.backends.base import SamplingParams
+    from tagrpo.backends.factory import make_stored_backend
+    from tagrpo.evaluation.diagnostics import sample_training_questions
+
+    questions = tiny_questions()
+    sampling = SamplingParams(n=2, temperature=1.0, max_new_tokens=5, seed=4)
+
+    def failing(responses, answers, kinds):
+        raise RuntimeError("grading failed")
+
+    def probe(store: SampleStore, grade):
+        backend = make_stored_backend("hf", config(), inputs / "policy", store, "diagnostics/p/c")
+        return sample_training_questions(backend, questions, 2, 2, sampling, grade)
+
+    with pytest.raises(RuntimeError, match="grading failed"):
+        probe(SampleStore(inputs / "store"), failing)
+    assert engine_calls == [(3, 6), (3, 2), (3, 2)]  # q0 (N+1)G times, each neighbour G
+    engine_calls.clear()
+    store = SampleStore(inputs / "store")
+    rerun = probe(store, boxed_grade)
+    assert engine_calls == []
+    assert store.counts() == {"samples_reused": 30.0, "samples_resampled": 0.0}
+    fresh = probe(SampleStore(inputs / "fresh"), boxed_grade)
+    assert parquet_bytes(rerun) == parquet_bytes(fresh)
+
+
+def test_consistency_solver_completions_are_saved_before_grading(inputs, engine_calls):
+    from tagrpo.config.equivalence import ConsistencyConfig
+    from tagrpo.equivalence.consistency import LocalSolver, SolveItem, solve_and_grade
+
+    items = [SolveItem(text, str(i)) for i, text in enumerate(BENCHMARKS["alpha"])]
+    rule = ConsistencyConfig(temperature=1.0, top_p=1.0, max_new_tokens=5)
+
+    def solver(store: SampleStore) -> LocalSolver:
+        return LocalSolver(inputs / "policy", rule, seed=2, max_batch_sequences=4, store=store)
+
+    def failing(responses, answers, kinds):
+        raise RuntimeError("grading failed")
+
+    with pytest.raises(RuntimeError, match="grading failed"):
+        solve_and_grade(solver(SampleStore(inputs / "store")), items, 4, failing)
+    assert engine_calls == [(3, 4)]
+    engine_calls.clear()
+    store = SampleStore(inputs / "store")
+    reused = solver(store).sample(items, 4)
+    assert engine_calls == []
+    assert store.counts() == {"samples_reused": 12.0, "samples_resampled": 0.0}
+    assert reused == solver(SampleStore(inputs / "fresh")).sample(items, 4)
+    assert engine_calls == [(3, 4)]
