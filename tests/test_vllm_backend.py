@@ -7,6 +7,7 @@ problem, completion fields, the evaluate stage's ``vllm`` branch, and the server
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import types
 from pathlib import Path
@@ -274,3 +275,59 @@ def test_probe_differences_server_numerics_against_another_model(policy_dir, oth
     assert measured["same, float32"] < 1e-5
     assert measured["same, bfloat16"] < tolerance / 3
     assert min(measured["other, float32"], measured["other, bfloat16"]) > 3 * tolerance
+
+
+def test_a_remote_server_loaded_from_a_sibling_policy_folder_is_refused(tmp_path, policy_dir):
+    """A server on another machine with the same layout: ``models/base`` served for
+    ``models/grpo-s0`` is refused by name, before the probe."""
+    import shutil
+
+    models = tmp_path / "models"
+    evaluated = models / "grpo-s0"
+    shutil.copytree(policy_dir, evaluated)
+    (models / "base").mkdir()
+    with VLLMStandIn(policy_dir, served_name="policy", root="/remote/repo/models/base") as server:
+        with pytest.raises(ServedModelMismatchError) as refused:
+            engine(server_params(server), evaluated)
+        assert server.bodies == []
+    assert f"from /remote/repo/models/base, not the policy {evaluated}" in str(refused.value)
+    with VLLMStandIn(
+        policy_dir, served_name="policy", root="/remote/repo/models/grpo-s0"
+    ) as server:
+        engine(server_params(server), evaluated)  # its own name elsewhere: the probe decides
+        assert len(server.bodies) == 1
+
+
+def test_evaluate_refuses_another_served_model_before_sampling_and_saves_nothing(
+    tmp_path, policy_dir, other_policy_dir, monkeypatch
+):
+    """The evaluate stage's path: the engine opens at the first unsaved benchmark, and the
+    check refuses there, before any sampling request."""
+    from tagrpo.backends.sample_store import SampleStore
+    from tagrpo.data.schema import Question, write_questions
+    from tagrpo.evaluation import grader
+    from tagrpo.evaluation.runner import evaluate_policy
+
+    benchmarks = tmp_path / "benchmarks"
+    benchmarks.mkdir()
+    questions = [Question(f"q{i}", "t", "test", q, "1") for i, q in enumerate(QUESTIONS)]
+    write_questions(questions, str(benchmarks / "mini.parquet"))
+    monkeypatch.setattr(grader, "grade_fn_for", lambda settings: contextlib.nullcontext(None))
+    with VLLMStandIn(other_policy_dir, served_name="policy", root="/elsewhere/other") as server:
+        config = config_with(
+            {
+                "evaluate.backend": "vllm",
+                "evaluate.n": 2,
+                "evaluate.ks": [1],
+                "evaluate.groups": {},
+                "vllm.mode": "server",
+                "vllm.base_url": server.base_url,
+                "vllm.served_model": "policy",
+            }
+        )
+        store = SampleStore(tmp_path / "store")
+        with pytest.raises(ServedModelMismatchError, match="nats per token"):
+            evaluate_policy(config, policy_dir, benchmarks, store, scope="evaluate@p")
+        assert server.sampling_requests() == []
+    assert not (tmp_path / "store" / "chunks").exists()
+    assert store.counts() == {"samples_reused": 0.0, "samples_resampled": 0.0}

@@ -216,6 +216,17 @@ def served_probe_log_probs(client: Any, served_model: str, token_ids: Sequence[i
     return [float(v) for v in values]
 
 
+def _another_folder(root: str, model_dir: Path, expected: Path) -> bool:
+    """Whether the folder a server loaded (``root``) is known not to be the policy's: it
+    exists here and is another folder, or it is named like a sibling of the policy's folder
+    (``models/base`` for ``models/grpo-s0``, on a server with the same checkout layout)."""
+    loaded = Path(root)
+    if loaded.exists():
+        return loaded.resolve() != expected.resolve()
+    sibling = model_dir.parent / loaded.name
+    return loaded.name != model_dir.name and sibling.exists()
+
+
 def verify_served_model(
     client: Any,
     served_model: str,
@@ -228,8 +239,8 @@ def verify_served_model(
     ``model_dir``; return the probe's mean absolute log-prob difference.
 
     1. ``served_model`` is listed by ``/v1/models``;
-    2. where the listed ``root`` (the folder ``vllm serve`` loaded) exists on this machine, it
-       is the policy's folder;
+    2. the listed ``root`` (the folder ``vllm serve`` loaded) is the policy's folder where this
+       machine has it, and is not named like a sibling of it (another policy) elsewhere;
     3. the served model's log-probabilities of a fixed probe (:func:`probe_token_ids`) match
        the local weights': mean absolute difference per token <= ``tolerance`` nats.
     """
@@ -244,7 +255,7 @@ def verify_served_model(
     entry = listed[served_model]
     root = getattr(entry, "root", None) or (getattr(entry, "model_extra", None) or {}).get("root")
     expected = model_location(model_dir)
-    if root and Path(str(root)).exists() and Path(str(root)).resolve() != Path(expected).resolve():
+    if root and _another_folder(str(root), Path(model_dir), Path(expected)):
         raise ServedModelMismatchError(
             f"{base_url or 'the server'} serves {served_model!r} from {root}, not {policy} "
             f"({expected}): start one server per policy (`vllm serve {expected} "
