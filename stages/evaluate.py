@@ -8,7 +8,9 @@ and per benchmark group (:func:`tagrpo.evaluation.runner.evaluate_policy`).
     python -m stages.evaluate --policy base               # the base policy
 
 Outputs for policy ``P``: ``evals/P/responses.parquet``, ``evals/P/passk.csv``,
-``metrics/eval/P.json``.
+``metrics/eval/P.json``. Each benchmark's samples are saved as soon as they are drawn
+(:mod:`tagrpo.backends.sample_store`): a rerun after a failure reuses them (``samples_reused``,
+``samples_resampled`` in the metrics).
 """
 
 from __future__ import annotations

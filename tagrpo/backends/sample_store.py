@@ -95,7 +95,8 @@ class SampleStore:
     # --- fingerprints -------------------------------------------------------------------------
 
     def model_digest(self, model_dir: str | Path) -> str:
-        """A digest of every file under ``model_dir`` (names and contents).
+        """A digest of the files of ``model_dir`` (names and contents; HF model folders are
+        flat: subfolders such as a policy's ``checkpoints/`` are other models).
 
         Hashing a 7B model's 15 GB takes a while, so each file's sha256 is remembered by
         (path, size, mtime, inode): a changed file is hashed again.
@@ -109,7 +110,7 @@ class SampleStore:
         except (OSError, ValueError):
             memo = {}
         parts, changed = [], False
-        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        for path in sorted(p for p in root.iterdir() if p.is_file()):
             stat = path.stat()
             key = f"{path}|{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ino}"
             if key not in memo:
@@ -162,7 +163,7 @@ class SampleStore:
                 f"[samples] {label}: the saved chunk {path} is unreadable ({error}): resampling"
             )
             return None
-        self._touched.add(path)
+        self._touched.update({path, self._label_path(label)})
         return chunk
 
     def _log_miss(self, fingerprint: Mapping[str, Any], label: str) -> None:
