@@ -4,7 +4,8 @@
         [--questions 25] [--n 16] [--max-new-tokens 48] [--kill-after 2]
 
 The evaluate stage's work (:func:`tagrpo.evaluation.runner.evaluate_policy`, transformers
-backend, the grading pool) on ``--benchmarks`` benchmarks of mini-world questions, four ways:
+backend) on ``--benchmarks`` benchmarks of mini-world questions, four ways (grading in process
+by the tests' scripted grader: what is measured is sampling, not grading):
 
 1. uninterrupted (a fresh store);
 2. grading fails after sampling, then the rerun: every sample reused;
@@ -28,6 +29,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from tiny_policy import boxed_grade
 
 from tagrpo.backends.hf import HFBackend
 from tagrpo.backends.sample_store import SampleStore
@@ -84,10 +87,15 @@ def main(argv: list[str] | None = None) -> int:
             "evaluate.ks": [1],
             "evaluate.max_new_tokens": args.max_new_tokens,
             "evaluate.groups": {},
-            "common.grading.workers": 1,
         }
     )
-    original_grading, original_generate = grader.grade_fn_for, HFBackend.generate
+
+    @contextlib.contextmanager
+    def scripted_grading(settings):
+        yield boxed_grade
+
+    original_grading, original_generate = scripted_grading, HFBackend.generate
+    grader.grade_fn_for = scripted_grading
 
     def run(store_name: str) -> tuple[bytes, SampleStore, float]:
         store = SampleStore(work / store_name, log=lambda line: None)

@@ -221,7 +221,7 @@ def _another_folder(root: str, model_dir: Path, expected: Path) -> bool:
     exists here and is another folder, or it is named like a sibling of the policy's folder
     (``models/base`` for ``models/grpo-s0``, on a server with the same checkout layout)."""
     loaded = Path(root)
-    if loaded.exists():
+    if loaded.exists() and expected.exists():  # (a hub id is no folder here)
         return loaded.resolve() != expected.resolve()
     sibling = model_dir.parent / loaded.name
     return loaded.name != model_dir.name and sibling.exists()
