@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from tagrpo.backends.sample_store import SampleStore, default_store_dir
 from tagrpo.config.params import load_config
 from tagrpo.equivalence.run import check_rephrasings
 from tagrpo.layout import check_equivalence_outputs, data_outputs, rephrase_outputs
@@ -28,6 +29,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         inputs.append(Path(config.check_equivalence.consistency.local.model))
     require_inputs(project_root(), inputs, "check_equivalence")
     outputs = check_equivalence_outputs()
+    store = SampleStore(default_store_dir())  # the local solver's samples survive a failure
     with running_stage(
         "check_equivalence", outputs, config, log_sections=("check_equivalence", "rephrase")
     ) as ctx:
@@ -37,9 +39,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ctx.root / data_outputs()["processed"] / "train.parquet",
             ctx.root / rephrase_outputs()["candidates"],
             {role: ctx.path(role) for role in outputs.outs},
+            store,
         )
         ctx.set_metrics(summary)
         print(f"[check_equivalence] policy {summary['policy']}; seconds {summary['seconds']}")
+    store.discard()  # the outputs now hold the verdicts; a forced rerun samples afresh
     return summary
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from tagrpo.backends.sample_store import SampleStore, default_store_dir
 from tagrpo.config.params import load_config
 from tagrpo.evaluation.diagnostics_run import checkpoints_to_probe, run_diagnostics
 from tagrpo.layout import diagnostics_outputs
@@ -24,11 +25,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     config = load_config()
     checkpoints_to_probe(config, project_root())  # every checkpoint exists, before any work
     outputs = diagnostics_outputs()
+    store = SampleStore(default_store_dir())  # samples survive a failure after sampling
     with running_stage(
         "diagnostics", outputs, config, log_sections=("diagnostics", config.diagnostics.backend)
     ) as ctx:
         paths = {role: ctx.path(role) for role in outputs.outs}
-        metrics = run_diagnostics(config, ctx.root, paths)
+        metrics = run_diagnostics(config, ctx.root, paths, store)
         if ctx.run is not None:
             import mlflow
 
@@ -37,8 +39,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ctx.set_metrics(metrics)
         print(
             f"[diagnostics] {metrics['checkpoints_probed']:.0f} checkpoints, "
-            f"{metrics['seconds']:.1f} s"
+            f"{metrics['seconds']:.1f} s; samples reused {store.samples_reused}, "
+            f"resampled {store.samples_resampled}"
         )
+    store.discard()  # the outputs now hold the samples; a forced rerun samples afresh
     return metrics
 
 

@@ -9,13 +9,16 @@ and per benchmark group (:func:`tagrpo.evaluation.runner.evaluate_policy`).
 
 Outputs for policy ``P``: ``evals/P/responses.parquet``, ``evals/P/passk.csv``,
 ``metrics/eval/P.json``. The MLflow run is tagged with the training run and logged model whose
-weights it evaluated (:func:`tagrpo.tracking_assets.link_evaluated_policy`).
+weights it evaluated (:func:`tagrpo.tracking_assets.link_evaluated_policy`). Each benchmark's
+samples are saved as soon as they are drawn (:mod:`tagrpo.backends.sample_store`): a rerun
+after a failure reuses them (``samples_reused``, ``samples_resampled`` in the metrics).
 """
 
 from __future__ import annotations
 
 import argparse
 
+from tagrpo.backends.sample_store import SampleStore, default_store_dir
 from tagrpo.config.params import load_config
 from tagrpo.evaluation.runner import evaluate_policy
 from tagrpo.layout import (
@@ -48,6 +51,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         raise FileNotFoundError(f"{model} does not exist: train the policy first")
     # By content, not DVC's size-and-mtime state: a model damaged in place is refused by name.
     check_against_lock(project_root(), model_dir(policy).as_posix())
+    store = SampleStore(default_store_dir())  # samples survive a failure after sampling
     with running_stage(
         "evaluate",
         evaluate_outputs(policy),
@@ -71,11 +75,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         benchmarks = ctx.root / data_outputs()["processed"] / "benchmarks"
         log_datasets(sorted(benchmarks.glob("*.parquet")), "evaluation")
         link_evaluated_policy(model, policy)  # the training run and logged model evaluated
-        result = evaluate_policy(config, model, benchmarks)
+        result = evaluate_policy(config, model, benchmarks, store, scope=f"evaluate@{policy}")
         log_passk_intervals(result.passk)
         result.responses.to_parquet(ctx.path("responses"), index=False)
         result.passk.assign(policy=policy).to_csv(ctx.path("passk"), index=False)
-        ctx.set_metrics(result.summary)
+        ctx.set_metrics({**result.summary, **store.counts()})
         for row in result.passk.itertuples():
             if row.k in (1, max(result.passk["k"])):
                 truncated = result.summary.get(f"{row.name}/truncated_rate")
@@ -84,7 +88,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                     f"[evaluate:{policy}] {row.name:>16} pass@{row.k:<2} = {row.pass_at_k:.3f}"
                     + beside
                 )
-    return result.summary
+        print(
+            f"[evaluate:{policy}] samples reused {store.samples_reused}, "
+            f"resampled {store.samples_resampled}"
+        )
+    store.discard()  # the outputs now hold the samples; a forced rerun samples afresh
+    return {**result.summary, **store.counts()}
 
 
 if __name__ == "__main__":

@@ -7,13 +7,11 @@ problem, completion fields, the evaluate stage's ``vllm`` branch, and the server
 
 from __future__ import annotations
 
-import json
+import contextlib
 import sys
-import threading
 import types
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import SimpleNamespace
-from typing import ClassVar
 
 import pytest
 import torch
@@ -22,6 +20,7 @@ from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token
 from tagrpo.backends.base import SamplingParams
 from tagrpo.backends.factory import make_backend
 from tagrpo.backends.vllm_backend import (
+    ServedModelMismatchError,
     VLLMBackend,
     VLLMServerBackend,
     make_vllm_backend,
@@ -31,6 +30,9 @@ from tagrpo.config.params import config_with
 from tagrpo.miniworld.tokenizer import train_tokenizer
 from tagrpo.miniworld.warmstart import TinyModelConfig, build_model
 from tagrpo.prompts import chat_messages
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vllm_stand_in import VLLMStandIn
 
 # ChatML with a Qwen3-style switch, to check that chat-template options reach the prompt.
 TEMPLATE = (
@@ -77,18 +79,39 @@ def fake_vllm(monkeypatch):
     return module
 
 
-@pytest.fixture(scope="module")
-def policy_dir(tmp_path_factory):
-    """A saved tiny policy (config, weights, tokenizer with the template above)."""
+def save_tiny_policy(folder: Path, seed: int = 0, hidden_size: int = 16) -> Path:
+    """A saved tiny policy (config, weights, tokenizer with the template above); the same
+    tokenizer whatever the seed, so two seeds are two models over one vocabulary."""
     texts = [chat_messages(q)[0]["content"] for q in QUESTIONS]
     tokenizer = train_tokenizer(texts * 20, vocab_size=300)
     tokenizer.chat_template = TEMPLATE
-    torch.manual_seed(0)
-    model = build_model(tokenizer, TinyModelConfig(hidden_size=16, intermediate_size=32))
-    folder = tmp_path_factory.mktemp("policy")
+    torch.manual_seed(seed)
+    model = build_model(
+        tokenizer, TinyModelConfig(hidden_size=hidden_size, intermediate_size=2 * hidden_size)
+    )
+    # Matrices redrawn with std 1/sqrt(fan_in): the initialiser's tiny weights make every
+    # model near-uniform over the vocabulary, hence near-identical to any other.
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for weight in model.parameters():
+            if weight.dim() == 2:
+                weight.copy_(
+                    torch.randn(weight.shape, generator=generator) / weight.shape[1] ** 0.5
+                )
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="module")
+def policy_dir(tmp_path_factory):
+    return save_tiny_policy(tmp_path_factory.mktemp("policy"))
+
+
+@pytest.fixture(scope="module")
+def other_policy_dir(tmp_path_factory):
+    """Another tiny model with the same tokenizer (the same vocabulary and chat template)."""
+    return save_tiny_policy(tmp_path_factory.mktemp("other"), seed=1)
 
 
 def params(**overrides):
@@ -162,65 +185,23 @@ def test_unknown_settings_and_modes_are_errors(fake_vllm, policy_dir) -> None:
         engine(params(mode="server"), policy_dir)
 
 
-class _Completions(BaseHTTPRequestHandler):
-    """``POST /v1/completions`` as vLLM answers it (with its ``token_ids`` extension)."""
-
-    bodies: ClassVar[list] = []
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).bodies.append(body)
-        choices = [
-            {
-                "index": j,
-                "text": f"\\boxed{{{j}}}",
-                "token_ids": [7] * (j + 2),
-                "finish_reason": "stop" if j else "length",
-                "logprobs": None,
-            }
-            for j in reversed(range(body["n"]))  # out of order on purpose
-        ]
-        payload = json.dumps(
-            {
-                "id": "cmpl-1",
-                "object": "text_completion",
-                "created": 0,
-                "model": body["model"],
-                "choices": choices,
-            }
-        ).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args):
-        pass
-
-
 def test_server_mode_sends_token_prompts_with_a_seed_per_problem(policy_dir, monkeypatch):
     monkeypatch.setenv("VLLM_TEST_KEY", "secret-from-env")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Completions)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    _Completions.bodies = []
-    try:
+    with VLLMStandIn(policy_dir, served_name="policy", dtype=torch.bfloat16) as server:
         settings = params(
             mode="server",
-            base_url=f"http://127.0.0.1:{server.server_address[1]}/v1",
+            base_url=server.base_url,
             served_model="policy",
             api_key_env="VLLM_TEST_KEY",
             concurrency=2,
         )
         backend = engine(settings, policy_dir)
         assert isinstance(backend, VLLMServerBackend)
+        assert len(server.bodies) == 1 and server.bodies[0]["echo"]  # the served-model probe
         conversations = [chat_messages(q) for q in QUESTIONS]
         sampling = SamplingParams(n=3, temperature=1.0, top_p=1.0, max_new_tokens=16, seed=2)
         completions = backend.generate(conversations, sampling)
-    finally:
-        server.shutdown()
-    bodies = sorted(_Completions.bodies, key=lambda body: body["seed"])
+    bodies = sorted(server.sampling_requests(), key=lambda body: body["seed"])
     assert [body["seed"] for body in bodies] == [problem_seed(2, i) for i in range(3)]
     for body, messages in zip(bodies, conversations, strict=True):
         assert body["prompt"] == rollout_prompt_ids(
@@ -231,3 +212,122 @@ def test_server_mode_sends_token_prompts_with_a_seed_per_problem(policy_dir, mon
     assert [c.text for c in completions[0]] == ["\\boxed{0}", "\\boxed{1}", "\\boxed{2}"]
     assert [c.num_tokens for c in completions[0]] == [2, 3, 4]
     assert [c.finished for c in completions[0]] == [False, True, True]
+
+
+def server_params(server: VLLMStandIn, **overrides):
+    return params(mode="server", base_url=server.base_url, served_model="policy", **overrides)
+
+
+def test_a_server_serving_another_model_is_refused_before_any_sampling(
+    policy_dir, other_policy_dir
+):
+    # The other model is listed under the name the params give, from a folder this machine
+    # does not have: only the log-probabilities can tell.
+    with VLLMStandIn(other_policy_dir, served_name="policy", root="/elsewhere/models/p") as server:
+        with pytest.raises(ServedModelMismatchError) as refused:
+            engine(server_params(server), policy_dir)
+        assert server.sampling_requests() == []
+    message = str(refused.value)
+    assert "serves 'policy' (/elsewhere/models/p)" in message
+    assert f"the policy {policy_dir}" in message
+    assert "nats per token on average (tolerance 0.1, vllm.verify_tolerance)" in message
+
+
+def test_a_server_loaded_from_another_local_folder_is_refused(policy_dir, other_policy_dir):
+    with VLLMStandIn(policy_dir, served_name="policy", root=str(other_policy_dir)) as server:
+        with pytest.raises(ServedModelMismatchError, match="serves 'policy' from ") as refused:
+            engine(server_params(server), policy_dir)
+        assert server.bodies == []  # refused on /v1/models alone
+    assert f"from {other_policy_dir}, not the policy {policy_dir}" in str(refused.value)
+
+
+def test_a_served_name_the_server_does_not_list_is_refused(policy_dir):
+    with VLLMStandIn(policy_dir, served_name="base") as server:
+        with pytest.raises(ServedModelMismatchError) as refused:
+            engine(server_params(server), policy_dir)
+        assert server.bodies == []
+    assert str(refused.value).startswith(
+        f"{server.base_url} does not serve 'policy' (it serves ['base'])"
+    )
+
+
+def test_probe_differences_server_numerics_against_another_model(policy_dir, other_policy_dir):
+    """The default tolerance separates bfloat16 numerics of the same weights from another
+    model (measured here: about 0.01 against about 1 nat per token)."""
+    from openai import OpenAI
+    from transformers import AutoTokenizer
+
+    from tagrpo.backends.vllm_backend import ChatPrompts, verify_served_model
+
+    prompts = ChatPrompts(AutoTokenizer.from_pretrained(policy_dir))
+    measured = {}
+    for name, served, dtype in [
+        ("same, float32", policy_dir, torch.float32),
+        ("same, bfloat16", policy_dir, torch.bfloat16),
+        ("other, float32", other_policy_dir, torch.float32),
+        ("other, bfloat16", other_policy_dir, torch.bfloat16),
+    ]:
+        with VLLMStandIn(served, served_name="policy", root="/elsewhere", dtype=dtype) as server:
+            client = OpenAI(base_url=server.base_url, api_key="x")
+            measured[name] = verify_served_model(client, "policy", policy_dir, prompts, 100.0)
+    print(measured)
+    tolerance = params().vllm.verify_tolerance
+    assert measured["same, float32"] < 1e-5
+    assert measured["same, bfloat16"] < tolerance / 3
+    assert min(measured["other, float32"], measured["other, bfloat16"]) > 3 * tolerance
+
+
+def test_a_remote_server_loaded_from_a_sibling_policy_folder_is_refused(tmp_path, policy_dir):
+    """A server on another machine with the same layout: ``models/base`` served for
+    ``models/grpo-s0`` is refused by name, before the probe."""
+    import shutil
+
+    models = tmp_path / "models"
+    evaluated = models / "grpo-s0"
+    shutil.copytree(policy_dir, evaluated)
+    (models / "base").mkdir()
+    with VLLMStandIn(policy_dir, served_name="policy", root="/remote/repo/models/base") as server:
+        with pytest.raises(ServedModelMismatchError) as refused:
+            engine(server_params(server), evaluated)
+        assert server.bodies == []
+    assert f"from /remote/repo/models/base, not the policy {evaluated}" in str(refused.value)
+    with VLLMStandIn(
+        policy_dir, served_name="policy", root="/remote/repo/models/grpo-s0"
+    ) as server:
+        engine(server_params(server), evaluated)  # its own name elsewhere: the probe decides
+        assert len(server.bodies) == 1
+
+
+def test_evaluate_refuses_another_served_model_before_sampling_and_saves_nothing(
+    tmp_path, policy_dir, other_policy_dir, monkeypatch
+):
+    """The evaluate stage's path: the engine opens at the first unsaved benchmark, and the
+    check refuses there, before any sampling request."""
+    from tagrpo.backends.sample_store import SampleStore
+    from tagrpo.data.schema import Question, write_questions
+    from tagrpo.evaluation import grader
+    from tagrpo.evaluation.runner import evaluate_policy
+
+    benchmarks = tmp_path / "benchmarks"
+    benchmarks.mkdir()
+    questions = [Question(f"q{i}", "t", "test", q, "1") for i, q in enumerate(QUESTIONS)]
+    write_questions(questions, str(benchmarks / "mini.parquet"))
+    monkeypatch.setattr(grader, "grade_fn_for", lambda settings: contextlib.nullcontext(None))
+    with VLLMStandIn(other_policy_dir, served_name="policy", root="/elsewhere/other") as server:
+        config = config_with(
+            {
+                "evaluate.backend": "vllm",
+                "evaluate.n": 2,
+                "evaluate.ks": [1],
+                "evaluate.groups": {},
+                "vllm.mode": "server",
+                "vllm.base_url": server.base_url,
+                "vllm.served_model": "policy",
+            }
+        )
+        store = SampleStore(tmp_path / "store")
+        with pytest.raises(ServedModelMismatchError, match="nats per token"):
+            evaluate_policy(config, policy_dir, benchmarks, store, scope="evaluate@p")
+        assert server.sampling_requests() == []
+    assert not (tmp_path / "store" / "chunks").exists()
+    assert store.counts() == {"samples_reused": 0.0, "samples_resampled": 0.0}

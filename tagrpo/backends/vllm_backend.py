@@ -179,6 +179,133 @@ class VLLMServerBackend(ChatPrompts):
         return results
 
 
+# The served-model check (server mode): a fixed math question, the policy's chat prompt for it
+# and a fixed worked answer. RL policies differ most on responses to math prompts, so the
+# answer's tokens are part of the probe.
+PROBE_QUESTION = "Natalia sold 48 clips in April and half as many in May. How many clips in all?"
+PROBE_ANSWER = (
+    "In May she sold 48 / 2 = 24 clips. In total she sold 48 + 24 = 72 clips. "
+    "The answer is \\boxed{72}."
+)
+
+
+class ServedModelMismatchError(RuntimeError):
+    """The endpoint does not serve the policy the stage evaluates."""
+
+
+def probe_token_ids(prompts: ChatPrompts) -> list[int]:
+    """The probe as the policy's tokens: its chat prompt, then the fixed answer."""
+    from tagrpo.prompts import chat_messages
+
+    answer = prompts.tokenizer(PROBE_ANSWER, add_special_tokens=False)["input_ids"]
+    return prompts.prompt_ids(chat_messages(PROBE_QUESTION)) + list(answer)
+
+
+def local_probe_log_probs(model_dir: str | Path, token_ids: Sequence[int]) -> list[float]:
+    """log p(token i | tokens < i) for i >= 1 under the local weights (float32)."""
+    import torch
+
+    from tagrpo.models import load_causal_lm
+
+    model, _ = load_causal_lm(model_dir)
+    with torch.no_grad():
+        logits = model(torch.tensor([list(token_ids)])).logits[0, :-1].float()
+    targets = torch.tensor(list(token_ids[1:]))[:, None]
+    values = torch.log_softmax(logits, dim=-1).gather(1, targets)[:, 0].tolist()
+    del model
+    return values
+
+
+def served_probe_log_probs(client: Any, served_model: str, token_ids: Sequence[int]) -> list[float]:
+    """The same log-probabilities as the server computes them (``echo`` with ``logprobs``:
+    the prompt's token log-probs, the first token's None); no sampling."""
+    reply = client.completions.create(
+        model=served_model,
+        prompt=list(token_ids),
+        max_tokens=1,
+        temperature=0.0,
+        echo=True,
+        logprobs=1,
+    )
+    logprobs = reply.choices[0].logprobs
+    values = list(getattr(logprobs, "token_logprobs", None) or [])[1 : len(token_ids)]
+    if len(values) != len(token_ids) - 1 or any(v is None for v in values):
+        raise ServedModelMismatchError(
+            f"the server returned {len(values)} prompt log-probabilities for the "
+            f"{len(token_ids)}-token probe: it cannot be checked (it must support echo with "
+            "logprobs, as vllm serve does)"
+        )
+    return [float(v) for v in values]
+
+
+def _another_folder(root: str, model_dir: Path, expected: Path) -> bool:
+    """Whether the folder a server loaded (``root``) is known not to be the policy's: it
+    exists here and is another folder, or it is named like a sibling of the policy's folder
+    (``models/base`` for ``models/grpo-s0``, on a server with the same checkout layout)."""
+    loaded = Path(root)
+    if loaded.exists() and expected.exists():  # (a hub id is no folder here)
+        return loaded.resolve() != expected.resolve()
+    sibling = model_dir.parent / loaded.name
+    return loaded.name != model_dir.name and sibling.exists()
+
+
+def verify_served_model(
+    client: Any,
+    served_model: str,
+    model_dir: str | Path,
+    prompts: ChatPrompts,
+    tolerance: float,
+    base_url: str = "",
+) -> float:
+    """Refuse (:class:`ServedModelMismatchError`) unless the endpoint serves the policy in
+    ``model_dir``; return the probe's mean absolute log-prob difference.
+
+    1. ``served_model`` is listed by ``/v1/models``;
+    2. the listed ``root`` (the folder ``vllm serve`` loaded) is the policy's folder where this
+       machine has it, and is not named like a sibling of it (another policy) elsewhere;
+    3. the served model's log-probabilities of a fixed probe (:func:`probe_token_ids`) match
+       the local weights': mean absolute difference per token <= ``tolerance`` nats.
+    """
+    policy = f"the policy {model_dir}"
+    listed = {entry.id: entry for entry in client.models.list().data}
+    if served_model not in listed:
+        raise ServedModelMismatchError(
+            f"{base_url or 'the server'} does not serve {served_model!r} (it serves "
+            f"{sorted(listed)}); start `vllm serve {model_location(model_dir)} "
+            f"--served-model-name {served_model}` for {policy}"
+        )
+    entry = listed[served_model]
+    root = getattr(entry, "root", None) or (getattr(entry, "model_extra", None) or {}).get("root")
+    expected = model_location(model_dir)
+    if root and _another_folder(str(root), Path(model_dir), Path(expected)):
+        raise ServedModelMismatchError(
+            f"{base_url or 'the server'} serves {served_model!r} from {root}, not {policy} "
+            f"({expected}): start one server per policy (`vllm serve {expected} "
+            f"--served-model-name {served_model}`)"
+        )
+    token_ids = probe_token_ids(prompts)
+    try:
+        served = served_probe_log_probs(client, served_model, token_ids)
+    except ServedModelMismatchError:
+        raise
+    except Exception as error:  # e.g. 400: a token id beyond the served vocabulary
+        raise ServedModelMismatchError(
+            f"{base_url or 'the server'} ({served_model!r}) refused the probe of {policy} "
+            f"({error}): its tokenizer or model is not the policy's"
+        ) from error
+    local = local_probe_log_probs(model_dir, token_ids)
+    difference = sum(abs(a - b) for a, b in zip(served, local, strict=True)) / len(local)
+    if not difference <= tolerance:
+        raise ServedModelMismatchError(
+            f"{base_url or 'the server'} serves {served_model!r}"
+            f"{f' ({root})' if root else ''}, whose log-probabilities of the probe differ from "
+            f"those of {policy} by {difference:.3f} nats per token on average (tolerance "
+            f"{tolerance:g}, vllm.verify_tolerance): it is another model; serve the policy's "
+            "weights"
+        )
+    return difference
+
+
 def model_location(model_dir: str | Path) -> str:
     """A policy folder with weights, or the hub id its ``pointer.json`` names."""
     from tagrpo.models import resolve
@@ -217,14 +344,30 @@ def make_vllm_backend(
     if settings.mode == "server":
         if not settings.base_url:
             raise ValueError("vllm.base_url is required in server mode")
-        return VLLMServerBackend(
-            server_client(settings),
+        client = server_client(settings)
+        backend = VLLMServerBackend(
+            client,
             settings.served_model or model,
             tokenizer,
             template_kwargs,
             settings.concurrency,
             prompt_format,
         )
+        # Before any sampling request: the endpoint must serve this policy's weights.
+        difference = verify_served_model(
+            client,
+            backend.served_model,
+            model_dir,
+            backend,
+            settings.verify_tolerance,
+            settings.base_url,
+        )
+        print(
+            f"[vllm] {settings.base_url} serves {backend.served_model!r} = {model_dir} "
+            f"(probe log-probs within {difference:.4f} nats/token, tolerance "
+            f"{settings.verify_tolerance:g})"
+        )
+        return backend
     vllm = importlib.import_module("vllm")
     llm = vllm.LLM(
         model=model,

@@ -117,3 +117,9 @@ class VLLMEngineSettings(ConfigModel):
     api_key_env: EnvVarName = Field("OPENAI_API_KEY", description="server mode: key variable")
     concurrency: int = Field(32, ge=1, description="server mode: requests in flight")
     timeout_s: float = Field(3600, gt=0, description="server mode: per-request timeout")
+    verify_tolerance: float = Field(
+        0.1,
+        gt=0,
+        description="server mode: largest mean |log-prob difference| per probe token (nats) "
+        "between the served model and the policy's local weights",
+    )

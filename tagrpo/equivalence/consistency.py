@@ -34,10 +34,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tagrpo.config.equivalence import ConsistencyConfig, ConsistencySettings
 from tagrpo.prompts import chat_messages
+
+if TYPE_CHECKING:
+    from tagrpo.backends.base import GenerationBackend
+    from tagrpo.backends.sample_store import SampleStore
 
 UNVERIFIABLE_POLICIES = ("accept", "reject")
 
@@ -149,19 +153,41 @@ class LocalSolver:
         seed: int = 0,
         max_batch_sequences: int = 512,
         torch_threads: int | None = None,
+        store: SampleStore | None = None,
     ) -> None:
+        import torch
+
         from tagrpo.backends.hf import HFBackend
         from tagrpo.models import load_causal_lm
 
         if torch_threads:
-            import torch
-
             torch.set_num_threads(torch_threads)
         self.name = f"local:{model}"
         self.config = config
         self.seed = seed
-        loaded, tokenizer = load_causal_lm(model)
-        self._backend = HFBackend(loaded, tokenizer, max_batch_sequences)
+
+        def open_backend() -> HFBackend:
+            loaded, tokenizer = load_causal_lm(model)
+            return HFBackend(loaded, tokenizer, max_batch_sequences)
+
+        if store is None or not Path(model).is_dir():
+            self._backend: GenerationBackend = open_backend()
+            return
+        # Each sample() call is a chunk saved before grading; the model loads only if one is
+        # missing (see tagrpo.backends.sample_store).
+        self._backend = store.sampler(
+            open_backend,
+            model_dir=model,
+            engine={
+                "engine": "hf",
+                "solver": "local",
+                "max_batch_sequences": max_batch_sequences,
+                "torch_threads": torch.get_num_threads(),
+                "torch": torch.__version__,
+                "cuda": torch.cuda.is_available(),
+            },
+            scope=f"solver:{Path(model).name}:seed{seed}",
+        )
 
     def sample(self, items: Sequence[SolveItem], k: int) -> list[list[str] | None]:
         from tagrpo.backends.base import SamplingParams
@@ -248,6 +274,7 @@ def make_solver(
     root: Path,
     cache: Any = None,
     torch_threads: int | None = None,
+    store: SampleStore | None = None,
 ) -> Solver:
     """The solver named by ``settings.solver`` (``miniworld``, ``local`` or ``openai``)."""
     if settings.solver == "miniworld":
@@ -262,5 +289,6 @@ def make_solver(
             seed=seed,
             max_batch_sequences=settings.local.max_batch_sequences,
             torch_threads=torch_threads,
+            store=store,
         )
     return EndpointSolver(settings.openai, settings.rule(), seed=seed, cache=cache)

@@ -13,10 +13,13 @@ import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tagrpo.config.params import Params
 from tagrpo.rephrase.run import check_failed_share
+
+if TYPE_CHECKING:
+    from tagrpo.backends.sample_store import SampleStore
 
 
 @contextlib.contextmanager
@@ -54,7 +57,12 @@ def run_controls(checker: Any, questions: list[Any], config: Params) -> list:
 
 
 def difficulty_probe(
-    config: Params, root: Path, verdicts: list[Any], by_id: dict[str, Any], grade: Any
+    config: Params,
+    root: Path,
+    verdicts: list[Any],
+    by_id: dict[str, Any],
+    grade: Any,
+    store: SampleStore | None = None,
 ) -> dict[str, Any]:
     """The policy's success on every checked candidate, by verdict (see the config's help)."""
     from tagrpo.equivalence.consistency import LocalSolver, solve_and_grade
@@ -69,6 +77,7 @@ def difficulty_probe(
         section.consistency.rule(),
         seed=config.common.seed + 1,
         max_batch_sequences=section.consistency.local.max_batch_sequences,
+        store=store,
     )
     items = [_solve_item(by_id[v.question_id], v.text) for v in candidates]
     stats = solve_and_grade(solver, items, probe.k, grade)
@@ -93,9 +102,17 @@ def difficulty_probe(
 
 
 def check_rephrasings(
-    config: Params, root: Path, train_path: Path, candidates_path: Path, out: dict[str, Path]
+    config: Params,
+    root: Path,
+    train_path: Path,
+    candidates_path: Path,
+    out: dict[str, Path],
+    store: SampleStore | None = None,
 ) -> dict[str, Any]:
-    """Check, regenerate, write ``out["train"|"verdicts"|"rejections"|"section"]``; metrics."""
+    """Check, regenerate, write ``out["train"|"verdicts"|"rejections"|"section"]``; metrics.
+
+    With a ``store``, the local solver's samples are saved per call before grading and reused
+    by a rerun (:mod:`tagrpo.backends.sample_store`)."""
     import pyarrow.parquet as pq
     import torch
 
@@ -138,7 +155,12 @@ def check_rephrasings(
             from tagrpo.equivalence.consistency import make_solver
 
             solver = make_solver(
-                section.consistency, seed, root, cache=cache, torch_threads=section.torch_threads
+                section.consistency,
+                seed,
+                root,
+                cache=cache,
+                torch_threads=section.torch_threads,
+                store=store,
             )
         needs_grader = settings.consistency_enabled or section.difficulty_probe.enabled
         with _grader(config, needs_grader) as grade:
@@ -156,7 +178,7 @@ def check_rephrasings(
             if section.difficulty_probe.enabled:
                 probe_started = time.perf_counter()
                 by_id = {q.id: q for q in questions}
-                difficulty = difficulty_probe(config, root, result.verdicts, by_id, grade)
+                difficulty = difficulty_probe(config, root, result.verdicts, by_id, grade, store)
                 timings["difficulty_probe_s"] = time.perf_counter() - probe_started
     finally:
         if cache is not None:
@@ -180,6 +202,8 @@ def check_rephrasings(
     unfilled = int(result.outcome.get("unfilled_slots", 0))
     summary["unfilled_slot_share"] = unfilled / slots if slots else 0.0
     summary["solver_samples"] = checker.solver_samples
+    if store is not None:
+        summary.update(store.counts())
     if difficulty is not None:
         summary["difficulty"] = difficulty
         print(

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from tagrpo.config.params import Params
+
+if TYPE_CHECKING:
+    from tagrpo.backends.sample_store import SampleStore
 
 BASE_LABEL = "base"
 
@@ -58,13 +61,17 @@ def _with_base_per_policy(frame: pd.DataFrame, policies: list[str]) -> pd.DataFr
     return merged.sort_values("policy", key=lambda s: s.map(order), kind="stable")
 
 
-def run_diagnostics(config: Params, root: Path, out: dict[str, Path]) -> dict[str, Any]:
+def run_diagnostics(
+    config: Params, root: Path, out: dict[str, Path], store: SampleStore | None = None
+) -> dict[str, Any]:
     """Probe every checkpoint; write ``out`` (samples, zero_gradient, distances, comparisons,
-    figure, section); return the metrics."""
+    figure, section); return the metrics. With a ``store``, each checkpoint's samples are saved
+    per phrasing as they are drawn and reused by a rerun (see
+    :mod:`tagrpo.backends.sample_store`)."""
     import torch
 
     from tagrpo.backends.base import SamplingParams
-    from tagrpo.backends.factory import make_backend
+    from tagrpo.backends.factory import make_stored_backend
     from tagrpo.data.training_set import load_training_questions
     from tagrpo.equivalence.similarity import SimilarityScorer
     from tagrpo.evaluation.diagnostics import (
@@ -105,7 +112,9 @@ def run_diagnostics(config: Params, root: Path, out: dict[str, Path]) -> dict[st
         for policy, name, folder in probes:
             label = checkpoint_label(name)
             probe_started = time.perf_counter()
-            backend = make_backend(settings.backend, config, folder)
+            backend = make_stored_backend(
+                settings.backend, config, folder, store, f"diagnostics/{policy}/{name}"
+            )
             frame = sample_training_questions(
                 backend, questions, group, neighbours, sampling, grade
             )
@@ -150,4 +159,6 @@ def run_diagnostics(config: Params, root: Path, out: dict[str, Path]) -> dict[st
     )
     metrics["seconds"] = time.perf_counter() - started
     metrics["checkpoints_probed"] = float(len(probes))
+    if store is not None:
+        metrics.update(store.counts())
     return metrics

@@ -21,6 +21,7 @@ from tagrpo.progress import labelled
 from tagrpo.prompts import authors_prompt_text, chat_messages
 
 if TYPE_CHECKING:
+    from tagrpo.backends.sample_store import SampleStore
     from tagrpo.config.params import Params
 
 # (responses, gold answers, answer kinds) -> [(correct, pred, reason)], in order
@@ -196,9 +197,18 @@ def load_benchmarks(directory: Path, limit: int | None = None) -> dict[str, list
     return benchmarks
 
 
-def evaluate_policy(config: Params, model_dir: Path, benchmarks_dir: Path) -> EvaluationResult:
-    """The evaluate stage's work for one policy: ``evaluate`` settings, its engine, pass@k."""
-    from tagrpo.backends.factory import make_backend
+def evaluate_policy(
+    config: Params,
+    model_dir: Path,
+    benchmarks_dir: Path,
+    store: SampleStore | None = None,
+    scope: str = "evaluate",
+) -> EvaluationResult:
+    """The evaluate stage's work for one policy: ``evaluate`` settings, its engine, pass@k.
+
+    With a ``store``, each benchmark's samples are saved as soon as they are drawn and reused
+    by a rerun with the same fingerprint (a failure in grading loses no sample)."""
+    from tagrpo.backends.factory import make_stored_backend
     from tagrpo.evaluation.grader import grade_fn_for
 
     settings = config.evaluate
@@ -216,7 +226,9 @@ def evaluate_policy(config: Params, model_dir: Path, benchmarks_dir: Path) -> Ev
     if missing:
         raise ValueError(f"evaluate.groups name benchmarks the data stage did not write: {missing}")
     with grade_fn_for(config.common.grading) as grade:  # graders start while the model loads
-        backend = make_backend(settings.backend, config, model_dir, settings.prompt_format)
+        backend = make_stored_backend(
+            settings.backend, config, model_dir, store, scope, settings.prompt_format
+        )
         return evaluate(
             backend,
             benchmarks,
