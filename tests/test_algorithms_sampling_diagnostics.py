@@ -7,11 +7,11 @@ import pytest
 
 from tagrpo.algorithms import (
     collapse_rates,
-    dynamic_sampling,
     is_informative,
     rollout_layout,
     step_diagnostics,
 )
+from tagrpo.algorithms.dynamic_sampling import dynamic_sampling
 from tagrpo.metrics.groups import group_stats
 
 

@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tagrpo.paths import project_root
 
 ROOT = project_root()
@@ -54,3 +56,20 @@ def test_the_lazy_package_exports_resolve() -> None:
             assert getattr(package, name) is not None, f"{package.__name__}.{name}"
     assert algorithms.policy_loss.__module__ == "tagrpo.algorithms.loss"
     assert sources.load_hub.__module__ == "tagrpo.data.sources.hub"
+
+
+@pytest.mark.parametrize("package", ["tagrpo.algorithms", "tagrpo.data.sources", "tagrpo.grading"])
+def test_no_lazy_export_shares_a_submodule_name(package: str) -> None:
+    """A lazily resolved name equal to a submodule's is the module once anything imported the
+    submodule: `from tagrpo.algorithms import dynamic_sampling` gave the module to the trainer
+    and every dynamic-sampling training crashed ('module' object is not callable)."""
+    import importlib
+    import pkgutil
+
+    module = importlib.import_module(package)
+    submodules = {info.name for info in pkgutil.iter_modules(module.__path__)}
+    exports = set(getattr(module, "_EXPORTS", {})) | set(getattr(module, "__all__", []))
+    assert not exports & submodules
+    for name in exports:  # every export resolves to what its home module defines
+        value = getattr(module, name)
+        assert not isinstance(value, type(module)), name

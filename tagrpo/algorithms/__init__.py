@@ -31,11 +31,7 @@ if TYPE_CHECKING:
         step_diagnostics,
         training_group_diagnostics,
     )
-    from tagrpo.algorithms.dynamic_sampling import (
-        DynamicSamplingResult,
-        dynamic_sampling,
-        is_informative,
-    )
+    from tagrpo.algorithms.dynamic_sampling import DynamicSamplingResult, is_informative
     from tagrpo.algorithms.estimators import (
         ESTIMATORS,
         EstimatorOutput,
@@ -49,7 +45,10 @@ if TYPE_CHECKING:
     from tagrpo.algorithms.step import StepAdvantages, advantages_and_diagnostics
 
 # Exports resolve lazily: the method registry (read by every params check) must not load torch
-# with the loss, nor numpy's estimators before they are needed.
+# with the loss, nor numpy's estimators before they are needed. No export may share a
+# submodule's name: once the submodule is imported, the package attribute is the module and
+# `from tagrpo.algorithms import <name>` returns it instead of the function (so the function
+# dynamic_sampling is imported from tagrpo.algorithms.dynamic_sampling).
 _EXPORTS = {
     "EPSILON": "advantages",
     "group_moments": "advantages",
@@ -64,7 +63,6 @@ _EXPORTS = {
     "step_diagnostics": "diagnostics",
     "training_group_diagnostics": "diagnostics",
     "DynamicSamplingResult": "dynamic_sampling",
-    "dynamic_sampling": "dynamic_sampling",
     "is_informative": "dynamic_sampling",
     "ESTIMATORS": "estimators",
     "EstimatorOutput": "estimators",
@@ -104,7 +102,6 @@ __all__ = [
     "avspo_advantages",
     "collapse_rates",
     "dense_ids",
-    "dynamic_sampling",
     "get_estimator",
     "get_method",
     "group_ids",

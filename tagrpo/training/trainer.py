@@ -23,12 +23,12 @@ import torch
 from tagrpo.algorithms import (
     MethodSpec,
     advantages_and_diagnostics,
-    dynamic_sampling,
     get_estimator,
     get_method,
     policy_loss,
     step_diagnostics,
 )
+from tagrpo.algorithms.dynamic_sampling import dynamic_sampling
 from tagrpo.backends.base import SamplingParams
 from tagrpo.backends.hf import HFBackend
 from tagrpo.config.train import LocalBackendSettings, TrainSettings
