@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from processes import stop_process
+
 FINAL_STATES = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 
@@ -132,10 +134,5 @@ def prefect_server(home: Path, timeout: float = 300) -> Iterator[tuple[PrefectAP
             time.sleep(1)
         yield api, prefect_env(home, api_url)
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_process(server)
         log.close()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from prefect_server import prefect_server
+from processes import stop_process
 from scratch_project import run_checked
 from test_plan import DVC_YAML, small_project
 
@@ -55,15 +56,6 @@ def _deployment(api, name: str, serve: subprocess.Popen, log: Path, timeout: flo
     return deployment
 
 
-def _stop(serve: subprocess.Popen) -> None:
-    serve.terminate()
-    try:
-        serve.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        serve.kill()
-        serve.wait()
-
-
 @pytest.mark.slow
 def test_flow_graph_progress_logs_and_schedules(tmp_path: Path) -> None:
     project = tmp_path / "project"
@@ -82,7 +74,7 @@ def test_flow_graph_progress_logs_and_schedules(tmp_path: Path) -> None:
             try:
                 deployment = _deployment(api, name, serve, log)
             finally:
-                _stop(serve)
+                stop_process(serve)
             crons = [entry["schedule"].get("cron") for entry in deployment["schedules"]]
             assert crons == expected, name
 

@@ -26,6 +26,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from processes import stop_process
 
 from tagrpo.backends.vllm_backend import ServedModelMismatchError, VLLMServerBackend
 from tagrpo.config.params import config_with
@@ -72,11 +73,7 @@ def served(tmp_path_factory):
                 time.sleep(2)
         yield base_url
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_process(server)  # reaped too: nothing left on the port
 
 
 def settings(base_url: str, served_model: str = "policy"):
