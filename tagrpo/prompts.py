@@ -14,7 +14,7 @@ MULTIPLE_CHOICE_INSTRUCTION = (
 )
 
 # Option letters in order; GPQA-Diamond uses the first four, the mini world's multiple-choice
-# benchmark up to all 26 (tagrpo/miniworld/tasks.choice_options).
+# benchmark up to all 26 (tagrpo.miniworld.tasks.choice_options).
 CHOICE_LETTERS = tuple("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 

@@ -1,5 +1,5 @@
 """``train``: the hyper-parameters every training backend shares; ``local``: the local backend's
-engine settings. (``verl``, the verl backend's, is :mod:`tagrpo.config.verl`.)"""
+engine settings. (``verl``, the verl backend's, is :class:`tagrpo.config.engines.VerlSettings`.)"""
 
 from __future__ import annotations
 
