@@ -214,8 +214,8 @@ def test_a_store_failing_mid_run_ends_the_stage_with_one_line(
 def test_tracking_against_a_real_mlflow_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_env: None, capsys
 ) -> None:
-    """`mlflow server` on a free loopback port, as the README runs it for concurrent pipelines:
-    a stage run, its pass@k curve, artifacts in the checkout, `tagrpo compare`."""
+    """`mlflow server` on a free loopback port, as docs/user-guide.md runs it for concurrent
+    pipelines: a stage run, its pass@k curve, artifacts in the checkout, `tagrpo compare`."""
     from mlflow.tracking import MlflowClient
 
     from tagrpo.cli import main

@@ -1,7 +1,7 @@
-"""README's paper flow on a fresh clone: `tagrpo params apply profiles/paper.yaml`, then
-`python -m stages.train --method ta_grpo --dry-run` prints the verl command before any stage
-has run (it used to stop with a traceback: models/base holds neither HF weights nor
-pointer.json), naming the model models/base will hold."""
+"""The paper flow of docs/paper-scale.md on a fresh clone: `tagrpo params apply
+profiles/paper.yaml`, then `python -m stages.train --method ta_grpo --dry-run` prints the verl
+command before any stage has run (it used to stop with a traceback: models/base holds neither
+HF weights nor pointer.json), naming the model models/base will hold."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 verl 0.9.1 builds rollout engines only from its registries (``RolloutReplicaRegistry`` and the
 private ``_ROLLOUT_REGISTRY`` of server adapters), which hold vLLM, SGLang and TRT-LLM; none of
-them serves on a CPU here (see README, "Run the paper on GPUs"). This module adds ``hf``:
+them serves on a CPU here (see ``docs/paper-scale.md``). This module adds ``hf``:
 
 * :class:`HFRolloutServer`, a Ray actor holding a transformers causal LM. verl's agent loops
   call ``generate(prompt_ids=..., sampling_params=...)`` on it exactly as on vLLM's server and
