@@ -4,27 +4,17 @@ from __future__ import annotations
 
 import collections
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tagrpo.data.schema import LoadResult, Question, Rejection
-from tagrpo.data.sources import (
-    EVAL_SOURCES,
-    HUB_SOURCES,
-    LOCAL_SOURCES,
-    NORMALISERS,
-    REJECTION_REASONS,
-    TRAIN_SOURCES,
-    gpqa_permutation,
-    hub_spec,
-    load_hub,
-    load_local,
-    normalise_gpqa_diamond,
-    normalise_math,
-    normalise_olympiadbench,
-)
-from tagrpo.data.sources.local import GPQA_OPTION_FIELDS, numeric_answer, strip_math_delimiters
+from tagrpo.data.sources import gpqa_diamond, hendrycks_math, olympiadbench
+from tagrpo.data.sources.base import REJECTION_REASONS, numeric_answer, strip_math_delimiters
+from tagrpo.data.sources.hub import hub_spec, load_hub
+from tagrpo.data.sources.local import load_local
+from tagrpo.data.sources.registry import MULTIPLE_CHOICE_BENCHMARKS, SOURCES, answer_kind_for
 from tagrpo.prompts import CHOICE_LETTERS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
@@ -75,8 +65,10 @@ EXPECTED = {
 
 
 def test_registry_covers_every_source() -> None:
-    assert set(LOCAL_SOURCES) == set(NORMALISERS) == set(HUB_SOURCES) == set(EXPECTED)
-    assert set(TRAIN_SOURCES) | set(EVAL_SOURCES) == set(LOCAL_SOURCES)
+    """Every registered source has a fixture here, and is registered under its own name."""
+    assert set(SOURCES) == set(EXPECTED)
+    assert all(name == source.name for name, source in SOURCES.items())
+    assert {n for n, s in SOURCES.items() if s.split == "train"} == {"math", "openr1_math"}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -194,14 +186,14 @@ def test_olympiad_string_fields_and_context() -> None:
         "is_multiple_answer": "True",
         "solution": "['First.', 'Second.']",
     }
-    question = normalise_olympiadbench(record, 0)
+    question = olympiadbench.SOURCE.normalise(record, 0)
     assert isinstance(question, Question)
     assert question.answer == "1, -1"
     assert question.problem == "Let $x$ be a real number.\n\nFind $x$."
     assert question.solution == "First.\n\nSecond."
     assert question.meta["is_multiple_answer"] is True
     # literal_eval only: an expression is a parse failure, never executed
-    bad = normalise_olympiadbench({**record, "final_answer": "[__import__('os')]"}, 3)
+    bad = olympiadbench.SOURCE.normalise({**record, "final_answer": "[__import__('os')]"}, 3)
     assert isinstance(bad, Rejection) and bad.reason == "bad_answer" and bad.upstream_id == "1"
 
 
@@ -233,7 +225,9 @@ def test_gpqa_options_and_gold_letter() -> None:
         assert question.choices is not None and len(question.choices) == 4
         gold_text = question.choices[CHOICE_LETTERS.index(question.answer)]
         assert gold_text == record["Correct Answer"].strip()
-        assert sorted(question.choices) == sorted(record[f].strip() for f in GPQA_OPTION_FIELDS)
+        assert sorted(question.choices) == sorted(
+            record[f].strip() for f in gpqa_diamond.OPTION_FIELDS
+        )
         assert "Question_w_answers" not in question.meta
         assert question.problem != record["Question_w_answers"]
     flagged = [q for q in result.questions if q.meta.get("duplicate_distractors")]
@@ -264,29 +258,34 @@ def test_gpqa_shuffle_independent_of_row_position() -> None:
         "Incorrect Answer 2": "zinc",
         "Incorrect Answer 3": "iron",
     }
-    at_zero = normalise_gpqa_diamond(record, 0, seed=1)
-    at_fifty = normalise_gpqa_diamond(record, 50, seed=1)
+    at_zero = gpqa_diamond.SOURCE.normalise(record, 0, seed=1)
+    at_fifty = gpqa_diamond.SOURCE.normalise(record, 50, seed=1)
     assert isinstance(at_zero, Question) and isinstance(at_fifty, Question)
     assert (at_zero.choices, at_zero.answer) == (at_fifty.choices, at_fifty.answer)
 
 
 def test_gpqa_gold_letters_balanced_on_many_questions() -> None:
     letters = collections.Counter(
-        CHOICE_LETTERS[gpqa_permutation(f"synthetic question {i}", 0).index(0)] for i in range(800)
+        CHOICE_LETTERS[gpqa_diamond.option_permutation(f"synthetic question {i}", 0).index(0)]
+        for i in range(800)
     )
     assert set(letters) == set(CHOICE_LETTERS[:4])
     assert all(150 <= count <= 250 for count in letters.values()), letters
 
 
 def test_normaliser_rejection_keeps_upstream_id() -> None:
-    outcome = normalise_math({"unique_id": "train/x/1.json", "problem": "p", "solution": "none"}, 7)
+    outcome = hendrycks_math.SOURCE.normalise(
+        {"unique_id": "train/x/1.json", "problem": "p", "solution": "none"}, 7
+    )
     assert isinstance(outcome, Rejection)
     assert (outcome.reason, outcome.row_index, outcome.upstream_id) == (
         "no_boxed_answer",
         7,
         "train/x/1.json",
     )
-    wrong_type = normalise_math({"unique_id": "a", "problem": 3, "solution": "\\boxed{1}"}, 0)
+    wrong_type = hendrycks_math.SOURCE.normalise(
+        {"unique_id": "a", "problem": 3, "solution": "\\boxed{1}"}, 0
+    )
     assert isinstance(wrong_type, Rejection) and wrong_type.reason == "invalid_field"
 
 
@@ -409,7 +408,9 @@ def test_hub_gpqa_shuffle_matches_local(fake_hub) -> None:
     }
     fake = fake_hub({("Idavidrein/gpqa", "gpqa_diamond", "train"): [record]})
     question = load_hub("gpqa_diamond", seed=5).questions[0]
-    local = normalise_gpqa_diamond({k: v for k, v in record.items() if k != "Record ID"}, 0, seed=5)
+    local = gpqa_diamond.SOURCE.normalise(
+        {k: v for k, v in record.items() if k != "Record ID"}, 0, seed=5
+    )
     assert isinstance(local, Question)
     assert (question.choices, question.answer) == (local.choices, local.answer)
     assert (question.id, question.subject) == ("gpqa_diamond-rec42", "Chemistry")
@@ -480,3 +481,61 @@ def test_openr1_keeps_verified_word_problems_and_reads_parquet(tmp_path: Path) -
     pq.write_table(pa.Table.from_pylist(rows[:2]), tmp_path / "openr1_math" / "train.parquet")
     from_parquet = load_local("openr1_math", tmp_path)
     assert [q.id for q in from_parquet.questions] == ["openr1_math-u-1", "openr1_math-u-2"]
+
+
+# --------------------------------------------------------------------------- the registry
+
+
+@pytest.mark.parametrize(
+    ("benchmark", "answer", "kind"),
+    [
+        ("gpqa_diamond", "B", "multiple_choice"),
+        ("miniworld_choice", "(c)", "multiple_choice"),
+        ("mini_choice", "A", "multiple_choice"),
+        ("gpqa_diamond", "10^{-4} eV", "math"),  # a gold that is not a letter
+        ("math500", "B", "math"),
+        (None, "3", "math"),
+    ],
+)
+def test_answer_kind_for(benchmark: str | None, answer: str, kind: str) -> None:
+    assert answer_kind_for(benchmark, answer) == kind
+
+
+def test_multiple_choice_is_declared_on_the_source() -> None:
+    """The multiple-choice names come from the sources' answer kinds (plus the mini world's)."""
+    assert {"gpqa_diamond", "mini_choice", "miniworld_choice"} == MULTIPLE_CHOICE_BENCHMARKS
+    assert {n: (s.choices, s.chance_level) for n, s in SOURCES.items() if s.choices} == {
+        "gpqa_diamond": (4, 0.25)
+    }
+    assert SOURCES["amc23"].chance_level is None
+    free_form = replace(SOURCES["amc23"], name="new_choice")
+    with pytest.raises(ValueError, match="multiple-choice source needs choices"):
+        replace(free_form, answer_kind="multiple_choice")
+    with pytest.raises(ValueError, match="multiple-choice source needs choices"):
+        replace(free_form, choices=5)
+
+
+def test_loader_options_are_the_row_builders_keywords() -> None:
+    assert {n: s.loader_options() for n, s in SOURCES.items() if s.loader_options()} == {
+        "math": {"keep_empty_boxed"},
+        "gpqa_diamond": {"seed", "reject_duplicate_distractors"},
+    }
+
+
+def test_file_and_group_of_each_benchmark() -> None:
+    """The paper's Table 1 groups, as the paper and local profiles average them."""
+    from tagrpo.config.params import read_yaml_mapping
+    from tagrpo.paths import project_root
+
+    assert {n: s.file for n, s in SOURCES.items()} == {
+        name: f"{name}/{SOURCES[name].split}.jsonl" for name in SOURCES
+    }
+    declared: dict[str, list[str]] = {}
+    for name, source in SOURCES.items():
+        if source.group is not None:
+            declared.setdefault(source.group, []).append(name)
+    for profile in ("paper.yaml", "local.yaml"):
+        groups = read_yaml_mapping(project_root() / "profiles" / profile)["evaluate"]["groups"]
+        assert {g: sorted(m) for g, m in groups.items()} == {
+            g: sorted(m) for g, m in declared.items()
+        }, profile
