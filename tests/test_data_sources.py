@@ -4,17 +4,27 @@ from __future__ import annotations
 
 import collections
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tagrpo.data.schema import LoadResult, Question, Rejection
 from tagrpo.data.sources import gpqa_diamond, hendrycks_math, olympiadbench
-from tagrpo.data.sources.base import REJECTION_REASONS, numeric_answer, strip_math_delimiters
+from tagrpo.data.sources.base import (
+    REJECTION_REASONS,
+    HubSpec,
+    Source,
+    numeric_answer,
+    problem_text,
+    required_text,
+    strip_math_delimiters,
+)
 from tagrpo.data.sources.hub import hub_spec, load_hub
 from tagrpo.data.sources.local import load_local
-from tagrpo.data.sources.registry import MULTIPLE_CHOICE_BENCHMARKS, SOURCES, answer_kind_for
+from tagrpo.data.sources.registry import SOURCES, answer_kind_for, is_multiple_choice
 from tagrpo.prompts import CHOICE_LETTERS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
@@ -503,7 +513,12 @@ def test_answer_kind_for(benchmark: str | None, answer: str, kind: str) -> None:
 
 def test_multiple_choice_is_declared_on_the_source() -> None:
     """The multiple-choice names come from the sources' answer kinds (plus the mini world's)."""
-    assert {"gpqa_diamond", "mini_choice", "miniworld_choice"} == MULTIPLE_CHOICE_BENCHMARKS
+    names = [*SOURCES, "mini_choice", "miniworld_choice", "mini_arith", "gsm8k", None]
+    assert [n for n in names if is_multiple_choice(n)] == [
+        "gpqa_diamond",
+        "mini_choice",
+        "miniworld_choice",
+    ]
     assert {n: (s.choices, s.chance_level) for n, s in SOURCES.items() if s.choices} == {
         "gpqa_diamond": (4, 0.25)
     }
@@ -539,3 +554,73 @@ def test_file_and_group_of_each_benchmark() -> None:
         assert {g: sorted(m) for g, m in groups.items()} == {
             g: sorted(m) for g, m in declared.items()
         }, profile
+
+
+def _toy_build(record: Mapping[str, Any], row_index: int, *, flip: bool = False) -> Question:
+    answer = required_text(record, "answer")
+    return Question(
+        id=TOY.question_id(record, row_index),
+        source="toy_choice",
+        split="test",
+        problem=problem_text(record),
+        answer=("B" if answer == "A" else "A") if flip else answer,
+        answer_kind="multiple_choice",
+        choices=["yes", "no", "maybe"],
+    )
+
+
+TOY = Source(
+    name="toy_choice",
+    title="Toy",
+    split="test",
+    file="toy_choice/test.jsonl",
+    id_field="id",
+    build=_toy_build,
+    hub=(HubSpec("someone/toy", "test"),),
+    answer_kind="multiple_choice",
+    choices=3,
+)
+
+
+def test_a_new_source_needs_its_module_and_a_registry_entry_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Validation, loading, the input manifest, grading's answer kind and the report's chance
+    floor all read the registered Source: registering it is all a new benchmark takes."""
+    from tagrpo.config.params import config_with
+    from tagrpo.data.build import load_sources
+    from tagrpo.data.inputs import local_source_files
+    from tagrpo.report.chance import multiple_choice_options
+
+    (tmp_path / "toy_choice").mkdir()
+    rows = [{"id": 7, "problem": "Is it?", "answer": "A"}, {"id": 7, "problem": "Again?"}]
+    (tmp_path / "toy_choice" / "test.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
+    monkeypatch.setenv("TAGRPO_DATA_DIR", str(tmp_path))
+    overrides = {
+        "data.source": "local",
+        "data.local.train": ["toy_choice"],
+        "data.local.benchmarks": ["toy_choice"],
+        "data.local.options": {"toy_choice": {"flip": True}},
+        "evaluate.groups": {},
+    }
+    with pytest.raises(ValueError, match="unknown sources \\['toy_choice'\\]"):
+        config_with(overrides)
+    monkeypatch.setitem(SOURCES, "toy_choice", TOY)
+    config = config_with(overrides)
+    with pytest.raises(ValueError, match="unknown loader options \\['seed'\\]"):
+        config_with({**overrides, "data.local.options": {"toy_choice": {"seed": 1}}})
+
+    loaded = load_sources(config).benchmarks["toy_choice"]
+    assert (loaded.source, loaded.split, loaded.counts()) == (
+        "toy_choice",
+        "test",
+        {"rows_in": 2, "kept": 1, "rejected": 1},
+    )
+    assert [(q.id, q.answer) for q in loaded.questions] == [("toy_choice-7", "B")]
+    assert [(r.row_index, r.reason, r.upstream_id) for r in loaded.rejections] == [
+        (1, "missing_field", "7")
+    ]
+    assert local_source_files(config) == ["toy_choice/test.jsonl"]
+    assert multiple_choice_options(config) == {"toy_choice": 3}
+    assert answer_kind_for("toy_choice", "C") == "multiple_choice"
+    assert hub_spec("toy_choice").repo_id == "someone/toy"

@@ -41,18 +41,20 @@ SOURCES: dict[str, Source] = {
 # one, "miniworld_choice" its earlier name.
 MINIWORLD_MULTIPLE_CHOICE = frozenset({"mini_choice", "miniworld_choice"})
 
-# Benchmarks whose gold answer is an option letter.
-MULTIPLE_CHOICE_BENCHMARKS = frozenset(
-    {name for name, source in SOURCES.items() if source.answer_kind == "multiple_choice"}
-    | MINIWORLD_MULTIPLE_CHOICE
-)
-
 
 def get_source(name: str) -> Source:
     """The registered source ``name``; KeyError naming the known ones."""
     if name not in SOURCES:
         raise KeyError(f"unknown source {name!r}; known: {sorted(SOURCES)}")
     return SOURCES[name]
+
+
+def is_multiple_choice(benchmark: str | None) -> bool:
+    """Whether the benchmark's gold answers are option letters (a source's ``answer_kind``)."""
+    if benchmark in MINIWORLD_MULTIPLE_CHOICE:
+        return True
+    source = SOURCES.get(benchmark) if benchmark is not None else None
+    return source is not None and source.answer_kind == "multiple_choice"
 
 
 def answer_kind_for(benchmark: str | None, answer: str) -> str:
@@ -62,6 +64,6 @@ def answer_kind_for(benchmark: str | None, answer: str) -> str:
     registered benchmark whose gold is not a letter (e.g. a copy that stores the option text)
     is graded as math rather than never matching.
     """
-    if benchmark in MULTIPLE_CHOICE_BENCHMARKS and choice_letter(answer) is not None:
+    if is_multiple_choice(benchmark) and choice_letter(answer) is not None:
         return "multiple_choice"
     return "math"
