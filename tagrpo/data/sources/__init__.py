@@ -12,13 +12,16 @@ one through the same :func:`.base.normalise_records` (rows in = kept + rejected)
 Adding a benchmark
 ------------------
 1. Write ``tagrpo/data/sources/<name>.py`` (copy ``amc23.py``, or ``gpqa_diamond.py`` for
-   multiple choice): ``build(record, row_index, *, <options>) -> Question`` raising
-   ``Reject(reason)`` for a row it cannot use, and ``SOURCE = Source(name, title, split, file,
-   id_field, build, hub=(HubSpec(repo, split),), answer_kind=..., choices=..., group=...)``.
-2. Add its module to the import and the tuple in ``tagrpo/data/sources/registry.py``.
-3. Put a few rows in ``tests/fixtures/data/<name>/test.jsonl`` and their expected counts and
-   rejection reasons in ``EXPECTED`` of ``tests/test_data_sources.py``.
-4. Name it in params.yaml or a profile (``data.local.benchmarks``, ``data.hub.benchmarks``,
-   ``evaluate.groups``). Validation, the data stage's input manifest, the multiple-choice
-   grading and the report's chance floor all read the ``Source``.
+   multiple choice): ``build(record, row_index, *, <options>) -> Question``, raising
+   ``Reject(reason)`` (a code of ``base.REJECTION_REASONS``) for a row it cannot use, and
+   ``SOURCE = Source(name, title, split, file, id_field, build, hub=(HubSpec(repo, split),),
+   answer_kind=..., choices=..., group=...)``.
+2. Add the module to the import and the tuple in ``tagrpo/data/sources/registry.py``.
+3. Tests: a few rows in ``tests/fixtures/data/<name>/test.jsonl`` and their counts and
+   rejection reasons in ``EXPECTED`` of ``tests/test_data_sources.py``; if the file ships in
+   ``shared/data``, its exact kept count in ``EXPECTED_KEPT`` of ``tests/test_data_shared.py``.
+4. Use it: its name in ``data.local.benchmarks`` / ``data.hub.benchmarks`` of params.yaml or a
+   profile, and in ``evaluate.groups`` where it has a ``group`` (a test keeps the paper and
+   local profiles' groups equal to the sources'). Validation, the data stage's input manifest,
+   the multiple-choice answer kind and the report's chance floor all read the ``Source``.
 """
