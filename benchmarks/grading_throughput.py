@@ -88,7 +88,8 @@ def _math_test_questions(data_dir: Path) -> list:
     The test file has ``idx`` where the loader expects MATH's ``unique_id``; the id is made up in
     the same scheme (``test/<subject>/<idx>.json``) and only serves to tell rows apart.
     """
-    from tagrpo.data.sources.local import normalise_math, read_jsonl_records
+    from tagrpo.data.sources.base import read_jsonl_records
+    from tagrpo.data.sources.hendrycks_math import SOURCE as MATH
 
     questions = []
     for row_index, record in read_jsonl_records(data_dir / "math" / "test.jsonl"):
@@ -96,7 +97,7 @@ def _math_test_questions(data_dir: Path) -> list:
             raise ValueError(f"math/test.jsonl row {row_index}: {record[0]}")
         subject = str(record.get("type", "unknown")).lower().replace(" ", "_")
         with_id = {**record, "unique_id": f"test/{subject}/{record.get('idx', row_index)}.json"}
-        outcome = normalise_math(with_id, row_index)
+        outcome = MATH.normalise(with_id, row_index)
         if hasattr(outcome, "answer"):
             questions.append(outcome)
     return questions
@@ -104,10 +105,10 @@ def _math_test_questions(data_dir: Path) -> list:
 
 def _olympiad_response(question, record: dict) -> str:
     """The solution, then the upstream final answer (and unit) boxed as a model would."""
-    from tagrpo.data.sources.local import _literal_list, strip_math_delimiters
+    from tagrpo.data.sources.base import literal_list, strip_math_delimiters
 
     answers = [
-        strip_math_delimiters(str(item)) for item in _literal_list(record["final_answer"], "")
+        strip_math_delimiters(str(item)) for item in literal_list(record["final_answer"], "")
     ]
     boxed = ", ".join(item for item in answers if item)
     unit = (record.get("unit") or "").strip()

@@ -85,7 +85,8 @@ def _id_key(record_id: Any) -> tuple[str, Any]:
 
 def _parse_grade_line(number: int, line: str) -> _GradeRequest | _Rejection:
     """One decoded input line -> a request, or a rejection that says what is wrong with it."""
-    from tagrpo.grading.kinds import ANSWER_KINDS, answer_kind_for
+    from tagrpo.data.sources.registry import answer_kind_for
+    from tagrpo.grading.kinds import ANSWER_KINDS
 
     if not line.strip():
         return _Rejection(number, None, "empty line")

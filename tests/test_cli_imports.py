@@ -47,18 +47,15 @@ def test_params_check_imports_no_torch_pandas_or_trackers() -> None:
 
 
 def test_the_lazy_package_exports_resolve() -> None:
-    """What the lazy ``tagrpo.algorithms`` and ``tagrpo.data.sources`` export is still there."""
+    """What the lazy ``tagrpo.algorithms`` exports is still there."""
     import tagrpo.algorithms as algorithms
-    import tagrpo.data.sources as sources
 
-    for package in (algorithms, sources):
-        for name in package.__all__:
-            assert getattr(package, name) is not None, f"{package.__name__}.{name}"
+    for name in algorithms.__all__:
+        assert getattr(algorithms, name) is not None, f"{algorithms.__name__}.{name}"
     assert algorithms.policy_loss.__module__ == "tagrpo.algorithms.loss"
-    assert sources.load_hub.__module__ == "tagrpo.data.sources.hub"
 
 
-@pytest.mark.parametrize("package", ["tagrpo.algorithms", "tagrpo.data.sources", "tagrpo.grading"])
+@pytest.mark.parametrize("package", ["tagrpo.algorithms", "tagrpo.grading"])
 def test_no_lazy_export_shares_a_submodule_name(package: str) -> None:
     """A lazily resolved name equal to a submodule's is the module once anything imported the
     submodule: `from tagrpo.algorithms import dynamic_sampling` gave the module to the trainer

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tagrpo.data.sources import LOCAL_SOURCES, SOURCE_FILES, load_local
+from tagrpo.data.sources.local import load_local
+from tagrpo.data.sources.registry import SOURCES
 from tagrpo.paths import shared_data_dir
 from tagrpo.prompts import CHOICE_LETTERS
 
@@ -42,7 +43,7 @@ def _line_count(path: Path) -> int:
 @pytest.mark.parametrize("name", sorted(EXPECTED_KEPT))
 def test_benchmark_counts(data_dir: Path, name: str) -> None:
     result = load_local(name, data_dir)
-    assert result.rows_in == _line_count(data_dir / SOURCE_FILES[name][1])
+    assert result.rows_in == _line_count(data_dir / SOURCES[name].file)
     assert result.counts() == {
         "rows_in": EXPECTED_KEPT[name],
         "kept": EXPECTED_KEPT[name],
@@ -86,4 +87,4 @@ def test_gpqa_gold_letters_balanced(data_dir: Path) -> None:
 
 def test_every_source_loads(data_dir: Path) -> None:
     # OpenR1-Math is supplied by the user (data scaling); it is not among the shared files.
-    assert set(LOCAL_SOURCES) == {*EXPECTED_KEPT, "math", "openr1_math"}
+    assert set(SOURCES) == {*EXPECTED_KEPT, "math", "openr1_math"}

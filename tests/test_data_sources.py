@@ -4,27 +4,27 @@ from __future__ import annotations
 
 import collections
 import json
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tagrpo.data.schema import LoadResult, Question, Rejection
-from tagrpo.data.sources import (
-    EVAL_SOURCES,
-    HUB_SOURCES,
-    LOCAL_SOURCES,
-    NORMALISERS,
+from tagrpo.data.sources import gpqa_diamond, hendrycks_math, olympiadbench
+from tagrpo.data.sources.base import (
     REJECTION_REASONS,
-    TRAIN_SOURCES,
-    gpqa_permutation,
-    hub_spec,
-    load_hub,
-    load_local,
-    normalise_gpqa_diamond,
-    normalise_math,
-    normalise_olympiadbench,
+    HubSpec,
+    Source,
+    numeric_answer,
+    problem_text,
+    required_text,
+    strip_math_delimiters,
 )
-from tagrpo.data.sources.local import GPQA_OPTION_FIELDS, numeric_answer, strip_math_delimiters
+from tagrpo.data.sources.hub import hub_spec, load_hub
+from tagrpo.data.sources.local import load_local
+from tagrpo.data.sources.registry import SOURCES, answer_kind_for, is_multiple_choice
 from tagrpo.prompts import CHOICE_LETTERS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
@@ -75,8 +75,10 @@ EXPECTED = {
 
 
 def test_registry_covers_every_source() -> None:
-    assert set(LOCAL_SOURCES) == set(NORMALISERS) == set(HUB_SOURCES) == set(EXPECTED)
-    assert set(TRAIN_SOURCES) | set(EVAL_SOURCES) == set(LOCAL_SOURCES)
+    """Every registered source has a fixture here, and is registered under its own name."""
+    assert set(SOURCES) == set(EXPECTED)
+    assert all(name == source.name for name, source in SOURCES.items())
+    assert {n for n, s in SOURCES.items() if s.split == "train"} == {"math", "openr1_math"}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -194,14 +196,14 @@ def test_olympiad_string_fields_and_context() -> None:
         "is_multiple_answer": "True",
         "solution": "['First.', 'Second.']",
     }
-    question = normalise_olympiadbench(record, 0)
+    question = olympiadbench.SOURCE.normalise(record, 0)
     assert isinstance(question, Question)
     assert question.answer == "1, -1"
     assert question.problem == "Let $x$ be a real number.\n\nFind $x$."
     assert question.solution == "First.\n\nSecond."
     assert question.meta["is_multiple_answer"] is True
     # literal_eval only: an expression is a parse failure, never executed
-    bad = normalise_olympiadbench({**record, "final_answer": "[__import__('os')]"}, 3)
+    bad = olympiadbench.SOURCE.normalise({**record, "final_answer": "[__import__('os')]"}, 3)
     assert isinstance(bad, Rejection) and bad.reason == "bad_answer" and bad.upstream_id == "1"
 
 
@@ -233,7 +235,9 @@ def test_gpqa_options_and_gold_letter() -> None:
         assert question.choices is not None and len(question.choices) == 4
         gold_text = question.choices[CHOICE_LETTERS.index(question.answer)]
         assert gold_text == record["Correct Answer"].strip()
-        assert sorted(question.choices) == sorted(record[f].strip() for f in GPQA_OPTION_FIELDS)
+        assert sorted(question.choices) == sorted(
+            record[f].strip() for f in gpqa_diamond.OPTION_FIELDS
+        )
         assert "Question_w_answers" not in question.meta
         assert question.problem != record["Question_w_answers"]
     flagged = [q for q in result.questions if q.meta.get("duplicate_distractors")]
@@ -264,29 +268,34 @@ def test_gpqa_shuffle_independent_of_row_position() -> None:
         "Incorrect Answer 2": "zinc",
         "Incorrect Answer 3": "iron",
     }
-    at_zero = normalise_gpqa_diamond(record, 0, seed=1)
-    at_fifty = normalise_gpqa_diamond(record, 50, seed=1)
+    at_zero = gpqa_diamond.SOURCE.normalise(record, 0, seed=1)
+    at_fifty = gpqa_diamond.SOURCE.normalise(record, 50, seed=1)
     assert isinstance(at_zero, Question) and isinstance(at_fifty, Question)
     assert (at_zero.choices, at_zero.answer) == (at_fifty.choices, at_fifty.answer)
 
 
 def test_gpqa_gold_letters_balanced_on_many_questions() -> None:
     letters = collections.Counter(
-        CHOICE_LETTERS[gpqa_permutation(f"synthetic question {i}", 0).index(0)] for i in range(800)
+        CHOICE_LETTERS[gpqa_diamond.option_permutation(f"synthetic question {i}", 0).index(0)]
+        for i in range(800)
     )
     assert set(letters) == set(CHOICE_LETTERS[:4])
     assert all(150 <= count <= 250 for count in letters.values()), letters
 
 
 def test_normaliser_rejection_keeps_upstream_id() -> None:
-    outcome = normalise_math({"unique_id": "train/x/1.json", "problem": "p", "solution": "none"}, 7)
+    outcome = hendrycks_math.SOURCE.normalise(
+        {"unique_id": "train/x/1.json", "problem": "p", "solution": "none"}, 7
+    )
     assert isinstance(outcome, Rejection)
     assert (outcome.reason, outcome.row_index, outcome.upstream_id) == (
         "no_boxed_answer",
         7,
         "train/x/1.json",
     )
-    wrong_type = normalise_math({"unique_id": "a", "problem": 3, "solution": "\\boxed{1}"}, 0)
+    wrong_type = hendrycks_math.SOURCE.normalise(
+        {"unique_id": "a", "problem": 3, "solution": "\\boxed{1}"}, 0
+    )
     assert isinstance(wrong_type, Rejection) and wrong_type.reason == "invalid_field"
 
 
@@ -409,7 +418,9 @@ def test_hub_gpqa_shuffle_matches_local(fake_hub) -> None:
     }
     fake = fake_hub({("Idavidrein/gpqa", "gpqa_diamond", "train"): [record]})
     question = load_hub("gpqa_diamond", seed=5).questions[0]
-    local = normalise_gpqa_diamond({k: v for k, v in record.items() if k != "Record ID"}, 0, seed=5)
+    local = gpqa_diamond.SOURCE.normalise(
+        {k: v for k, v in record.items() if k != "Record ID"}, 0, seed=5
+    )
     assert isinstance(local, Question)
     assert (question.choices, question.answer) == (local.choices, local.answer)
     assert (question.id, question.subject) == ("gpqa_diamond-rec42", "Chemistry")
@@ -480,3 +491,136 @@ def test_openr1_keeps_verified_word_problems_and_reads_parquet(tmp_path: Path) -
     pq.write_table(pa.Table.from_pylist(rows[:2]), tmp_path / "openr1_math" / "train.parquet")
     from_parquet = load_local("openr1_math", tmp_path)
     assert [q.id for q in from_parquet.questions] == ["openr1_math-u-1", "openr1_math-u-2"]
+
+
+# --------------------------------------------------------------------------- the registry
+
+
+@pytest.mark.parametrize(
+    ("benchmark", "answer", "kind"),
+    [
+        ("gpqa_diamond", "B", "multiple_choice"),
+        ("miniworld_choice", "(c)", "multiple_choice"),
+        ("mini_choice", "A", "multiple_choice"),
+        ("gpqa_diamond", "10^{-4} eV", "math"),  # a gold that is not a letter
+        ("math500", "B", "math"),
+        (None, "3", "math"),
+    ],
+)
+def test_answer_kind_for(benchmark: str | None, answer: str, kind: str) -> None:
+    assert answer_kind_for(benchmark, answer) == kind
+
+
+def test_multiple_choice_is_declared_on_the_source() -> None:
+    """The multiple-choice names come from the sources' answer kinds (plus the mini world's)."""
+    names = [*SOURCES, "mini_choice", "miniworld_choice", "mini_arith", "gsm8k", None]
+    assert [n for n in names if is_multiple_choice(n)] == [
+        "gpqa_diamond",
+        "mini_choice",
+        "miniworld_choice",
+    ]
+    assert {n: (s.choices, s.chance_level) for n, s in SOURCES.items() if s.choices} == {
+        "gpqa_diamond": (4, 0.25)
+    }
+    assert SOURCES["amc23"].chance_level is None
+    free_form = replace(SOURCES["amc23"], name="new_choice")
+    with pytest.raises(ValueError, match="multiple-choice source needs choices"):
+        replace(free_form, answer_kind="multiple_choice")
+    with pytest.raises(ValueError, match="multiple-choice source needs choices"):
+        replace(free_form, choices=5)
+
+
+def test_loader_options_are_the_row_builders_keywords() -> None:
+    assert {n: s.loader_options() for n, s in SOURCES.items() if s.loader_options()} == {
+        "math": {"keep_empty_boxed"},
+        "gpqa_diamond": {"seed", "reject_duplicate_distractors"},
+    }
+
+
+def test_file_and_group_of_each_benchmark() -> None:
+    """The paper's Table 1 groups, as the paper and local profiles average them."""
+    from tagrpo.config.params import read_yaml_mapping
+    from tagrpo.paths import project_root
+
+    assert {n: s.file for n, s in SOURCES.items()} == {
+        name: f"{name}/{SOURCES[name].split}.jsonl" for name in SOURCES
+    }
+    declared: dict[str, list[str]] = {}
+    for name, source in SOURCES.items():
+        if source.group is not None:
+            declared.setdefault(source.group, []).append(name)
+    for profile in ("paper.yaml", "local.yaml"):
+        groups = read_yaml_mapping(project_root() / "profiles" / profile)["evaluate"]["groups"]
+        assert {g: sorted(m) for g, m in groups.items()} == {
+            g: sorted(m) for g, m in declared.items()
+        }, profile
+
+
+def _toy_build(record: Mapping[str, Any], row_index: int, *, flip: bool = False) -> Question:
+    answer = required_text(record, "answer")
+    return Question(
+        id=TOY.question_id(record, row_index),
+        source="toy_choice",
+        split="test",
+        problem=problem_text(record),
+        answer=("B" if answer == "A" else "A") if flip else answer,
+        answer_kind="multiple_choice",
+        choices=["yes", "no", "maybe"],
+    )
+
+
+TOY = Source(
+    name="toy_choice",
+    title="Toy",
+    split="test",
+    file="toy_choice/test.jsonl",
+    id_field="id",
+    build=_toy_build,
+    hub=(HubSpec("someone/toy", "test"),),
+    answer_kind="multiple_choice",
+    choices=3,
+)
+
+
+def test_a_new_source_needs_its_module_and_a_registry_entry_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Validation, loading, the input manifest, grading's answer kind and the report's chance
+    floor all read the registered Source: registering it is all a new benchmark takes."""
+    from tagrpo.config.params import config_with
+    from tagrpo.data.build import load_sources
+    from tagrpo.data.inputs import local_source_files
+    from tagrpo.report.chance import multiple_choice_options
+
+    (tmp_path / "toy_choice").mkdir()
+    rows = [{"id": 7, "problem": "Is it?", "answer": "A"}, {"id": 7, "problem": "Again?"}]
+    (tmp_path / "toy_choice" / "test.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
+    monkeypatch.setenv("TAGRPO_DATA_DIR", str(tmp_path))
+    overrides = {
+        "data.source": "local",
+        "data.local.train": ["toy_choice"],
+        "data.local.benchmarks": ["toy_choice"],
+        "data.local.options": {"toy_choice": {"flip": True}},
+        "evaluate.groups": {},
+    }
+    with pytest.raises(ValueError, match="unknown sources \\['toy_choice'\\]"):
+        config_with(overrides)
+    monkeypatch.setitem(SOURCES, "toy_choice", TOY)
+    config = config_with(overrides)
+    with pytest.raises(ValueError, match="unknown loader options \\['seed'\\]"):
+        config_with({**overrides, "data.local.options": {"toy_choice": {"seed": 1}}})
+
+    loaded = load_sources(config).benchmarks["toy_choice"]
+    assert (loaded.source, loaded.split, loaded.counts()) == (
+        "toy_choice",
+        "test",
+        {"rows_in": 2, "kept": 1, "rejected": 1},
+    )
+    assert [(q.id, q.answer) for q in loaded.questions] == [("toy_choice-7", "B")]
+    assert [(r.row_index, r.reason, r.upstream_id) for r in loaded.rejections] == [
+        (1, "missing_field", "7")
+    ]
+    assert local_source_files(config) == ["toy_choice/test.jsonl"]
+    assert multiple_choice_options(config) == {"toy_choice": 3}
+    assert answer_kind_for("toy_choice", "C") == "multiple_choice"
+    assert hub_spec("toy_choice").repo_id == "someone/toy"

@@ -9,12 +9,7 @@ from math_verify import LatexExtractionConfig
 
 from tagrpo.grading import verify
 from tagrpo.grading.normalize import normalize_answer, split_tuple
-from tagrpo.grading.verify import (
-    MULTIPLE_CHOICE_BENCHMARKS,
-    GradeResult,
-    answer_kind_for,
-    grade_response,
-)
+from tagrpo.grading.verify import GradeResult, grade_response
 
 
 def boxed(answer: str) -> str:
@@ -148,25 +143,6 @@ def test_multiple_choice(response, gold, expected):
 def test_unknown_answer_kind_is_an_error():
     with pytest.raises(ValueError, match="answer_kind"):
         grade_response("\\boxed{1}", "1", "free_text")
-
-
-@pytest.mark.parametrize(
-    ("benchmark", "answer", "kind"),
-    [
-        ("gpqa_diamond", "B", "multiple_choice"),
-        ("miniworld_choice", "(c)", "multiple_choice"),
-        ("mini_choice", "A", "multiple_choice"),
-        ("gpqa_diamond", "10^{-4} eV", "math"),  # a gold that is not a letter
-        ("math500", "B", "math"),
-        (None, "3", "math"),
-    ],
-)
-def test_answer_kind_for(benchmark, answer, kind):
-    assert answer_kind_for(benchmark, answer) == kind
-
-
-def test_registry():
-    assert {"gpqa_diamond", "miniworld_choice"} <= MULTIPLE_CHOICE_BENCHMARKS
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Literal
 
 from pydantic import field_validator, model_validator
@@ -66,20 +65,19 @@ class SyntheticSettings(ConfigModel):
 
 
 def _check_source_names(names: list[str], kind: str) -> list[str]:
-    from tagrpo.data.sources.local import LOCAL_SOURCES
+    from tagrpo.data.sources.registry import SOURCES
 
-    unknown = [name for name in names if name not in LOCAL_SOURCES]
+    unknown = [name for name in names if name not in SOURCES]
     if unknown:
-        raise ValueError(f"unknown {kind} {unknown}; allowed: {sorted(LOCAL_SOURCES)}")
+        raise ValueError(f"unknown {kind} {unknown}; allowed: {sorted(SOURCES)}")
     return names
 
 
 def _loader_options(name: str) -> set[str]:
-    from tagrpo.data.sources.local import LOCAL_SOURCES
+    """The options a source's row builder takes (data.max_problem_chars is set for all)."""
+    from tagrpo.data.sources.registry import SOURCES
 
-    parameters = inspect.signature(LOCAL_SOURCES[name]).parameters.values()
-    keyword = {p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    return keyword - {"max_problem_chars"}  # data.max_problem_chars sets it for every source
+    return SOURCES[name].loader_options()
 
 
 class FileSourceSettings(ConfigModel):

@@ -18,11 +18,11 @@ from tagrpo.verify import file_md5
 
 def local_source_files(config: Params) -> list[str]:
     """The files (relative to the data directory) the local source reads, in load order."""
-    from tagrpo.data.sources.local import SOURCE_FILES
+    from tagrpo.data.sources.registry import SOURCES
 
     settings = config.data.local
     names = dict.fromkeys([*settings.train, *settings.extra, *settings.benchmarks])
-    return [SOURCE_FILES[name][1] for name in names]
+    return [SOURCES[name].file for name in names]
 
 
 def input_manifest(config: Params) -> dict[str, Any]:

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tagrpo.grading.extract import all_boxed, extract_choice, last_boxed
-    from tagrpo.grading.kinds import MULTIPLE_CHOICE_BENCHMARKS, answer_kind_for
     from tagrpo.grading.normalize import normalize_answer
     from tagrpo.grading.pool import GradeItem, GradingPool, grade_many
     from tagrpo.grading.verify import GradeResult, grade_response
@@ -22,19 +21,15 @@ _EXPORTS = {
     "GradeItem": "pool",
     "GradingPool": "pool",
     "grade_many": "pool",
-    "MULTIPLE_CHOICE_BENCHMARKS": "kinds",
     "GradeResult": "verify",
-    "answer_kind_for": "kinds",
     "grade_response": "verify",
 }
 
 __all__ = [
-    "MULTIPLE_CHOICE_BENCHMARKS",
     "GradeItem",
     "GradeResult",
     "GradingPool",
     "all_boxed",
-    "answer_kind_for",
     "extract_choice",
     "grade_many",
     "grade_response",

@@ -65,7 +65,7 @@ from functools import lru_cache
 from typing import Any
 
 from tagrpo.grading.extract import choice_letter, extract_choice, last_boxed
-from tagrpo.grading.kinds import ANSWER_KINDS, MULTIPLE_CHOICE_BENCHMARKS, answer_kind_for
+from tagrpo.grading.kinds import ANSWER_KINDS
 from tagrpo.grading.normalize import (
     NormalizedAnswer,
     compact,
@@ -554,10 +554,8 @@ if os.environ.get(WARM_UP_ON_IMPORT_ENV) == "1":
 __all__ = [
     "ANSWER_KINDS",
     "MAX_ANSWER_CHARS",
-    "MULTIPLE_CHOICE_BENCHMARKS",
     "GradeResult",
     "NumberValue",
-    "answer_kind_for",
     "equivalent",
     "extract_answer",
     "extract_pred",

@@ -1,9 +1,7 @@
-"""Chance floors of multiple-choice benchmarks: which benchmarks are multiple choice (and with
-how many options), the chance pass@k of a benchmark or of a group average holding one, and the
-one definition of the k from which a multiple-choice benchmark stops being informative.
-
-(Here rather than in :mod:`tagrpo.metrics` or :mod:`tagrpo.data`: only the report reads them,
-and those folders are dependencies of the evaluation and data stages.)
+"""Chance floors of multiple-choice benchmarks: which of a profile's benchmarks are multiple
+choice (and with how many options: declared on each source, :mod:`tagrpo.data.sources`, or in
+the mini world's params), the chance pass@k of a benchmark or of a group average holding one,
+and the one definition of the k from which a multiple-choice benchmark stops being informative.
 """
 
 from __future__ import annotations
@@ -13,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tagrpo.data.sources.registry import SOURCES
 from tagrpo.metrics.compare import chance_pass_at_k
 
 if TYPE_CHECKING:
@@ -26,15 +25,13 @@ MIN_MARGIN = 0.05
 
 
 def multiple_choice_options(config: Params) -> dict[str, int]:
-    """The profile's multiple-choice benchmarks -> options per question (of the file and hub
-    sources, GPQA-Diamond: its correct answer and three incorrect ones)."""
-    from tagrpo.data.sources.local import GPQA_OPTION_FIELDS
-
-    sources = {"gpqa_diamond": len(GPQA_OPTION_FIELDS)}
+    """The profile's multiple-choice benchmarks -> options per question: a file or hub
+    source's ``choices`` (:mod:`tagrpo.data.sources`), a mini-world benchmark's ``options``."""
     if config.data.source == "synthetic":
         benchmarks = config.data.synthetic.benchmarks
         return {n: b.options for n, b in sorted(benchmarks.items()) if b.multiple_choice}
-    return {name: sources[name] for name in sorted(config.benchmark_names()) if name in sources}
+    chosen = [SOURCES[name] for name in sorted(config.benchmark_names())]
+    return {source.name: source.choices for source in chosen if source.choices is not None}
 
 
 def chance_floor(

@@ -25,8 +25,9 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
+from tagrpo.data.sources.registry import answer_kind_for
 from tagrpo.grading.pool import GradeItem, GradingPool
-from tagrpo.grading.verify import ANSWER_KINDS, GradeResult, answer_kind_for
+from tagrpo.grading.verify import ANSWER_KINDS, GradeResult
 
 _POOL_LOCK = threading.Lock()
 _POOLS: dict[tuple[int, float], GradingPool] = {}

@@ -2,8 +2,8 @@
 
 These ids are **not exercised offline**: the project's default profile reads the local copies
 (:mod:`tagrpo.data.sources.local`) and the tests replace ``datasets.load_dataset`` with a fake.
-Each hub copy has its own field names; a small *adapter* renames them to the local layout and
-the row is then normalised by the very same ``normalise_<name>`` function as the local file, so
+Each hub copy (a source's ``hub`` specs) has its own field names; its *adapter* renames them to
+the local layout and the row is then built by the very same row builder as the local file, so
 answer extraction, id schemes and rejection reasons are written once.
 
 Differences from the local copies a user should know about:
@@ -22,98 +22,17 @@ Differences from the local copies a user should know about:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 from tagrpo.data.schema import LoadResult
-from tagrpo.data.sources.local import normalise_records
-
-Adapter = Callable[[Mapping[str, Any], "str | None", int], dict[str, Any]]
-
-MATH_SUBJECT_CONFIGS = (
-    "algebra",
-    "counting_and_probability",
-    "geometry",
-    "intermediate_algebra",
-    "number_theory",
-    "prealgebra",
-    "precalculus",
-)
-
-
-def _identity(record: Mapping[str, Any], config: str | None, row: int) -> dict[str, Any]:
-    return dict(record)
-
-
-def _math_eleuther(record: Mapping[str, Any], config: str | None, row: int) -> dict[str, Any]:
-    return {**record, "unique_id": f"train/{config}/hub-{row}"}
-
-
-def _math_lighteval(record: Mapping[str, Any], config: str | None, row: int) -> dict[str, Any]:
-    return {**record, "unique_id": f"train/hub-{row}"}
-
-
-def _answer_as_final_answer(
-    record: Mapping[str, Any], config: str | None, row: int
-) -> dict[str, Any]:
-    # math-ai/olympiadbench: a plain answer column instead of final_answer (a list upstream)
-    mapped = dict(record)
-    if mapped.get("final_answer") is None and mapped.get("answer") is not None:
-        mapped["final_answer"] = [str(mapped["answer"])]
-    return mapped
-
-
-def _question_as_problem(record: Mapping[str, Any], config: str | None, row: int) -> dict[str, Any]:
-    # math-ai/minervamath names the problem "question" and gives the answer directly
-    mapped = dict(record)
-    if mapped.get("problem") is None and mapped.get("question") is not None:
-        mapped["problem"] = mapped["question"]
-    return mapped
-
-
-@dataclass(frozen=True)
-class HubSpec:
-    """One Hugging Face copy of a source: repo, configs (concatenated in order), split, adapter."""
-
-    repo_id: str
-    split: str
-    configs: tuple[str | None, ...] = (None,)
-    adapter: Adapter = _identity
-
-
-# The first spec of each source is the default; the others can be chosen with ``repo_id=``.
-HUB_SOURCES: dict[str, tuple[HubSpec, ...]] = {
-    "math": (
-        HubSpec("EleutherAI/hendrycks_math", "train", MATH_SUBJECT_CONFIGS, _math_eleuther),
-        HubSpec("DigitalLearningGmbH/MATH-lighteval", "train", ("default",), _math_lighteval),
-    ),
-    "math500": (HubSpec("HuggingFaceH4/MATH-500", "test"),),
-    "amc23": (HubSpec("math-ai/amc23", "test"),),
-    "aime24": (
-        HubSpec("HuggingFaceH4/aime_2024", "train"),
-        HubSpec("math-ai/aime24", "test"),
-    ),
-    "aime25": (
-        HubSpec("math-ai/aime25", "test"),
-        HubSpec("yentinglin/aime_2025", "train"),
-    ),
-    "olympiadbench": (
-        HubSpec("Hothan/OlympiadBench", "train", ("OE_TO_maths_en_COMP",)),
-        HubSpec("math-ai/olympiadbench", "test", (None,), _answer_as_final_answer),
-    ),
-    "minerva_math": (HubSpec("math-ai/minervamath", "test", (None,), _question_as_problem),),
-    "gpqa_diamond": (HubSpec("Idavidrein/gpqa", "train", ("gpqa_diamond",)),),
-    # The data-scaling pool (paper section 5.5); "default" holds the ~94k verified rows.
-    "openr1_math": (HubSpec("open-r1/OpenR1-Math-220k", "train", ("default",)),),
-}
+from tagrpo.data.sources.base import HubSpec, normalise_records
+from tagrpo.data.sources.registry import get_source
 
 
 def hub_spec(name: str, repo_id: str | None = None) -> HubSpec:
     """The default (or the named) Hugging Face copy of a source."""
-    if name not in HUB_SOURCES:
-        raise KeyError(f"unknown source {name!r}; known: {sorted(HUB_SOURCES)}")
-    specs = HUB_SOURCES[name]
+    specs = get_source(name).hub
     if repo_id is None:
         return specs[0]
     for spec in specs:
@@ -137,9 +56,11 @@ def _hub_records(spec: HubSpec, revision: str | None) -> Iterator[tuple[int, dic
 def load_hub(
     name: str, *, repo_id: str | None = None, revision: str | None = None, **options: Any
 ) -> LoadResult:
-    """Load a source from the Hugging Face Hub with the same rules as :func:`load_local`.
+    """Load a source from the Hugging Face Hub with the same rules as
+    :func:`~tagrpo.data.sources.local.load_local`.
 
-    ``options`` are the normaliser options (``seed`` for GPQA, ``keep_empty_boxed`` for MATH).
+    ``options`` are the row builder's options (``seed`` for GPQA, ``keep_empty_boxed`` for MATH)
+    and ``max_problem_chars``.
     """
     spec = hub_spec(name, repo_id)
-    return normalise_records(name, _hub_records(spec, revision), **options)
+    return normalise_records(get_source(name), _hub_records(spec, revision), **options)
