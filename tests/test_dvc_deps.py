@@ -15,6 +15,7 @@ from tagrpo.pipeline.stage_deps import (
     command_modules,
     compact,
     covers,
+    dvc_stages,
     main,
 )
 
@@ -24,6 +25,11 @@ def write(root: Path, files: dict[str, str]) -> None:
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+
+
+def dvc_project(root: Path) -> None:
+    """A DVC project without git (what ``dvc init --no-scm`` writes; no DVC logging set up)."""
+    write(root, {".dvc/config": "[core]\n    no_scm = True\n"})
 
 
 # Every way a module of this repository gets loaded, and one module nothing loads.
@@ -160,11 +166,8 @@ def test_dvc_command_checks_stages_as_dvc_expands_them(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The command reads dvc.yaml through DVC itself (matrix items, anchors, params deps)."""
-    from dvc.repo import Repo
-
     write(tmp_path, PROJECT)
-    Repo.init(str(tmp_path), no_scm=True).close()
-    capsys.readouterr()
+    dvc_project(tmp_path)
     write(
         tmp_path,
         {
@@ -197,14 +200,40 @@ def test_dvc_command_checks_stages_as_dvc_expands_them(
     assert capsys.readouterr().out == "every loaded file is covered by a dep (1 stages)\n"
 
 
-def test_dvc_yaml_deps_cover_every_project_file_each_stage_loads() -> None:
+def stages_with_every_profile(root: Path, tmp_path: Path) -> dict[str, tuple[str, tuple]]:
+    """The stages DVC expands from dvc.yaml with params.yaml and with each profile applied (the
+    default runs no data-scaling stage; profiles/data-scaling.yaml does)."""
+    import shutil
+
+    import yaml
+
+    from tagrpo.config.params import merged_with_profile
+
+    stages = dict(dvc_stages(root))
+    for profile in sorted((root / "profiles").glob("*.yaml")):
+        checkout = tmp_path / profile.stem
+        dvc_project(checkout)
+        shutil.copy(root / "dvc.yaml", checkout / "dvc.yaml")
+        merged = merged_with_profile(profile, root / "params.yaml")
+        (checkout / "params.yaml").write_text(yaml.safe_dump(merged))
+        stages |= {
+            f"{name} ({profile.name})": stage for name, stage in dvc_stages(checkout).items()
+        }
+    return stages
+
+
+def test_dvc_yaml_deps_cover_every_project_file_each_stage_loads(tmp_path: Path) -> None:
     """Editing any module a stage imports (at any depth, even inside a function) reruns it.
 
     Fix a failure by adding the file, or its package folder, to the stage's deps in dvc.yaml;
     ``python -m tagrpo.pipeline.stage_deps`` prints the folder deps each stage needs.
     """
-    results = check_stages(project_root())
-    assert {result.stage.partition("@")[0] for result in results} >= {"train", "evaluate"}
+    import yaml
+
+    root = project_root()
+    results = check_stages(root, stages_with_every_profile(root, tmp_path))
+    declared = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    assert {result.stage.partition("@")[0].partition(" ")[0] for result in results} == set(declared)
     missing = [f"{result.stage}: {path}" for result in results for path in result.missing]
     assert not missing, "deps that dvc.yaml does not declare:\n" + "\n".join(missing)
 

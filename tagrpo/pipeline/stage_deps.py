@@ -21,7 +21,8 @@ What counts as loaded (static, with ``ast``; it over-approximates, never under):
 
 Not seen: ``import_module(name)`` with a project module name computed at run time (none today).
 
-    python -m tagrpo.pipeline.stage_deps            # the code each stage needs, as compact deps
+    python -m tagrpo.pipeline.stage_deps            # each stage's code deps (package folders)
+    python -m tagrpo.pipeline.stage_deps --files    # ... as files (a folder when all are used)
     python -m tagrpo.pipeline.stage_deps --check    # exit 1 listing the deps missing per stage
 """
 
@@ -278,6 +279,18 @@ def compact(root: str | Path, files: Iterable[str]) -> list[str]:
     return sorted(result)
 
 
+def folder_deps(files: Iterable[str]) -> list[str]:
+    """``files`` as dvc.yaml writes code deps: a file inside a subpackage (``tagrpo/grading/...``)
+    as that package's folder, a file at the top of a package (``tagrpo/paths.py``) as itself.
+
+    A folder dep over-covers (the stage reruns when a module of the package it never loads
+    changes) and in return needs no edit when a module is added to a package.
+    """
+    return sorted(
+        {"/".join(path.split("/")[:2]) if path.count("/") >= 2 else path for path in files}
+    )
+
+
 def _grouped(results: list[StageDeps]) -> dict[str, list[StageDeps]]:
     """Matrix items of one dvc.yaml stage (``train@grpo-0``, ...) under its key."""
     groups: dict[str, list[StageDeps]] = {}
@@ -291,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", default=".", help="the checkout with dvc.yaml (default: .)")
     parser.add_argument(
         "--check", action="store_true", help="list the missing deps per stage; exit 1 if any"
+    )
+    parser.add_argument(
+        "--files", action="store_true", help="print the files each stage needs, not folders"
     )
     args = parser.parse_args(argv)
     root = Path(args.root)
@@ -310,8 +326,9 @@ def main(argv: list[str] | None = None) -> int:
                 print("".join(f"  - {dep}\n" for dep in unneeded), end="")
         else:
             needed = sorted({path for item in items for path in item.needed})
+            deps = compact(root, needed) if args.files else folder_deps(needed)
             print(f"{label}: runs {', '.join(items[0].modules)}; code deps:")
-            print("".join(f"  - {path}\n" for path in compact(root, needed)), end="")
+            print("".join(f"  - {path}\n" for path in deps), end="")
     if args.check and not failed:
         print(f"every loaded file is covered by a dep ({len(results)} stages)")
     return 1 if failed else 0
