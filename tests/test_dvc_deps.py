@@ -16,6 +16,7 @@ from tagrpo.pipeline.stage_deps import (
     compact,
     covers,
     dvc_stages,
+    folder_deps,
     main,
 )
 
@@ -162,6 +163,26 @@ def test_compact_writes_a_folder_only_when_all_its_modules_are_needed(tmp_path: 
     ]
 
 
+def test_folder_deps_name_a_package_when_the_stage_loads_at_least_half(tmp_path: Path) -> None:
+    write(tmp_path, PROJECT)
+    assert folder_deps(tmp_path, LOADED) == [
+        "pkg/__init__.py",
+        "pkg/a.py",
+        "pkg/b.py",
+        "pkg/c.py",
+        "pkg/d.py",
+        "pkg/deep",  # 2 of its 2 modules
+        "pkg/e.py",
+        "pkg/f.py",
+        "pkg/g.py",
+        "pkg/sub",  # 2 of 3
+        "pkg/tables",  # data only
+        "stages/__init__.py",
+        "stages/s.py",
+    ]
+    assert folder_deps(tmp_path, {"pkg/sub/lazy.py"}) == ["pkg/sub/lazy.py"]  # 1 of 3
+
+
 def test_dvc_command_checks_stages_as_dvc_expands_them(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -190,14 +211,16 @@ def test_dvc_command_checks_stages_as_dvc_expands_them(
     assert capsys.readouterr().out == (
         "short (2 matrix items): 1 loaded file(s) no dep covers\n"
         "  - pkg/tables/table.yaml\n"
-        "short (2 matrix items): code deps it never loads (reruns it needlessly)\n"
+        "short (2 matrix items): code deps it never loads (reruns it needlessly, or gone)\n"
         "  - pkg/README.md\n"
     )
     (tmp_path / "dvc.yaml").write_text(
         "stages:\n  ok:\n    cmd: python -m stages.s\n    deps: [stages, pkg]\n"
     )
     assert main(["--root", str(tmp_path), "--check"]) == 0
-    assert capsys.readouterr().out == "every loaded file is covered by a dep (1 stages)\n"
+    assert capsys.readouterr().out == (
+        "every loaded file is covered by a dep, every code dep loaded (1 stages)\n"
+    )
 
 
 def stages_with_every_profile(root: Path, tmp_path: Path) -> dict[str, tuple[str, tuple]]:
@@ -225,8 +248,9 @@ def stages_with_every_profile(root: Path, tmp_path: Path) -> dict[str, tuple[str
 def test_dvc_yaml_deps_cover_every_project_file_each_stage_loads(tmp_path: Path) -> None:
     """Editing any module a stage imports (at any depth, even inside a function) reruns it.
 
-    Fix a failure by adding the file, or its package folder, to the stage's deps in dvc.yaml;
-    ``python -m tagrpo.pipeline.stage_deps`` prints the folder deps each stage needs.
+    Fix a failure by adding the file, or its package folder, to the stage's deps in dvc.yaml (or
+    by removing a dep it no longer loads); ``python -m tagrpo.pipeline.stage_deps`` prints the
+    folder deps each stage needs, ``--check`` what is missing or needless.
     """
     import yaml
 
@@ -236,6 +260,10 @@ def test_dvc_yaml_deps_cover_every_project_file_each_stage_loads(tmp_path: Path)
     assert {result.stage.partition("@")[0].partition(" ")[0] for result in results} == set(declared)
     missing = [f"{result.stage}: {path}" for result in results for path in result.missing]
     assert not missing, "deps that dvc.yaml does not declare:\n" + "\n".join(missing)
+    # And no code dep the command never loads (moved, renamed or no longer imported): DVC would
+    # rerun the stage for nothing, or refuse a dep that is gone.
+    needless = [f"{result.stage}: {dep}" for result in results for dep in result.unneeded]
+    assert not needless, "code deps the stage never loads:\n" + "\n".join(needless)
 
 
 def test_folder_deps_ignore_python_bytecode() -> None:

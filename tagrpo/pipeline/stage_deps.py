@@ -21,9 +21,9 @@ What counts as loaded (static, with ``ast``; it over-approximates, never under):
 
 Not seen: ``import_module(name)`` with a project module name computed at run time (none today).
 
-    python -m tagrpo.pipeline.stage_deps            # each stage's code deps (package folders)
+    python -m tagrpo.pipeline.stage_deps            # each stage's code deps (folders, files)
     python -m tagrpo.pipeline.stage_deps --files    # ... as files (a folder when all are used)
-    python -m tagrpo.pipeline.stage_deps --check    # exit 1 listing the deps missing per stage
+    python -m tagrpo.pipeline.stage_deps --check    # exit 1 listing missing or needless deps
 """
 
 from __future__ import annotations
@@ -192,7 +192,10 @@ class StageDeps:
     modules: tuple[str, ...]  # what its command runs
     needed: tuple[str, ...]  # project files the command loads
     missing: tuple[str, ...]  # needed files no dep covers
-    unneeded: tuple[str, ...]  # code deps (under a package folder) that cover no needed file
+    # Code deps (a .py file or a path in a package folder) that cover no needed file: a module
+    # moved or no longer imported, kept in dvc.yaml (DVC reruns the stage for nothing, or
+    # fails on a dep that is gone).
+    unneeded: tuple[str, ...]
 
 
 def dvc_stages(root: str | Path) -> dict[str, tuple[str, tuple[str, ...]]]:
@@ -200,7 +203,8 @@ def dvc_stages(root: str | Path) -> dict[str, tuple[str, tuple[str, ...]]]:
     from dvc.dependency.param import ParamsDependency
     from dvc.repo import Repo
 
-    with Repo(str(root)) as repo:
+    # Without git: reading dvc.yaml needs none (a source archive is checked too).
+    with Repo(str(root), config={"core": {"no_scm": True}}) as repo:
         stages = {}
         for stage in repo.index.stages:
             cmd = stage.cmd if isinstance(stage.cmd, str) else "\n".join(stage.cmd)
@@ -279,16 +283,31 @@ def compact(root: str | Path, files: Iterable[str]) -> list[str]:
     return sorted(result)
 
 
-def folder_deps(files: Iterable[str]) -> list[str]:
-    """``files`` as dvc.yaml writes code deps: a file inside a subpackage (``tagrpo/grading/...``)
-    as that package's folder, a file at the top of a package (``tagrpo/paths.py``) as itself.
+def folder_deps(root: str | Path, files: Iterable[str]) -> list[str]:
+    """``files`` as dvc.yaml writes code deps: the folder of a subpackage (``tagrpo/grading``)
+    when the stage loads at least half of its Python files, else the files themselves.
 
     A folder dep over-covers (the stage reruns when a module of the package it never loads
-    changes) and in return needs no edit when a module is added to a package.
+    changes) and in return needs no edit when a module is added to the package; at most as many
+    modules it does not load as modules it does.
     """
-    return sorted(
-        {"/".join(path.split("/")[:2]) if path.count("/") >= 2 else path for path in files}
-    )
+    root = Path(root).resolve()
+    wanted = set(files)
+    by_folder: dict[str, set[str]] = {}
+    for path in wanted:
+        parts = path.split("/")
+        if len(parts) >= 3:
+            by_folder.setdefault("/".join(parts[:2]), set()).add(path)
+    result = set(wanted)
+    for folder, used in by_folder.items():
+        modules = {
+            path.relative_to(root).as_posix()
+            for path in (root / folder).rglob("*.py")
+            if not _SKIPPED_DIRS.intersection(path.parts)
+        }
+        if 2 * len(used & modules) >= len(modules):
+            result = {path for path in result if not covers(folder, path)} | {folder}
+    return sorted(result)
 
 
 def _grouped(results: list[StageDeps]) -> dict[str, list[StageDeps]]:
@@ -303,7 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=".", help="the checkout with dvc.yaml (default: .)")
     parser.add_argument(
-        "--check", action="store_true", help="list the missing deps per stage; exit 1 if any"
+        "--check",
+        action="store_true",
+        help="list the missing and the needless code deps per stage; exit 1 if any",
     )
     parser.add_argument(
         "--files", action="store_true", help="print the files each stage needs, not folders"
@@ -322,15 +343,18 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{label}: {len(missing)} loaded file(s) no dep covers")
                 print("".join(f"  - {path}\n" for path in missing), end="")
             if unneeded:
-                print(f"{label}: code deps it never loads (reruns it needlessly)")
+                failed = True
+                print(f"{label}: code deps it never loads (reruns it needlessly, or gone)")
                 print("".join(f"  - {dep}\n" for dep in unneeded), end="")
         else:
             needed = sorted({path for item in items for path in item.needed})
-            deps = compact(root, needed) if args.files else folder_deps(needed)
+            deps = compact(root, needed) if args.files else folder_deps(root, needed)
             print(f"{label}: runs {', '.join(items[0].modules)}; code deps:")
             print("".join(f"  - {path}\n" for path in deps), end="")
     if args.check and not failed:
-        print(f"every loaded file is covered by a dep ({len(results)} stages)")
+        print(
+            f"every loaded file is covered by a dep, every code dep loaded ({len(results)} stages)"
+        )
     return 1 if failed else 0
 
 
