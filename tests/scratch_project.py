@@ -1,4 +1,5 @@
-"""A copy of this working tree as a fresh git repo without any stage output, for DVC runs.
+"""A copy of this working tree as a fresh git repo without any stage output, for DVC runs
+(and an empty project: a complete params.yaml and no stage).
 
 Copies the tracked and new (not ignored) files, deletes every output dvc.yaml declares (so a
 committed metric or an output lying in the tree cannot satisfy a stage) and dvc.lock, applies
@@ -11,12 +12,28 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
+from tagrpo.config.params import Params
 from tagrpo.dvc_stages import pipeline_outputs
 from tagrpo.paths import project_root
 
 ROOT = project_root()
+EMPTY_PROJECT_EXPERIMENT = "test-project"
+
+
+def write_empty_project(folder: Path, experiment: str = EMPTY_PROJECT_EXPERIMENT) -> Path:
+    """``folder`` with a complete params.yaml (the embedded defaults; MLflow experiment
+    ``experiment``, its store in the folder) and a dvc.yaml without stages: a project root."""
+    folder.mkdir(parents=True, exist_ok=True)
+    params = Params().model_dump(mode="json")
+    params["common"]["tracking"]["experiment"] = experiment
+    (folder / "params.yaml").write_text(yaml.safe_dump(params))
+    (folder / "dvc.yaml").write_text("stages: {}\n")
+    return folder
 
 
 def run_checked(
@@ -75,3 +92,12 @@ def scratch_project(target: Path, profile: str | None = None) -> dict[str, str]:
     run_checked([*git, "add", "-A"], target, env)
     run_checked([*git, "commit", "-q", "-m", "scratch"], target, env)
     return env
+
+
+@dataclass(frozen=True)
+class SmokeRun:
+    """A scratch checkout reproduced with the smoke profile, and what `dvc repro` printed."""
+
+    checkout: Path
+    env: dict[str, str]
+    log: str

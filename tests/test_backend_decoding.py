@@ -21,7 +21,7 @@ NEW_TOKENS = 16
 
 
 @pytest.fixture(scope="module")
-def policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def policy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("decoding_policy")
     return save_chat_policy(directory, PROBLEMS, seed=1, weight_scale=2.0)
 
@@ -54,10 +54,10 @@ def _until_eos(row: list[int], eos: int) -> list[int]:
     return row[: row.index(eos) + 1] if eos in row else row
 
 
-def test_dropping_finished_rows_keeps_every_greedy_continuation(policy: Path) -> None:
+def test_dropping_finished_rows_keeps_every_greedy_continuation(policy_dir: Path) -> None:
     """Greedy decoding draws no random numbers, so every row must continue exactly as in the
     full batch: the cache, mask and positions of the rows that stay are carried over intact."""
-    model, tokenizer = load_causal_lm(policy)
+    model, tokenizer = load_causal_lm(policy_dir)
     full = _run(model, tokenizer, tokenizer.eos_token_id, None, temperature=0).tolist()
 
     # A random tiny model rarely says its end token: the end token of this test is the one
@@ -77,8 +77,8 @@ def test_dropping_finished_rows_keeps_every_greedy_continuation(policy: Path) ->
                 assert set(row[row.index(eos) + 1 :]) <= {tokenizer.pad_token_id}
 
 
-def test_sampling_with_dropping_is_seeded_and_respects_the_budget(policy: Path) -> None:
-    model, tokenizer = load_causal_lm(policy)
+def test_sampling_with_dropping_is_seeded_and_respects_the_budget(policy_dir: Path) -> None:
+    model, tokenizer = load_causal_lm(policy_dir)
     eos = tokenizer.eos_token_id
     first = _run(model, tokenizer, eos, 0.25, temperature=1.0, seed=7)
     again = _run(model, tokenizer, eos, 0.25, temperature=1.0, seed=7)
@@ -88,8 +88,8 @@ def test_sampling_with_dropping_is_seeded_and_respects_the_budget(policy: Path) 
     assert first.shape[0] == 3 * 4 and first.shape[1] <= NEW_TOKENS
 
 
-def test_the_cache_grows_and_shrinks_with_the_batch(policy: Path) -> None:
-    model, _ = load_causal_lm(policy)
+def test_the_cache_grows_and_shrinks_with_the_batch(policy_dir: Path) -> None:
+    model, _ = load_causal_lm(policy_dir)
     cache = sampling_cache(model.config)
     keys = torch.randn(4, model.config.num_key_value_heads, 3, 8)
     for layer in cache.layers:

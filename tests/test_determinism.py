@@ -39,7 +39,7 @@ def _snapshot(root: Path, weights: list[str], metrics: str) -> tuple[dict[str, s
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+def upstream_checkout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     target = tmp_path_factory.mktemp("determinism")
     env = scratch_project(target, "profiles/smoke.yaml")
     run_checked(["dvc", "repro", "check_equivalence"], target, env)
@@ -63,8 +63,10 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, s
     ],
     ids=["base_model", "train-ta_grpo", "train-grpo_ds"],
 )
-def test_a_stage_run_twice_gives_identical_outputs(project, command, weights, metrics) -> None:
-    root, env = project
+def test_a_stage_run_twice_gives_identical_outputs(
+    upstream_checkout, command, weights, metrics
+) -> None:
+    root, env = upstream_checkout
     snapshots = []
     for _ in range(2):
         run_checked([sys.executable, "-m", *command], root, env)

@@ -25,7 +25,6 @@ from tagrpo.equivalence.dataset import read_rephrased
 from tagrpo.miniworld.dataset import build_miniworld
 from tagrpo.miniworld.tokenizer import train_tokenizer
 from tagrpo.miniworld.warmstart import TinyModelConfig, build_model, save_policy
-from tagrpo.tracking import PARENT_RUN_ENV
 
 KEY_ENV = "TAGRPO_STAGE_TEST_KEY"
 SECRET = "sk-stage-test-9f8e7d6c5b4a"
@@ -52,23 +51,20 @@ def _params(tmp: Path, rephrase_section: dict, check_section: dict) -> dict:
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A scratch checkout: train split of 6 mini-world questions and a tiny random policy."""
-    for key in ("MLFLOW_TRACKING_URI", PARENT_RUN_ENV, "TAGRPO_DATA_DIR"):
-        monkeypatch.delenv(key, raising=False)
-    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+def equivalence_project(empty_project: Path) -> Path:
+    """The empty project (the working directory) with the inputs of the two stages: a train
+    split of 6 mini-world questions and a tiny random base policy."""
     built = build_miniworld(SyntheticSettings(seed=3, train_size=QUESTIONS))
-    (tmp_path / "data" / "processed").mkdir(parents=True)
-    write_questions(built["train"].questions, str(tmp_path / "data/processed/train.parquet"))
+    (empty_project / "data" / "processed").mkdir(parents=True)
+    write_questions(built["train"].questions, str(empty_project / "data/processed/train.parquet"))
     torch.manual_seed(0)
     tokenizer = train_tokenizer([q.problem for q in built["train"].questions] * 20, 300)
     save_policy(
         build_model(tokenizer, TinyModelConfig(hidden_size=32, intermediate_size=64)),
         tokenizer,
-        tmp_path / "models/base",
+        empty_project / "models/base",
     )
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+    return empty_project
 
 
 def _reply_without_digits(body: dict) -> str:
@@ -77,14 +73,14 @@ def _reply_without_digits(body: dict) -> str:
     return f"Rephrasing it: Version {chr(65 + int(body['seed']) % 26)}. {question}"
 
 
-def _write_params(project: Path, params: dict) -> None:
+def _write_params(equivalence_project: Path, params: dict) -> None:
     """The embedded default with the test's sections over it (params.yaml is always complete)."""
     full = deep_merge(Params().model_dump(mode="json"), params)
-    (project / "params.yaml").write_text(yaml.safe_dump(full, sort_keys=False))
+    (equivalence_project / "params.yaml").write_text(yaml.safe_dump(full, sort_keys=False))
 
 
-def _mlflow_metrics(project: Path, stage: str) -> dict[str, float]:
-    client = mlflow.tracking.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+def _mlflow_metrics(equivalence_project: Path, stage: str) -> dict[str, float]:
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{equivalence_project / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("stage-test")
     runs = client.search_runs(
         [experiment.experiment_id], f"tags.stage = '{stage}'", order_by=["start_time DESC"]
@@ -92,20 +88,20 @@ def _mlflow_metrics(project: Path, stage: str) -> dict[str, float]:
     return runs[0].data.metrics
 
 
-def test_rules_backend_and_all_checks_write_the_trainers_input(project: Path) -> None:
+def test_rules_backend_and_all_checks_write_the_trainers_input(equivalence_project: Path) -> None:
     check = {
         "similarity": {"enabled": True, "threshold": 0.2},
         "consistency": {"enabled": True, "solver": "local", "k": 2, "max_new_tokens": 4},
         "policy": {"max_rounds": 1, "fallback": "pad_original"},
         "controls": {"enabled": True},
     }
-    _write_params(project, _params(project, {}, check))
+    _write_params(equivalence_project, _params(equivalence_project, {}, check))
     produced = rephrase.main([])
     assert (produced["questions"], produced["slots"], produced["missing"]) == (6, 18, 0)
     assert produced["rules/transform/family"] == 18.0
     summary = check_equivalence.main([])
 
-    rows = read_rephrased(project / "data/rephrased/train.parquet")
+    rows = read_rephrased(equivalence_project / "data/rephrased/train.parquet")
     assert len(rows) == QUESTIONS and all(len(texts) == 3 for _, texts, _ in rows)
     assert all(fallback == 0 for _, _, fallback in rows)
     assert all(q.problem not in texts for q, texts, _ in rows)
@@ -115,25 +111,25 @@ def test_rules_backend_and_all_checks_write_the_trainers_input(project: Path) ->
     assert summary["accepted_unverified"] == 18
     assert summary["questions"] == {"rows_in": 6, "kept": 6, "rejected": 0}
     assert summary["controls"]["number_changed"]["rejected_by"] == {"structural": 6}
-    verdicts = pq.read_table(project / "data/rephrased/verdicts.parquet").to_pandas()
+    verdicts = pq.read_table(equivalence_project / "data/rephrased/verdicts.parquet").to_pandas()
     assert len(verdicts[verdicts["kind"] == "candidate"]) == 18
     assert verdicts.loc[verdicts["kind"] == "candidate", "similarity"].notna().all()
     assert (verdicts.loc[verdicts["kind"] == "candidate", "solver_k"] == 2).all()
-    assert pq.read_table(project / "data/rephrased/rejections.parquet").num_rows == 0
+    assert pq.read_table(equivalence_project / "data/rephrased/rejections.parquet").num_rows == 0
 
-    stored = json.loads((project / "metrics/check_equivalence.json").read_text())
+    stored = json.loads((equivalence_project / "metrics/check_equivalence.json").read_text())
     assert stored["checks"]["consistency"]["reached"] == 18
-    section = (project / "reports/sections/equivalence.md").read_text()
+    section = (equivalence_project / "reports/sections/equivalence.md").read_text()
     assert section.startswith("## Rephrasings and their equivalence checks")
     assert "| similarity | 18 | 18 | 100.0% |" in section
-    logged = _mlflow_metrics(project, "check_equivalence")
+    logged = _mlflow_metrics(equivalence_project, "check_equivalence")
     assert logged["checks/consistency/reached"] == 18.0
     assert logged["by_source/miniworld/acceptance_rate"] == 1.0
-    assert _mlflow_metrics(project, "rephrase")["slots"] == 18.0
+    assert _mlflow_metrics(equivalence_project, "rephrase")["slots"] == 18.0
 
 
 def test_openai_backend_stage_reruns_send_nothing_and_never_leak_the_key(
-    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    equivalence_project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv(KEY_ENV, SECRET)
     with FakeOpenAIServer(reply=_reply_without_digits) as server:
@@ -151,9 +147,11 @@ def test_openai_backend_stage_reruns_send_nothing_and_never_leak_the_key(
             "policy": {"max_rounds": 1, "fallback": "drop"},
         }
         rephrase_section = {"backend": "openai", "openai": endpoint, "max_failed_share": 0.1}
-        _write_params(project, _params(project, rephrase_section, check))
+        _write_params(equivalence_project, _params(equivalence_project, rephrase_section, check))
         # One question's first slot fails twice (every attempt), with the key in the message.
-        first_question = pq.read_table(project / "data/processed/train.parquet")["problem"][0]
+        first_question = pq.read_table(equivalence_project / "data/processed/train.parquet")[
+            "problem"
+        ][0]
         message = "upstream said {authorization}"
         fault = Fault("status", str(first_question), seed=0, status=503, times=2, message=message)
         server.add_fault(fault)
@@ -180,7 +178,7 @@ def test_openai_backend_stage_reruns_send_nothing_and_never_leak_the_key(
     captured = capsys.readouterr()
     leaks = [
         path
-        for path in project.rglob("*")
+        for path in equivalence_project.rglob("*")
         if path.is_file() and SECRET.encode() in path.read_bytes()
     ]
     assert leaks == []  # not in parquet, metrics, the report, the cache or mlflow.db
@@ -189,7 +187,7 @@ def test_openai_backend_stage_reruns_send_nothing_and_never_leak_the_key(
 
 
 def test_a_wrong_key_fails_the_rephrase_stage_at_the_first_reply(
-    project: Path, monkeypatch: pytest.MonkeyPatch
+    equivalence_project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The drill: every request answers 401. The stage used to exit 0 with 0/18 rephrased."""
     from tagrpo.rephrase.openai_backend import EndpointRefusedError
@@ -205,15 +203,20 @@ def test_a_wrong_key_fails_the_rephrase_stage_at_the_first_reply(
             "max_attempts": 6,
             "backoff_base_s": 0.01,
         }
-        _write_params(project, _params(project, {"backend": "openai", "openai": endpoint}, {}))
+        _write_params(
+            equivalence_project,
+            _params(equivalence_project, {"backend": "openai", "openai": endpoint}, {}),
+        )
         with pytest.raises(EndpointRefusedError, match="HTTP 401"):
             rephrase.main([])
         assert server.received <= 2  # the requests in flight, no retry, no more requests
-    assert not (project / "data/rephrased/candidates.parquet").exists()
-    assert not (project / "metrics/rephrase.json").exists()
-    runs = mlflow.tracking.MlflowClient(f"sqlite:///{project / 'mlflow.db'}").search_runs(
+    assert not (equivalence_project / "data/rephrased/candidates.parquet").exists()
+    assert not (equivalence_project / "metrics/rephrase.json").exists()
+    runs = mlflow.tracking.MlflowClient(
+        f"sqlite:///{equivalence_project / 'mlflow.db'}"
+    ).search_runs(
         [
-            mlflow.tracking.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
+            mlflow.tracking.MlflowClient(f"sqlite:///{equivalence_project / 'mlflow.db'}")
             .get_experiment_by_name("stage-test")
             .experiment_id
         ]
@@ -221,7 +224,7 @@ def test_a_wrong_key_fails_the_rephrase_stage_at_the_first_reply(
     assert [run.info.status for run in runs] == ["FAILED"]
 
 
-def test_too_many_padded_slots_fail_the_equivalence_stage(project: Path) -> None:
+def test_too_many_padded_slots_fail_the_equivalence_stage(equivalence_project: Path) -> None:
     """Rephrasings nobody accepts would make TA-GRPO train on copies of q0: the stage fails
     with the counts instead of padding every slot and exiting 0."""
     from tagrpo.rephrase.run import TooManyFailuresError
@@ -232,19 +235,19 @@ def test_too_many_padded_slots_fail_the_equivalence_stage(project: Path) -> None
         "policy": {"max_rounds": 0, "fallback": "pad_original", "max_padded_share": 0.05},
         "controls": {"enabled": False},
     }
-    _write_params(project, _params(project, {}, check))
+    _write_params(equivalence_project, _params(equivalence_project, {}, check))
     rephrase.main([])
     with pytest.raises(
         TooManyFailuresError,
         match=r"18 of 18 rephrasing slots .* \(100\.0%\) exceeds the allowed share 5\.0%",
     ):
         check_equivalence.main([])
-    assert not (project / "data/rephrased/train.parquet").exists()
-    assert not (project / "metrics/check_equivalence.json").exists()
+    assert not (equivalence_project / "data/rephrased/train.parquet").exists()
+    assert not (equivalence_project / "metrics/check_equivalence.json").exists()
     # Allowed explicitly, the run goes through and the report says how much was padded.
     check["policy"]["max_padded_share"] = 1.0
-    _write_params(project, _params(project, {}, check))
+    _write_params(equivalence_project, _params(equivalence_project, {}, check))
     summary = check_equivalence.main([])
     assert summary["unfilled_slot_share"] == 1.0
-    section = (project / "reports/sections/equivalence.md").read_text()
+    section = (equivalence_project / "reports/sections/equivalence.md").read_text()
     assert section.splitlines()[2].startswith("**Slots without a checked rephrasing: 18 (100.0%)")

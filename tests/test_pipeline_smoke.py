@@ -25,7 +25,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 from prefect_server import prefect_server
-from scratch_project import ROOT, run_checked, scratch_project
+from scratch_project import ROOT, SmokeRun, run_checked
 from test_plots import check_rendered, vega_libraries
 
 from tagrpo.compare import method_order
@@ -35,16 +35,8 @@ from tagrpo.tracking_assets import file_md5
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def smoke_checkout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    """This tree as a fresh git repo without outputs, with the smoke profile applied."""
-    target = tmp_path_factory.mktemp("checkout")
-    return target, scratch_project(target, "profiles/smoke.yaml")
-
-
-def test_dvc_repro_runs_every_stage_and_reconciles(smoke_checkout) -> None:
-    checkout, env = smoke_checkout
-    log = run_checked(["dvc", "repro"], checkout, env)
+def test_dvc_repro_runs_every_stage_and_reconciles(smoke_run: SmokeRun) -> None:
+    checkout, env, log = smoke_run.checkout, smoke_run.env, smoke_run.log  # cold `dvc repro`
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     for name in stages:
         assert f"'{name}" in log, f"stage {name} did not run"
@@ -178,9 +170,9 @@ def _ended(client, run_id: str, timeout: float = 180) -> str:
     return status
 
 
-def test_dvc_plots_page_of_the_run_renders_offline(smoke_checkout) -> None:
+def test_dvc_plots_page_of_the_run_renders_offline(smoke_run: SmokeRun) -> None:
     """`tagrpo plots show` on the run's outputs: one self-contained page, every plot drawn."""
-    checkout, env = smoke_checkout
+    checkout, env = smoke_run.checkout, smoke_run.env
     vega_libraries()
     run_checked([sys.executable, "-m", "tagrpo.cli", "plots", "show"], checkout, env)
     plots = len(yaml.safe_load((checkout / "dvc.yaml").read_text())["plots"])
@@ -191,10 +183,10 @@ def test_dvc_plots_page_of_the_run_renders_offline(smoke_checkout) -> None:
     assert "ta_grpo-s0,ta_grpo,0" in passk
 
 
-def test_prefect_deployment_reruns_with_parameters(smoke_checkout, tmp_path: Path) -> None:
+def test_prefect_deployment_reruns_with_parameters(smoke_run: SmokeRun, tmp_path: Path) -> None:
     """A real server on loopback; the deployment `python -m flows.pipeline serve` creates;
     a parameterised run of the smoke profile triggered through the API, as the UI does."""
-    checkout, env = smoke_checkout
+    checkout, env = smoke_run.checkout, smoke_run.env
     params_before = (checkout / "params.yaml").read_bytes()
     with prefect_server(tmp_path) as (api, prefect_settings):
         run_env = {**env, **prefect_settings}
@@ -319,10 +311,10 @@ def _check_form(schema: dict) -> None:
     assert all(field.get("description") for field in fields.values())
 
 
-def test_dvc_exp_run_with_documented_overrides_and_exp_show(smoke_checkout) -> None:
+def test_dvc_exp_run_with_documented_overrides_and_exp_show(smoke_run: SmokeRun) -> None:
     """README's experiment commands on the smoke run: `dvc exp run -S` then `make exp-show`
     (the key columns only). Last in this module: it leaves the experiment in the workspace."""
-    checkout, env = smoke_checkout
+    checkout, env = smoke_run.checkout, smoke_run.env
     output = run_checked(
         [
             "dvc",

@@ -104,7 +104,7 @@ def small_project(root: Path, dvc_yaml: str = DVC_YAML) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def reproduced(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The small project, reproduced once."""
     root = tmp_path_factory.mktemp("plan")
     env = small_project(root)
@@ -134,13 +134,13 @@ def _apply_and_repro(root: Path, request: RerunRequest) -> list[str]:
         run_checked([dvc_binary(), "checkout", "-q"], root, env)
 
 
-def test_a_learning_rate_reruns_training_and_everything_after_it(project: Path) -> None:
+def test_a_learning_rate_reruns_training_and_everything_after_it(reproduced: Path) -> None:
     request = RerunRequest(overrides=["train.learning_rate=2e-4"])
-    params_before = (project / "params.yaml").read_bytes()
-    outputs_before = {p: p.stat().st_mtime_ns for p in project.rglob("*.txt")}
-    plan = plan_rerun(project, request)
-    assert (project / "params.yaml").read_bytes() == params_before  # nothing touched
-    assert {p: p.stat().st_mtime_ns for p in project.rglob("*.txt")} == outputs_before
+    params_before = (reproduced / "params.yaml").read_bytes()
+    outputs_before = {p: p.stat().st_mtime_ns for p in reproduced.rglob("*.txt")}
+    plan = plan_rerun(reproduced, request)
+    assert (reproduced / "params.yaml").read_bytes() == params_before  # nothing touched
+    assert {p: p.stat().st_mtime_ns for p in reproduced.rglob("*.txt")} == outputs_before
     expected = ["train@grpo-0", "train@ta_grpo-0", "evaluate@grpo-0", "evaluate@ta_grpo-0"]
     assert [s.name for s in plan.runs] == [*expected, "report"]
     assert plan.changed_params == {"train.learning_rate": (0.0001, 0.0002)}
@@ -150,24 +150,24 @@ def test_a_learning_rate_reruns_training_and_everything_after_it(project: Path) 
     assert by_name["evaluate@grpo-0"].after == ("train@grpo-0",)
     assert by_name["report"].after == ("evaluate@grpo-0", "evaluate@ta_grpo-0")
     assert plan.unchanged == ["data"]
-    assert sorted(_apply_and_repro(project, request)) == sorted([*expected, "report"])  # as DVC
+    assert sorted(_apply_and_repro(reproduced, request)) == sorted([*expected, "report"])  # as DVC
 
 
-def test_a_new_method_adds_its_matrix_stages(project: Path) -> None:
+def test_a_new_method_adds_its_matrix_stages(reproduced: Path) -> None:
     request = RerunRequest(overrides=["runs.methods=[grpo,ta_grpo,grpo_x4]"])
-    plan = plan_rerun(project, request)
+    plan = plan_rerun(reproduced, request)
     assert [s.name for s in plan.runs] == ["train@grpo_x4-0", "evaluate@grpo_x4-0", "report"]
     assert plan.runs[0].reasons == ("not in dvc.lock (never run)",)
     assert "dvc repro would run 3 of 8 stages" in render_plan(plan)
-    assert sorted(_apply_and_repro(project, request)) == sorted(s.name for s in plan.runs)
+    assert sorted(_apply_and_repro(reproduced, request)) == sorted(s.name for s in plan.runs)
 
 
-def test_a_profile_and_the_checkout_state_count(project: Path) -> None:
+def test_a_profile_and_the_checkout_state_count(reproduced: Path) -> None:
     # Only evaluate declares evaluate.*: the profile's n reruns evaluation and the report.
-    names = _names(project, RerunRequest(profile="more-samples"))
+    names = _names(reproduced, RerunRequest(profile="more-samples"))
     assert names == ["evaluate@grpo-0", "evaluate@ta_grpo-0", "report"]
     # The backend's section is a param of train through ${train.backend}.
-    assert _names(project, RerunRequest(overrides=["local.micro_batch_sequences=8"])) == [
+    assert _names(reproduced, RerunRequest(overrides=["local.micro_batch_sequences=8"])) == [
         "train@grpo-0",
         "train@ta_grpo-0",
         "evaluate@grpo-0",
@@ -175,46 +175,46 @@ def test_a_profile_and_the_checkout_state_count(project: Path) -> None:
         "report",
     ]
     # No change, nothing to run; a missing output reruns its stage and what follows.
-    plan = plan_rerun(project, RerunRequest())
+    plan = plan_rerun(reproduced, RerunRequest())
     assert plan.runs == [] and "would run nothing: all 6 stages" in render_plan(plan)
-    (project / "evals" / "ta_grpo-s0.txt").unlink()
+    (reproduced / "evals" / "ta_grpo-s0.txt").unlink()
     try:
-        plan = plan_rerun(project, RerunRequest())
+        plan = plan_rerun(reproduced, RerunRequest())
         assert [s.name for s in plan.runs] == ["evaluate@ta_grpo-0", "report"]
         assert plan.runs[0].reasons == ("outputs: evals/ta_grpo-s0.txt (missing)",)
     finally:
-        run_checked([dvc_binary(), "checkout", "-q"], project, _env())
+        run_checked([dvc_binary(), "checkout", "-q"], reproduced, _env())
 
 
-def test_params_are_compared_with_the_last_run_not_with_params_yaml(project: Path) -> None:
+def test_params_are_compared_with_the_last_run_not_with_params_yaml(reproduced: Path) -> None:
     """params.yaml edited but not reproduced: setting the value back reruns nothing (DVC
     compares with dvc.lock); YAML 1.2 numbers such as train.epsilon: 1e-6 compare equal."""
-    original = (project / "params.yaml").read_text()
+    original = (reproduced / "params.yaml").read_text()
     edited = yaml.safe_load(original)
     edited["train"]["learning_rate"] = 0.0003
-    (project / "params.yaml").write_text(yaml.safe_dump(edited, sort_keys=False))
+    (reproduced / "params.yaml").write_text(yaml.safe_dump(edited, sort_keys=False))
     try:
-        assert _names(project, RerunRequest())[:2] == ["train@grpo-0", "train@ta_grpo-0"]
-        assert _names(project, RerunRequest(overrides=["train.learning_rate=1e-4"])) == []
+        assert _names(reproduced, RerunRequest())[:2] == ["train@grpo-0", "train@ta_grpo-0"]
+        assert _names(reproduced, RerunRequest(overrides=["train.learning_rate=1e-4"])) == []
     finally:
-        (project / "params.yaml").write_text(original)
+        (reproduced / "params.yaml").write_text(original)
 
 
-def test_the_command_refuses_an_unknown_key_and_prints_the_plan(project: Path) -> None:
+def test_the_command_refuses_an_unknown_key_and_prints_the_plan(reproduced: Path) -> None:
     with pytest.raises(ConfigError, match=r"train\.lerning_rate: not a params key"):
-        plan_rerun(project, RerunRequest(overrides=["train.lerning_rate=2e-4"]))
+        plan_rerun(reproduced, RerunRequest(overrides=["train.lerning_rate=2e-4"]))
     command = [sys.executable, "-m", "tagrpo.cli", "plan"]
     env = {**_env(), "PYTHONPATH": str(ROOT)}
     typo = subprocess.run(
         [*command, "-S", "train.lerning_rate=2e-4"],
-        cwd=project,
+        cwd=reproduced,
         env=env,
         capture_output=True,
         text=True,
     )
     assert typo.returncode == 2 and typo.stdout == ""
     assert "train.lerning_rate: not a params key" in typo.stderr
-    shown = run_checked([*command, "-S", "evaluate.n=128"], project, env)
+    shown = run_checked([*command, "-S", "evaluate.n=128"], reproduced, env)
     assert shown.splitlines() == [
         "request: profile current; evaluate.n=128",
         "params changed from params.yaml (1):",

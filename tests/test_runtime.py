@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
+from scratch_project import EMPTY_PROJECT_EXPERIMENT
 
 from tagrpo.config.params import Params, config_with
 from tagrpo.layout import Outputs
@@ -24,70 +24,59 @@ from tagrpo.runtime import StageBusyError, StageLock, running_stage
 SOURCE = project_root()
 
 
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty project: a complete params.yaml, a dvc.yaml, MLflow in the folder."""
-    for key in ("MLFLOW_TRACKING_URI", "TAGRPO_PARENT_RUN_ID"):
-        monkeypatch.delenv(key, raising=False)
-    params = Params().model_dump(mode="json")
-    params["common"]["tracking"]["experiment"] = "runtime-test"
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 def _outputs() -> Outputs:
     return Outputs({"table": Path("out/table.csv"), "model": Path("models/p")}, Path("m/p.json"))
 
 
 def _config() -> Params:
-    return config_with({"common.tracking.experiment": "runtime-test"})
+    return config_with({"common.tracking.experiment": EMPTY_PROJECT_EXPERIMENT})
 
 
-def test_outputs_appear_only_when_the_stage_succeeds(project: Path) -> None:
-    (project / "out").mkdir()
-    (project / "out/table.csv").write_text("stale\n")
-    (project / "m").mkdir()
-    (project / "m/p.json").write_text('{"stale": 1}')
+def test_outputs_appear_only_when_the_stage_succeeds(empty_project: Path) -> None:
+    (empty_project / "out").mkdir()
+    (empty_project / "out/table.csv").write_text("stale\n")
+    (empty_project / "m").mkdir()
+    (empty_project / "m/p.json").write_text('{"stale": 1}')
     with (
         pytest.raises(RuntimeError, match="half way"),
         running_stage("toy", _outputs(), _config()) as ctx,
     ):
         ctx.path("table").write_text("new\n")
-        assert not (project / "out/table.csv").exists()  # old outputs gone before the work
-        assert not (project / "m/p.json").exists()
+        assert not (empty_project / "out/table.csv").exists()  # old outputs gone before the work
+        assert not (empty_project / "m/p.json").exists()
         raise RuntimeError("half way")
     # A failed stage leaves neither new outputs nor the old metrics beside them.
-    assert not (project / "out/table.csv").exists() and not (project / "m/p.json").exists()
-    assert list((project / ".tagrpo" / "staging").iterdir()) == []
+    assert (
+        not (empty_project / "out/table.csv").exists() and not (empty_project / "m/p.json").exists()
+    )
+    assert list((empty_project / ".tagrpo" / "staging").iterdir()) == []
 
     with running_stage("toy", _outputs(), _config()) as ctx:
         ctx.path("table").write_text("a,b\n")
         ctx.path("model").mkdir()
         (ctx.path("model") / "weights.bin").write_bytes(b"w")
         ctx.set_metrics({"rows": 1, "nan": float("nan")})
-        assert not (project / "out/table.csv").exists()  # staged until the end
-    assert (project / "out/table.csv").read_text() == "a,b\n"
-    assert (project / "models/p/weights.bin").read_bytes() == b"w"
-    assert json.loads((project / "m/p.json").read_text())["rows"] == 1
-    assert "nan" not in json.loads((project / "m/p.json").read_text())
+        assert not (empty_project / "out/table.csv").exists()  # staged until the end
+    assert (empty_project / "out/table.csv").read_text() == "a,b\n"
+    assert (empty_project / "models/p/weights.bin").read_bytes() == b"w"
+    assert json.loads((empty_project / "m/p.json").read_text())["rows"] == 1
+    assert "nan" not in json.loads((empty_project / "m/p.json").read_text())
 
 
-def test_a_stage_that_forgets_an_output_fails(project: Path) -> None:
+def test_a_stage_that_forgets_an_output_fails(empty_project: Path) -> None:
     missing = r"did not write its outputs \['models/p'\]"
     with (
         pytest.raises(RuntimeError, match=missing),
         running_stage("toy", _outputs(), _config()) as ctx,
     ):
         ctx.path("table").write_text("x\n")
-    assert not (project / "out/table.csv").exists()
+    assert not (empty_project / "out/table.csv").exists()
 
 
-def test_unwritable_outputs_fail_before_anything_is_deleted(project: Path) -> None:
-    (project / "out").mkdir()
-    (project / "out/table.csv").write_text("keep me\n")
-    (project / "models").write_text("a file where a folder is needed\n")
+def test_unwritable_outputs_fail_before_anything_is_deleted(empty_project: Path) -> None:
+    (empty_project / "out").mkdir()
+    (empty_project / "out/table.csv").write_text("keep me\n")
+    (empty_project / "models").write_text("a file where a folder is needed\n")
     ran = False
     with (
         pytest.raises(PermissionError, match="models/p"),
@@ -95,21 +84,21 @@ def test_unwritable_outputs_fail_before_anything_is_deleted(project: Path) -> No
     ):
         ran = True
     assert not ran
-    assert (project / "out/table.csv").read_text() == "keep me\n"
+    assert (empty_project / "out/table.csv").read_text() == "keep me\n"
 
 
-def test_a_second_copy_of_a_stage_refuses_to_start(project: Path) -> None:
-    with StageLock(project, "train@grpo-s0"):
+def test_a_second_copy_of_a_stage_refuses_to_start(empty_project: Path) -> None:
+    with StageLock(empty_project, "train@grpo-s0"):
         with (
             pytest.raises(
                 StageBusyError, match=rf"train@grpo-s0 is already running \(pid {os.getpid()}"
             ),
-            StageLock(project, "train@grpo-s0"),
+            StageLock(empty_project, "train@grpo-s0"),
         ):
             pass
-        with StageLock(project, "train@grpo-s1"):  # another matrix item may run
+        with StageLock(empty_project, "train@grpo-s1"):  # another matrix item may run
             pass
-    with StageLock(project, "train@grpo-s0"):  # released
+    with StageLock(empty_project, "train@grpo-s0"):  # released
         pass
 
 
@@ -151,7 +140,9 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("shell", ["/bin/sh", "/bin/bash"])
-def test_killing_dvc_stops_the_stage_and_its_run_ends_killed(project: Path, shell: str) -> None:
+def test_killing_dvc_stops_the_stage_and_its_run_ends_killed(
+    empty_project: Path, shell: str
+) -> None:
     """The drill: `kill -9` of `dvc repro` must not leave its stage running (writing outputs,
     holding a RUNNING MLflow run), and a second copy of a running stage refuses to start.
 
@@ -159,8 +150,8 @@ def test_killing_dvc_stops_the_stage_and_its_run_ends_killed(project: Path, shel
     when SHELL is unset, as on many CI machines) stays between dvc and the stage."""
     import mlflow
 
-    (project / "stage.py").write_text(STAGE)
-    (project / "dvc.yaml").write_text(
+    (empty_project / "stage.py").write_text(STAGE)
+    (empty_project / "dvc.yaml").write_text(
         "stages:\n  slow:\n    cmd: python stage.py\n    outs: [out/table.csv]\n"
     )
     env = {
@@ -171,31 +162,35 @@ def test_killing_dvc_stops_the_stage_and_its_run_ends_killed(project: Path, shel
         "SHELL": shell,
     }
     for command in (["git", "init", "-q"], ["dvc", "init", "-q"]):
-        subprocess.run(command, cwd=project, env=env, check=True)
+        subprocess.run(command, cwd=empty_project, env=env, check=True)
     dvc = subprocess.Popen(
-        ["dvc", "repro"], cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+        ["dvc", "repro"],
+        cwd=empty_project,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
     )
-    staging = project / ".tagrpo" / "staging"
+    staging = empty_project / ".tagrpo" / "staging"
     # Inside the stage body: it has written its staged output (the MLflow run is open; on a
     # loaded machine opening it takes seconds, so no fixed sleep).
     assert _wait(lambda: staging.exists() and any(staging.glob("*/out/table.csv")), 180)
     stage_pid = int(next(staging.iterdir()).name.rsplit("-", 1)[1])
     second = subprocess.run(
-        [sys.executable, "stage.py"], cwd=project, env=env, capture_output=True, text=True
+        [sys.executable, "stage.py"], cwd=empty_project, env=env, capture_output=True, text=True
     )
     assert second.returncode != 0 and "stage slow is already running" in second.stderr
     dvc.send_signal(signal.SIGKILL)
     dvc.wait()
     assert _wait(lambda: not _alive(stage_pid)), "the stage outlived dvc"
-    assert not (project / "out" / "table.csv").exists()
-    assert not (project / "m" / "p.json").exists()
-    client = mlflow.tracking.MlflowClient(f"sqlite:///{project / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("runtime-test")
+    assert not (empty_project / "out" / "table.csv").exists()
+    assert not (empty_project / "m" / "p.json").exists()
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{empty_project / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name(EMPTY_PROJECT_EXPERIMENT)
     runs = client.search_runs([experiment.experiment_id], "tags.stage != 'pipeline'")
     assert [run.info.status for run in runs] == ["KILLED"]
     # dvc's parent run (tagrpo.pipeline_run) is ended KILLED by its watcher.
     (parent,) = client.search_runs([experiment.experiment_id], "tags.stage = 'pipeline'")
     assert runs[0].data.tags["mlflow.parentRunId"] == parent.info.run_id
     assert _wait(lambda: client.get_run(parent.info.run_id).info.status == "KILLED")
-    with StageLock(project, "slow"):  # the lock died with the stage
+    with StageLock(empty_project, "slow"):  # the lock died with the stage
         pass

@@ -14,10 +14,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 from prefect_server import free_port
+from scratch_project import write_empty_project
 
-from tagrpo.config.params import Params, config_with
+from tagrpo.config.params import config_with
 from tagrpo.layout import Outputs
 from tagrpo.paths import project_root
 from tagrpo.runtime import running_stage
@@ -49,13 +49,8 @@ print("RUN", ctx.run.info.run_id)
 
 
 def _project(folder: Path) -> Path:
-    """A checkout with nothing but a complete params.yaml and a dvc.yaml."""
-    folder.mkdir(parents=True)
-    params = Params().model_dump(mode="json")
-    params["common"]["tracking"]["experiment"] = "shared"
-    (folder / "params.yaml").write_text(yaml.safe_dump(params))
-    (folder / "dvc.yaml").write_text("stages: {}\n")
-    return folder
+    """An empty project (a complete params.yaml, no stage) with the MLflow experiment "shared"."""
+    return write_empty_project(folder, "shared")
 
 
 def _outputs() -> Outputs:
@@ -64,12 +59,6 @@ def _outputs() -> Outputs:
 
 def _local(uri: str) -> Path:
     return Path(uri.removeprefix("file://"))
-
-
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in ("MLFLOW_TRACKING_URI", PARENT_RUN_ENV):
-        monkeypatch.delenv(key, raising=False)
 
 
 def _toy_stage(value: float = 0.5) -> str:
@@ -85,7 +74,7 @@ def _toy_stage(value: float = 0.5) -> str:
 
 
 def test_each_checkout_keeps_its_artifacts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_env: None
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_tracking_env: None
 ) -> None:
     from mlflow.tracking import MlflowClient
 
@@ -119,7 +108,9 @@ def test_each_checkout_keeps_its_artifacts(
 
 
 @pytest.mark.slow
-def test_two_stages_create_a_fresh_sqlite_store_at_once(tmp_path: Path, clean_env: None) -> None:
+def test_two_stages_create_a_fresh_sqlite_store_at_once(
+    tmp_path: Path, clean_tracking_env: None
+) -> None:
     """Both succeed (MLflow alone: one dies in its migrations), each with its own artifacts."""
     from mlflow.tracking import MlflowClient
 
@@ -155,7 +146,7 @@ def test_two_stages_create_a_fresh_sqlite_store_at_once(tmp_path: Path, clean_en
 
 
 def test_a_store_that_cannot_open_ends_the_stage_with_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_env: None
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_tracking_env: None
 ) -> None:
     import mlflow.store.db.utils
 
@@ -177,7 +168,7 @@ def test_a_store_that_cannot_open_ends_the_stage_with_one_line(
 
 
 def test_a_store_failing_mid_run_ends_the_stage_with_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_env: None
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_tracking_env: None
 ) -> None:
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
@@ -212,7 +203,7 @@ def test_a_store_failing_mid_run_ends_the_stage_with_one_line(
 
 @pytest.mark.slow
 def test_tracking_against_a_real_mlflow_server(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_env: None, capsys
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_tracking_env: None, capsys
 ) -> None:
     """`mlflow server` on a free loopback port, as docs/user-guide.md runs it for concurrent
     pipelines: a stage run, its pass@k curve, artifacts in the checkout, `tagrpo compare`."""

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from tiny_policy import boxed_grade, tiny_policy, tiny_questions
+from tiny_policy import boxed_grade, tiny_questions
 
 from tagrpo.algorithms import get_method
 from tagrpo.backends.hf import HFBackend
@@ -22,11 +22,6 @@ from tagrpo.training.scoring import (
     scoring_prompts,
 )
 from tagrpo.training.trainer import TrainConfig, Trainer
-
-
-@pytest.fixture(scope="module")
-def policy():
-    return tiny_policy(seed=0)
 
 
 def _record_inputs(model) -> tuple[list[list[int]], Callable[[], None]]:
@@ -69,8 +64,8 @@ def _single_log_probs(model, prompt: list[int], response: list[int]) -> torch.Te
     return torch.stack([log_probs[t, token] for t, token in zip(positions, response, strict=True)])
 
 
-def test_scoring_inputs_and_log_probs_follow_the_anchor(policy) -> None:
-    model, tokenizer = policy
+def test_scoring_inputs_and_log_probs_follow_the_anchor(tiny_lm) -> None:
+    model, tokenizer = tiny_lm
     backend = HFBackend(model, tokenizer)
     question = tiny_questions()[1]
     response = tokenizer("5 + 2 = 7. 7 - 1 = 6. The answer is \\boxed{6}.")["input_ids"]
@@ -112,12 +107,12 @@ def test_scoring_inputs_and_log_probs_follow_the_anchor(policy) -> None:
 
 
 @pytest.mark.parametrize("method", ["ta_grpo", "ta_grpo_star", "ta_grpo_unanchored"])
-def test_a_training_step_feeds_the_anchor_prompt_to_policy_and_reference(policy, method) -> None:
-    model, tokenizer = policy
+def test_a_training_step_feeds_the_anchor_prompt_to_policy_and_reference(tiny_lm, method) -> None:
+    model, tokenizer = tiny_lm
     model = type(model)(model.config)  # a fresh copy: this test trains it
-    model.load_state_dict(policy[0].state_dict())
+    model.load_state_dict(tiny_lm[0].state_dict())
     reference = type(model)(model.config)
-    reference.load_state_dict(policy[0].state_dict())
+    reference.load_state_dict(tiny_lm[0].state_dict())
     questions = tiny_questions()[:2]
     config = TrainConfig.create(
         method,

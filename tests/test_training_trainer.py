@@ -25,12 +25,13 @@ from tagrpo.training.trainer import TrainConfig, Trainer
 
 
 @pytest.fixture(scope="module")
-def policy():
+def tiny_lm():
+    """conftest's tiny policy with seed 3 (the scripted runs below were written against it)."""
     return tiny_policy(seed=3)
 
 
-def _fresh(policy):
-    model, tokenizer = policy
+def _fresh(tiny_lm):
+    model, tokenizer = tiny_lm
     clone = type(model)(model.config)
     clone.load_state_dict(model.state_dict())
     return clone, tokenizer
@@ -61,8 +62,8 @@ def test_schedule_and_checkpoint_steps() -> None:
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
-def test_every_method_trains_and_writes_checkpoints_and_dumps(policy, method, tmp_path) -> None:
-    model, tokenizer = _fresh(policy)
+def test_every_method_trains_and_writes_checkpoints_and_dumps(tiny_lm, method, tmp_path) -> None:
+    model, tokenizer = _fresh(tiny_lm)
     start = [p.detach().clone() for p in model.parameters()]
     grade = ScriptedGrade({"7": [True, False], "6": [False, False, True, True]})
     config = _config(method, estimators={"avspo": {"trigger": "always"}})
@@ -108,8 +109,8 @@ def test_every_method_trains_and_writes_checkpoints_and_dumps(policy, method, tm
     assert list(pd.read_csv(tmp_path / "history.csv")["step"]) == [1, 2]
 
 
-def test_dynamic_sampling_drops_collapsed_groups_and_counts_extra_rollouts(policy) -> None:
-    model, tokenizer = _fresh(policy)
+def test_dynamic_sampling_drops_collapsed_groups_and_counts_extra_rollouts(tiny_lm) -> None:
+    model, tokenizer = _fresh(tiny_lm)
     # Question q0 (answer 7) is always right: dropped every time. q1 and q2 are mixed.
     grade = ScriptedGrade({"7": [True], "6": [True, False], "9": [False, True]})
     trainer = Trainer(
@@ -128,10 +129,10 @@ def test_dynamic_sampling_drops_collapsed_groups_and_counts_extra_rollouts(polic
     assert metrics["original/zero_gradient_rate"] == len(dropped) / len(generated)
 
 
-def test_avspo_gives_collapsed_groups_a_gradient(policy) -> None:
-    model, tokenizer = _fresh(policy)
+def test_avspo_gives_collapsed_groups_a_gradient(tiny_lm) -> None:
+    model, tokenizer = _fresh(tiny_lm)
     grade = ScriptedGrade({"7": [False], "6": [True]})  # both groups collapse
-    grpo = Trainer(_config("grpo", steps=1), *_fresh(policy), tiny_questions()[:2], grade)
+    grpo = Trainer(_config("grpo", steps=1), *_fresh(tiny_lm), tiny_questions()[:2], grade)
     result = grpo.step(1)
     assert result.metrics["train/effective_zero_gradient_rate"] == 1.0
     assert all(np.all(r.advantages == 0) for r in result.kept)
@@ -145,10 +146,10 @@ def test_avspo_gives_collapsed_groups_a_gradient(policy) -> None:
     assert np.all(signs["7"] < 0) and np.all(signs["6"] > 0)
 
 
-def test_same_seed_same_run(policy) -> None:
+def test_same_seed_same_run(tiny_lm) -> None:
     histories, weights = [], []
     for _ in range(2):
-        model, tokenizer = _fresh(policy)
+        model, tokenizer = _fresh(tiny_lm)
         result = Trainer(
             _config("ta_grpo"), model, tokenizer, tiny_questions(), boxed_grade
         ).train()

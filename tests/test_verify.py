@@ -36,7 +36,7 @@ def _dvc(root: Path, *args: str) -> str:
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def dvc_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A DVC project (no git) whose one stage wrote models/base, with the real params.yaml."""
     monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
     shutil.copy(project_root() / "params.yaml", tmp_path / "params.yaml")
@@ -58,28 +58,28 @@ def _corrupt_in_place(path: Path) -> None:
     assert path.stat().st_size == stat.st_size and path.stat().st_mtime_ns == stat.st_mtime_ns
 
 
-def test_dvc_md5_is_the_hash_dvc_records(project: Path) -> None:
-    lock = yaml.safe_load((project / "dvc.lock").read_text())
+def test_dvc_md5_is_the_hash_dvc_records(dvc_project: Path) -> None:
+    lock = yaml.safe_load((dvc_project / "dvc.lock").read_text())
     (out,) = lock["stages"]["base_model"]["outs"]
-    assert out["md5"].endswith(".dir") and dvc_md5(project / "models/base") == out["md5"]
-    (project / "notes.txt").write_text("x\n")
-    _dvc(project, "add", "-q", "notes.txt")
-    added = yaml.safe_load((project / "notes.txt.dvc").read_text())["outs"][0]["md5"]
-    assert dvc_md5(project / "notes.txt") == added
+    assert out["md5"].endswith(".dir") and dvc_md5(dvc_project / "models/base") == out["md5"]
+    (dvc_project / "notes.txt").write_text("x\n")
+    _dvc(dvc_project, "add", "-q", "notes.txt")
+    added = yaml.safe_load((dvc_project / "notes.txt.dvc").read_text())["outs"][0]["md5"]
+    assert dvc_md5(dvc_project / "notes.txt") == added
 
 
 def test_a_model_corrupted_in_place_is_found_by_verify_and_refused_by_evaluate(
-    project: Path, capsys: pytest.CaptureFixture[str]
+    dvc_project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert cli(["verify"]) == 0
     assert "1 output(s) of dvc.lock checked by content: 0 differ" in capsys.readouterr().out
-    assert check_against_lock(project, "models/base") is True
+    assert check_against_lock(dvc_project, "models/base") is True
 
-    _corrupt_in_place(project / "models/base/model.safetensors")
+    _corrupt_in_place(dvc_project / "models/base/model.safetensors")
     # The drill: DVC's state cache trusts size and mtime, so DVC sees nothing.
-    assert "up to date" in _dvc(project, "status")
+    assert "up to date" in _dvc(dvc_project, "status")
 
-    checked, mismatches = verify_outputs(project)
+    checked, mismatches = verify_outputs(dvc_project)
     assert checked == ["models/base"]
     assert [(m.path, m.files) for m in mismatches] == [
         ("models/base", ("models/base/model.safetensors",))
@@ -95,7 +95,7 @@ def test_a_model_corrupted_in_place_is_found_by_verify_and_refused_by_evaluate(
 
     with pytest.raises(OutputCorruptedError, match=r"models/base/model\.safetensors"):
         evaluate(["--policy", "base"])
-    assert (project / "models/base/model.safetensors").is_file()
+    assert (dvc_project / "models/base/model.safetensors").is_file()
 
 
 def test_a_retrained_model_is_checked_against_its_new_lock_entry(

@@ -25,16 +25,16 @@ from tagrpo.verl_ext.trainer import TATrainer
 
 
 @pytest.fixture(scope="module")
-def policy():
+def actor_policy():
     tokenizer = train_tokenizer(["What is 3 + 4?", "The answer is 7."] * 20, vocab_size=280)
     torch.manual_seed(0)
     model = build_model(tokenizer, TinyModelConfig(hidden_size=16, intermediate_size=32))
     return model, tokenizer
 
 
-def write_actor(root: Path, step: int, policy, weights: bool = True) -> Path:
+def write_actor(root: Path, step: int, actor_policy, weights: bool = True) -> Path:
     """What verl leaves for one step: actor/huggingface with config, tokenizer (and weights)."""
-    model, tokenizer = policy
+    model, tokenizer = actor_policy
     hf = actor_dir(root, step) / "huggingface"
     if weights:
         model.save_pretrained(hf)
@@ -50,25 +50,25 @@ def same_weights(a, b) -> bool:
     return first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
 
 
-def test_export_copies_a_full_hf_folder_and_keeps_other_entries(tmp_path, policy) -> None:
-    actor = write_actor(tmp_path / "ckpt", 8, policy)
+def test_export_copies_a_full_hf_folder_and_keeps_other_entries(tmp_path, actor_policy) -> None:
+    actor = write_actor(tmp_path / "ckpt", 8, actor_policy)
     target = tmp_path / "models" / "p"
     (target / "checkpoints" / "checkpoint-025").mkdir(parents=True)
     assert export_hf(actor, target) == "copy"
     loaded, tokenizer = load_causal_lm(target)
-    assert same_weights(loaded, policy[0])
-    assert tokenizer.eos_token == policy[1].eos_token
+    assert same_weights(loaded, actor_policy[0])
+    assert tokenizer.eos_token == actor_policy[1].eos_token
     assert (target / "checkpoints" / "checkpoint-025").is_dir()
     assert not (tmp_path / "models" / ".p.partial").exists()
 
 
-def test_export_merges_shards_with_verls_merger_when_no_weights(tmp_path, policy) -> None:
-    actor = write_actor(tmp_path / "ckpt", 3, policy, weights=False)
+def test_export_merges_shards_with_verls_merger_when_no_weights(tmp_path, actor_policy) -> None:
+    actor = write_actor(tmp_path / "ckpt", 3, actor_policy, weights=False)
     calls = []
 
     def fake_merger(argv, check):
         calls.append(argv)
-        policy[0].save_pretrained(Path(argv[argv.index("--target_dir") + 1]))
+        actor_policy[0].save_pretrained(Path(argv[argv.index("--target_dir") + 1]))
 
     target = tmp_path / "out"
     assert export_hf(actor, target, runner=fake_merger) == "merge"
@@ -83,12 +83,12 @@ def test_export_merges_shards_with_verls_merger_when_no_weights(tmp_path, policy
         export_hf(actor, tmp_path / "other", runner=broken_merger)
 
 
-def test_trainer_saves_and_exports_only_at_the_quarter_steps(tmp_path, policy, monkeypatch):
+def test_trainer_saves_and_exports_only_at_the_quarter_steps(tmp_path, actor_policy, monkeypatch):
     saved = []
 
     def fake_verl_save(self):  # stands in for verl's FSDP save of self.global_steps
         saved.append(self.global_steps)
-        write_actor(Path(self.config.trainer.default_local_dir), self.global_steps, policy)
+        write_actor(Path(self.config.trainer.default_local_dir), self.global_steps, actor_policy)
 
     monkeypatch.setattr(PPOTrainer, "_save_checkpoint", fake_verl_save)
     trainer = TATrainer.__new__(TATrainer)
@@ -114,11 +114,11 @@ def test_trainer_saves_and_exports_only_at_the_quarter_steps(tmp_path, policy, m
         "checkpoint-100",
     ]
     final, _ = load_causal_lm(export)
-    assert same_weights(final, policy[0])
+    assert same_weights(final, actor_policy[0])
 
 
-def test_export_checkpoint_writes_the_final_policy_only_when_final(tmp_path, policy) -> None:
-    actor = write_actor(tmp_path / "ckpt", 2, policy)
+def test_export_checkpoint_writes_the_final_policy_only_when_final(tmp_path, actor_policy) -> None:
+    actor = write_actor(tmp_path / "ckpt", 2, actor_policy)
     written = export_checkpoint(actor, tmp_path / "m", "checkpoint-050", final=False)
     assert written == [tmp_path / "m" / "checkpoints" / "checkpoint-050"]
     assert not (tmp_path / "m" / "config.json").exists()
