@@ -8,7 +8,7 @@ import pytest
 
 from tagrpo.config.equivalence import ConsistencySettings, SimilaritySettings
 from tagrpo.data.schema import Question
-from tagrpo.equivalence.policy import CheckSettings, EquivalenceChecker
+from tagrpo.equivalence.acceptance import CheckSettings, EquivalenceChecker
 from tagrpo.equivalence.similarity import SimilarityScorer, resolve_model
 from tagrpo.rephrase.generate import Candidate
 from tagrpo.rephrase.templates import APPENDIX_A_EXAMPLES

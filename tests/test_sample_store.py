@@ -268,7 +268,7 @@ def test_an_unreadable_chunk_is_resampled_not_trusted(inputs, engine_calls, monk
 def test_diagnostics_sampling_failure_then_rerun_without_sampling(inputs, engine_calls):
     from tagrpo.backends.base import SamplingParams
     from tagrpo.backends.factory import make_stored_backend
-    from tagrpo.evaluation.diagnostics import sample_training_questions
+    from tagrpo.evaluation.vanishing_diversity import sample_training_questions
 
     questions = tiny_questions()
     sampling = SamplingParams(n=2, temperature=1.0, max_new_tokens=5, seed=4)
@@ -294,7 +294,8 @@ def test_diagnostics_sampling_failure_then_rerun_without_sampling(inputs, engine
 
 def test_consistency_solver_completions_are_saved_before_grading(inputs, engine_calls):
     from tagrpo.config.equivalence import ConsistencyConfig
-    from tagrpo.equivalence.consistency import LocalSolver, SolveItem, solve_and_grade
+    from tagrpo.equivalence.consistency import LocalSolver, solve_and_grade
+    from tagrpo.grading.types import SolveItem
 
     items = [SolveItem(text, str(i)) for i, text in enumerate(BENCHMARKS["alpha"])]
     rule = ConsistencyConfig(temperature=1.0, top_p=1.0, max_new_tokens=5)

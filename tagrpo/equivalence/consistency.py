@@ -31,12 +31,15 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tagrpo.config.equivalence import ConsistencyConfig, ConsistencySettings
+from tagrpo.data.schema import Question
+from tagrpo.grading.types import GradeFn, SolveItem
+from tagrpo.miniworld.solver import MiniWorldSolver
 from tagrpo.prompts import chat_messages
 
 if TYPE_CHECKING:
@@ -54,9 +57,6 @@ CONSISTENCY_REASONS: dict[str, str] = {
     "solver_failed": "the solver returned no answers (unverifiable)",
 }
 UNVERIFIABLE_REASONS = ("solver_unsolved", "low_power", "solver_failed")
-
-# (responses, gold answers, answer kinds) -> [(correct, pred, reason)]
-GradeFn = Callable[[Sequence[str], Sequence[str], Sequence[str]], list[tuple[bool, str, str]]]
 
 
 @dataclass(frozen=True)
@@ -127,12 +127,14 @@ def consistency_verdict(
 # --- solvers ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SolveItem:
-    text: str
-    answer: str
-    answer_kind: str = "math"
-    choices: tuple[str, ...] | None = None
+def solve_item(question: Question, text: str | None) -> SolveItem:
+    """What a solver answers for ``question`` phrased as ``text`` (its gold, kind, choices)."""
+    return SolveItem(
+        text=text or "",
+        answer=question.answer,
+        answer_kind=question.answer_kind,
+        choices=tuple(question.choices) if question.choices else None,
+    )
 
 
 class Solver(Protocol):
@@ -278,8 +280,6 @@ def make_solver(
 ) -> Solver:
     """The solver named by ``settings.solver`` (``miniworld``, ``local`` or ``openai``)."""
     if settings.solver == "miniworld":
-        from tagrpo.miniworld.solver import MiniWorldSolver
-
         return MiniWorldSolver()
     if settings.solver == "local":
         model = Path(settings.local.model)

@@ -83,8 +83,8 @@ def probe_phrasings(
     from tagrpo.backends.base import SamplingParams
     from tagrpo.backends.hf import HFBackend
     from tagrpo.data.schema import read_questions
-    from tagrpo.evaluation.grader import grade_fn_for
     from tagrpo.evaluation.phrasing import PhrasedQuestion, phrasing_summary, sample_phrasings
+    from tagrpo.grading.grade_fn import grade_fn_for
     from tagrpo.miniworld.dataset import problem_from_meta
     from tagrpo.miniworld.tasks import PHRASING_FAMILIES, render
     from tagrpo.models import load_causal_lm

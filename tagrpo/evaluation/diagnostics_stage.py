@@ -74,7 +74,7 @@ def run_diagnostics(
     from tagrpo.backends.factory import make_stored_backend
     from tagrpo.data.training_set import load_training_questions
     from tagrpo.equivalence.similarity import SimilarityScorer
-    from tagrpo.evaluation.diagnostics import (
+    from tagrpo.evaluation.vanishing_diversity import (
         diversity_comparison,
         question_groups,
         rate_comparisons,
@@ -82,8 +82,8 @@ def run_diagnostics(
         variant_distances,
         zero_gradient_rows,
     )
-    from tagrpo.evaluation.grader import grade_fn_for
-    from tagrpo.report.diagnostics import diagnostics_figure, diagnostics_section
+    from tagrpo.grading.grade_fn import grade_fn_for
+    from tagrpo.report.vanishing_diversity import diagnostics_figure, diagnostics_section
 
     settings = config.diagnostics
     group, neighbours = settings.group_size, settings.n_neighbours
