@@ -24,7 +24,8 @@ from tagrpo.equivalence.report import report_section, summarize
 from tagrpo.grading.grade_fn import make_grade_fn
 from tagrpo.miniworld.dataset import problem_meta
 from tagrpo.miniworld.tasks import MiniProblem, render
-from tagrpo.rephrase.generate import Candidate, RulesRephraser
+from tagrpo.rephrase.candidates import Candidate
+from tagrpo.rephrase.generate import RulesRephraser
 from tagrpo.rephrase.rules import rule_candidates
 
 SETTINGS = CheckSettings(

@@ -47,7 +47,7 @@ from tagrpo.equivalence.consistency import (
 )
 from tagrpo.equivalence.structural import check_structural
 from tagrpo.grading.types import GradeFn, SolveItem
-from tagrpo.rephrase.generate import Candidate, Rephraser
+from tagrpo.rephrase.candidates import Candidate, Rephraser
 
 FALLBACKS = ("pad_original", "drop")
 CHECKS = ("generation", "sibling", "structural", "similarity", "consistency")

@@ -31,7 +31,8 @@ from tagrpo.equivalence.dataset import write_rephrased
 from tagrpo.equivalence.report import report_section, summarize
 from tagrpo.equivalence.similarity import SimilarityScorer
 from tagrpo.grading.grade_fn import grade_fn_for
-from tagrpo.rephrase.generate import Candidate, make_rephraser, read_candidates
+from tagrpo.rephrase.candidates import Candidate, read_candidates
+from tagrpo.rephrase.generate import make_rephraser
 from tagrpo.rephrase.rephrase_stage import check_failed_share
 from tagrpo.rephrase.settings import open_cache
 

@@ -18,7 +18,7 @@ from typing import Any
 from tagrpo.config.rephrase import LocalRephraseModel
 from tagrpo.data.schema import Question
 from tagrpo.rephrase.cache import ReplyCache
-from tagrpo.rephrase.generate import Candidate, candidates_from_reply, plan_requests
+from tagrpo.rephrase.candidates import Candidate, candidates_from_reply, plan_requests
 from tagrpo.rephrase.templates import RephraseTemplate
 
 
@@ -40,7 +40,7 @@ def model_fingerprint(source: Any) -> str:
 
 
 class HFRephraser:
-    """A :class:`~tagrpo.rephrase.generate.Rephraser` over a local causal LM."""
+    """A :class:`~tagrpo.rephrase.candidates.Rephraser` over a local causal LM."""
 
     name = "hf"
 
