@@ -36,11 +36,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tagrpo.backends.base import SamplingParams
 from tagrpo.config.equivalence import ConsistencyConfig, ConsistencySettings
 from tagrpo.data.schema import Question
 from tagrpo.grading.types import GradeFn, SolveItem
 from tagrpo.miniworld.solver import MiniWorldSolver
+from tagrpo.models import load_causal_lm
 from tagrpo.prompts import chat_messages
+from tagrpo.rephrase.cache import cache_key
+from tagrpo.rephrase.openai_backend import ChatRequest, ChatRunner
 
 if TYPE_CHECKING:
     from tagrpo.backends.base import GenerationBackend
@@ -157,10 +161,9 @@ class LocalSolver:
         torch_threads: int | None = None,
         store: SampleStore | None = None,
     ) -> None:
-        import torch
+        import torch  # torch and transformers: only a local solver needs them
 
         from tagrpo.backends.hf import HFBackend
-        from tagrpo.models import load_causal_lm
 
         if torch_threads:
             torch.set_num_threads(torch_threads)
@@ -192,7 +195,6 @@ class LocalSolver:
         )
 
     def sample(self, items: Sequence[SolveItem], k: int) -> list[list[str] | None]:
-        from tagrpo.backends.base import SamplingParams
 
         if not items:
             return []
@@ -217,7 +219,6 @@ class EndpointSolver:
     def __init__(
         self, endpoint: Any, config: ConsistencyConfig, seed: int = 0, cache: Any = None
     ) -> None:
-        from tagrpo.rephrase.openai_backend import ChatRunner
 
         self.name = f"openai:{endpoint.model}"
         self.endpoint = endpoint
@@ -226,8 +227,6 @@ class EndpointSolver:
         self.runner = ChatRunner(endpoint, cache=cache, seed=seed)
 
     def sample(self, items: Sequence[SolveItem], k: int) -> list[list[str] | None]:
-        from tagrpo.rephrase.cache import cache_key
-        from tagrpo.rephrase.openai_backend import ChatRequest
 
         requests = []
         for item in items:

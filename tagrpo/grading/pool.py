@@ -45,22 +45,25 @@ workers.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import math
 import multiprocessing as mp
 import os
 import re
+import resource
 import signal
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from multiprocessing import forkserver
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from tagrpo.grading.kinds import ANSWER_KINDS
 from tagrpo.grading.types import GradeItem
-from tagrpo.grading.verify import WARM_UP_ON_IMPORT_ENV, GradeResult
+from tagrpo.grading.verify import WARM_UP_ON_IMPORT_ENV, GradeResult, extract_answer, grade_answer
 
 _PRELOAD = ["tagrpo.grading.verify"]
 # A grader for an answer kind beyond ANSWER_KINDS: (response, gold) -> (correct, pred, reason).
@@ -121,7 +124,6 @@ class _WorkerState:
 
 def _grade_with_limit(item: tuple[str, str, str], state: _WorkerState) -> tuple[bool, str, str]:
     """Extract and grade one item within its CPU budget; the result as a plain tuple."""
-    from tagrpo.grading.verify import extract_answer, grade_answer
 
     response, answer, kind = item
     if state.timed_out_items and _item_key(item) in state.timed_out_items:
@@ -160,8 +162,6 @@ def _grade_with_limit(item: tuple[str, str, str], state: _WorkerState) -> tuple[
 def _set_parent_death_signal() -> None:
     """Linux: get SIGKILLed when the forkserver (which exits with our parent) goes away."""
     with contextlib.suppress(Exception):
-        import ctypes
-
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
@@ -186,8 +186,6 @@ def _worker_main(
     _set_parent_death_signal()
     state = _WorkerState(limit_s, extra_kinds, known_items)
     if memory_limit_mb:
-        import resource
-
         limit = memory_limit_mb * 1024 * 1024
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -226,7 +224,6 @@ def _ensure_forkserver(warm_up: bool) -> None:
     :mod:`tagrpo.grading.verify` to run :func:`~tagrpo.grading.verify.warm_up`. If some other
     code started the forkserver first, workers start as that forkserver was made.
     """
-    from multiprocessing import forkserver
 
     with _ENV_LOCK:
         previous = os.environ.get(WARM_UP_ON_IMPORT_ENV)

@@ -39,6 +39,7 @@ from tagrpo.rephrase.candidates import (
     slots_for,
 )
 from tagrpo.rephrase.local_backend import HFRephraser
+from tagrpo.rephrase.openai_backend import ChatRequest, ChatRunner
 from tagrpo.rephrase.rules import rule_candidates
 from tagrpo.rephrase.templates import RephraseTemplate, load_template
 
@@ -115,7 +116,6 @@ class OpenAIRephraser:
         cache: ReplyCache | None = None,
         progress: Any = None,
     ) -> None:
-        from tagrpo.rephrase.openai_backend import ChatRunner
 
         if mode not in REQUEST_MODES:
             raise ValueError(f"requests must be one of {REQUEST_MODES}, got {mode!r}")
@@ -133,7 +133,6 @@ class OpenAIRephraser:
         round: int = 0,
         slots: Mapping[str, Sequence[int]] | None = None,
     ) -> list[Candidate]:
-        from tagrpo.rephrase.openai_backend import ChatRequest
 
         planned = plan_requests(
             questions,
