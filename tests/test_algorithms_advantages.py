@@ -86,6 +86,8 @@ def test_invalid_specs_are_rejected() -> None:
         MethodSpec(
             name="x", use_neighbours=True, matched_budget=True, grouping="joint", anchor="original"
         )
+    with pytest.raises(TypeError):  # keyword fields only: a row of booleans cannot be misread
+        MethodSpec("x", False, False, "per_original", "own")  # type: ignore[misc]
     with pytest.raises(ValueError, match="grouping must be"):
         MethodSpec(
             name="x", use_neighbours=False, matched_budget=False, grouping="per_batch", anchor="own"

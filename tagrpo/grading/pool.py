@@ -61,9 +61,10 @@ from multiprocessing import forkserver
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from tagrpo.grading import verify  # called through the module: a test's patch of it is seen
 from tagrpo.grading.kinds import ANSWER_KINDS
 from tagrpo.grading.types import GradeItem
-from tagrpo.grading.verify import WARM_UP_ON_IMPORT_ENV, GradeResult, extract_answer, grade_answer
+from tagrpo.grading.verify import WARM_UP_ON_IMPORT_ENV, GradeResult
 
 _PRELOAD = ["tagrpo.grading.verify"]
 # A grader for an answer kind beyond ANSWER_KINDS: (response, gold) -> (correct, pred, reason).
@@ -136,13 +137,13 @@ def _grade_with_limit(item: tuple[str, str, str], state: _WorkerState) -> tuple[
             extra = state.extra_kinds.get(kind)
             if extra is not None:
                 return extra(response, answer)
-            extracted = extract_answer(response, kind)
+            extracted = verify.extract_answer(response, kind)
             extraction_done = True
             # Samples of one question often repeat an answer: one that ran out of time once
             # would again, so it is not given another full budget.
             if (extracted, answer, kind) in state.timed_out_preds:
                 return False, extracted or "", "timeout"
-            result = grade_answer(extracted, answer, kind)
+            result = verify.grade_answer(extracted, answer, kind)
         finally:
             signal.setitimer(signal.ITIMER_PROF, 0)
     except ItemTimeout:
