@@ -9,7 +9,8 @@ if TYPE_CHECKING:
     from tagrpo.grading.extract import all_boxed, extract_choice, last_boxed
     from tagrpo.grading.kinds import MULTIPLE_CHOICE_BENCHMARKS, answer_kind_for
     from tagrpo.grading.normalize import normalize_answer
-    from tagrpo.grading.pool import GradeItem, GradingPool, grade_many
+    from tagrpo.grading.pool import GradingPool, grade_many
+    from tagrpo.grading.types import GradeFn, GradeItem, SolveItem
     from tagrpo.grading.verify import GradeResult, grade_response
 
 # Exports resolve lazily, and sympy and math-verify (about two seconds) load only when an answer
@@ -19,7 +20,9 @@ _EXPORTS = {
     "extract_choice": "extract",
     "last_boxed": "extract",
     "normalize_answer": "normalize",
-    "GradeItem": "pool",
+    "GradeFn": "types",
+    "GradeItem": "types",
+    "SolveItem": "types",
     "GradingPool": "pool",
     "grade_many": "pool",
     "MULTIPLE_CHOICE_BENCHMARKS": "kinds",
@@ -30,9 +33,11 @@ _EXPORTS = {
 
 __all__ = [
     "MULTIPLE_CHOICE_BENCHMARKS",
+    "GradeFn",
     "GradeItem",
     "GradeResult",
     "GradingPool",
+    "SolveItem",
     "all_boxed",
     "answer_kind_for",
     "extract_choice",
