@@ -36,7 +36,7 @@ from tagrpo.backends.hf import HFBackend
 from tagrpo.backends.sample_store import SampleStore
 from tagrpo.config.params import config_with
 from tagrpo.data.schema import Question, write_questions
-from tagrpo.evaluation import grader
+from tagrpo.evaluation import runner  # evaluate_policy calls its grade_fn_for
 from tagrpo.evaluation.runner import evaluate_policy
 from tagrpo.miniworld.tasks import MiniProblem, render
 
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         yield boxed_grade
 
     original_grading, original_generate = scripted_grading, HFBackend.generate
-    grader.grade_fn_for = scripted_grading
+    runner.grade_fn_for = scripted_grading
 
     def run(store_name: str) -> tuple[bytes, SampleStore, float]:
         store = SampleStore(work / store_name, log=lambda line: None)
@@ -122,10 +122,10 @@ def main(argv: list[str] | None = None) -> int:
 
         yield fail
 
-    grader.grade_fn_for = failing_grading
+    runner.grade_fn_for = failing_grading
     with contextlib.suppress(Interrupt):
         run("grading-failed")
-    grader.grade_fn_for = original_grading
+    runner.grade_fn_for = original_grading
     after_grading, store, seconds = run("grading-failed")
     report("rerun after a grading failure", store, seconds)
 

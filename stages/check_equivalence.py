@@ -1,7 +1,7 @@
 """DVC stage ``check_equivalence``: verify every rephrasing, keep N per question.
 
 Structural, embedding-similarity and answer-consistency checks, regeneration of rejected slots
-and the fallback (:mod:`tagrpo.equivalence.run`); the stage fails when too many slots end
+and the fallback (:mod:`tagrpo.equivalence.check_stage`); the stage fails when too many slots end
 without a checked rephrasing. Outputs: ``data/rephrased/train.parquet`` (the trainers' input),
 ``data/rephrased/verdicts.parquet``, ``data/rephrased/rejections.parquet``,
 ``reports/sections/equivalence.md`` and ``metrics/check_equivalence.json``.
@@ -15,7 +15,7 @@ from typing import Any
 
 from tagrpo.backends.sample_store import SampleStore, default_store_dir
 from tagrpo.config.params import load_config
-from tagrpo.equivalence.run import check_rephrasings
+from tagrpo.equivalence.check_stage import check_rephrasings
 from tagrpo.layout import check_equivalence_outputs, data_outputs, rephrase_outputs
 from tagrpo.paths import project_root
 from tagrpo.runtime import require_inputs, running_stage

@@ -1,6 +1,6 @@
 """DVC stage ``diagnostics``: gradient vanishing and response diversity across training.
 
-The paper's Figures 3 and 4 (:mod:`tagrpo.evaluation.diagnostics_run`): the base policy and the
+The paper's Figures 3 and 4 (:mod:`tagrpo.evaluation.diagnostics_stage`): the base policy and the
 25/50/75/100% checkpoints of ``diagnostics.policies`` answer the first training questions, G
 responses to the original and G to each of the N accepted neighbours. Outputs:
 ``diagnostics/samples.parquet``, ``plots/diagnostics/*.csv``, ``reports/diagnostics.png``,
@@ -14,7 +14,7 @@ from typing import Any
 
 from tagrpo.backends.sample_store import SampleStore, default_store_dir
 from tagrpo.config.params import load_config
-from tagrpo.evaluation.diagnostics_run import checkpoints_to_probe, run_diagnostics
+from tagrpo.evaluation.diagnostics_stage import checkpoints_to_probe, run_diagnostics
 from tagrpo.layout import diagnostics_outputs
 from tagrpo.paths import project_root
 from tagrpo.runtime import running_stage

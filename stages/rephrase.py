@@ -4,7 +4,8 @@
 embedded default), ``openai`` (any OpenAI-compatible endpoint: the paper's Appendix A prompt,
 concurrent requests, retries, a persistent reply cache) or ``hf`` (a local transformers model).
 The stage fails, writing nothing, when the endpoint refuses the run or more than
-``rephrase.max_failed_share`` of the slots got no rephrasing (:mod:`tagrpo.rephrase.run`).
+``rephrase.max_failed_share`` of the slots got no rephrasing
+(:mod:`tagrpo.rephrase.rephrase_stage`).
 
 Outputs: ``data/rephrased/candidates.parquet`` (one row per question and slot; failed requests
 are rows with their error) and ``metrics/rephrase.json``. API keys come from the environment
@@ -19,7 +20,7 @@ from typing import Any
 from tagrpo.config.params import load_config
 from tagrpo.layout import data_outputs, rephrase_outputs
 from tagrpo.paths import project_root
-from tagrpo.rephrase.run import rephrase_training_set
+from tagrpo.rephrase.rephrase_stage import rephrase_training_set
 from tagrpo.runtime import require_inputs, running_stage
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from tagrpo.equivalence.consistency import SolveItem
+from tagrpo.grading.types import SolveItem
 
 
 class ScriptedSolver:

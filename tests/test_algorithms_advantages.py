@@ -67,13 +67,31 @@ def test_invalid_specs_are_rejected() -> None:
     from tagrpo.algorithms.methods import MethodSpec
 
     with pytest.raises(ValueError, match="samples no neighbours"):
-        MethodSpec("x", True, False, "per_original", "own")
+        MethodSpec(
+            name="x",
+            use_neighbours=True,
+            matched_budget=False,
+            grouping="per_original",
+            anchor="own",
+        )
     with pytest.raises(ValueError, match="needs neighbours"):
-        MethodSpec("x", False, False, "joint", "original")
+        MethodSpec(
+            name="x",
+            use_neighbours=False,
+            matched_budget=False,
+            grouping="joint",
+            anchor="original",
+        )
     with pytest.raises(ValueError, match="matched budget"):
-        MethodSpec("x", True, True, "joint", "original")
+        MethodSpec(
+            name="x", use_neighbours=True, matched_budget=True, grouping="joint", anchor="original"
+        )
+    with pytest.raises(TypeError):  # keyword fields only: a row of booleans cannot be misread
+        MethodSpec("x", False, False, "per_original", "own")  # type: ignore[misc]
     with pytest.raises(ValueError, match="grouping must be"):
-        MethodSpec("x", False, False, "per_batch", "own")  # type: ignore[arg-type]
+        MethodSpec(
+            name="x", use_neighbours=False, matched_budget=False, grouping="per_batch", anchor="own"
+        )  # type: ignore[arg-type]
 
 
 def test_layout_and_group_ids() -> None:

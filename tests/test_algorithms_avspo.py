@@ -113,3 +113,29 @@ def test_avspo_method_reports_acr_and_effective_rate() -> None:
     assert step.diagnostics["train/effective_zero_gradient_rate"] == 0.0
     plain = advantages_and_diagnostics(get_method("grpo"), rewards, layout.question, layout.variant)
     assert plain.diagnostics["train/effective_zero_gradient_rate"] == 0.5
+
+
+def test_estimators_are_registered_beside_the_registry_not_on_import() -> None:
+    """The AVSPO module registers nothing itself: importing it leaves the registry unloaded,
+    and the registry lists every estimator, in its order, as soon as it is imported."""
+    import json
+    import subprocess
+    import sys
+
+    from tagrpo.paths import project_root
+
+    code = (
+        "import json, sys\n"
+        "import tagrpo.algorithms.avspo\n"
+        "before = 'tagrpo.algorithms.estimators' in sys.modules\n"
+        "from tagrpo.algorithms.estimators import ESTIMATORS\n"
+        "print(json.dumps([before, list(ESTIMATORS)]))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=project_root(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(result.stdout) == [False, ["grpo", "avspo"]]

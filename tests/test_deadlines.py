@@ -660,7 +660,8 @@ def test_consistency_solver_request_limit_queued_and_hung() -> None:
     """The answer-consistency solver sends through the same runner: an item queued behind the
     concurrency limit keeps its whole limit; an item whose request hangs fails (None) alone."""
     from tagrpo.config.equivalence import ConsistencyConfig, SolverEndpoint
-    from tagrpo.equivalence.consistency import EndpointSolver, SolveItem
+    from tagrpo.equivalence.consistency import EndpointSolver
+    from tagrpo.grading.types import SolveItem
 
     with FakeOpenAIServer(latency_s=0.25, reply=lambda body: ["\\boxed{1}"] * body["n"]) as server:
         server.add_fault(Fault("delay", match="hangs", delay_s=1.5))

@@ -12,7 +12,8 @@ import pytest
 from tagrpo.backends.base import Completion, SamplingParams
 from tagrpo.config.params import config_with
 from tagrpo.data.training_set import TrainQuestion
-from tagrpo.evaluation.diagnostics import (
+from tagrpo.evaluation.diagnostics_stage import checkpoint_label, checkpoints_to_probe
+from tagrpo.evaluation.vanishing_diversity import (
     COMPARISONS,
     diversity_comparison,
     question_groups,
@@ -22,8 +23,7 @@ from tagrpo.evaluation.diagnostics import (
     variant_distances,
     zero_gradient_rows,
 )
-from tagrpo.evaluation.diagnostics_run import checkpoint_label, checkpoints_to_probe
-from tagrpo.report.diagnostics import diagnostics_figure, diagnostics_section
+from tagrpo.report.vanishing_diversity import diagnostics_figure, diagnostics_section
 
 G, N = 2, 2
 

@@ -279,3 +279,37 @@ def test_folder_deps_ignore_python_bytecode() -> None:
         assert not repo.dvcignore.is_ignored_file(
             os.path.join(root, "tagrpo", "grading", "pool.py")
         )
+
+
+def test_write_rewrites_code_deps_keeps_data_deps_and_then_checks_clean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--write`` turns a stale deps list into what the import graph needs; data deps stay."""
+    write(tmp_path, PROJECT)
+    dvc_project(tmp_path)
+    write(
+        tmp_path,
+        {
+            "params.yaml": "seeds: [0, 1]\n",
+            "data/in.txt": "x\n",
+            "dvc.yaml": (
+                "stages:\n"
+                "  short:\n"
+                "    matrix: {seed: '${seeds}'}\n"
+                "    cmd: python -m stages.s --seed ${item.seed}\n"
+                "    deps: [data/in.txt, stages/s.py, pkg/a.py, pkg/gone.py]\n"
+            ),
+        },
+    )
+    assert main(["--root", str(tmp_path), "--check"]) == 1
+    capsys.readouterr()
+    assert main(["--root", str(tmp_path), "--write"]) == 0
+    assert capsys.readouterr().out == "dvc.yaml: code deps rewritten for 1 stage(s): short\n"
+    # the data dep first; pkg/unused.py and pkg/gone.py are not loaded, so no folder `pkg`
+    expected = (
+        "    deps: [data/in.txt, pkg/__init__.py, pkg/a.py, pkg/b.py, pkg/c.py, pkg/d.py, "
+        "pkg/deep, pkg/e.py,\n"
+        "           pkg/f.py, pkg/g.py, pkg/sub, pkg/tables, stages/__init__.py, stages/s.py]\n"
+    )
+    assert (tmp_path / "dvc.yaml").read_text().endswith(expected)
+    assert main(["--root", str(tmp_path), "--check"]) == 0

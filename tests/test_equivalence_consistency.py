@@ -11,13 +11,13 @@ from scripted_solver import ScriptedSolver
 from tagrpo.equivalence.consistency import (
     ConsistencyConfig,
     EndpointSolver,
-    SolveItem,
     SolveStats,
     consistency_verdict,
     fisher_one_sided,
     solve_and_grade,
 )
-from tagrpo.evaluation.grader import make_grade_fn
+from tagrpo.grading.grade_fn import make_grade_fn
+from tagrpo.grading.types import SolveItem
 from tagrpo.rephrase.cache import ReplyCache
 from tagrpo.rephrase.openai_backend import EndpointConfig
 

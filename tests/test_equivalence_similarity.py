@@ -8,9 +8,9 @@ import pytest
 
 from tagrpo.config.equivalence import ConsistencySettings, SimilaritySettings
 from tagrpo.data.schema import Question
-from tagrpo.equivalence.policy import CheckSettings, EquivalenceChecker
+from tagrpo.equivalence.acceptance import CheckSettings, EquivalenceChecker
 from tagrpo.equivalence.similarity import SimilarityScorer, resolve_model
-from tagrpo.rephrase.generate import Candidate
+from tagrpo.rephrase.candidates import Candidate
 from tagrpo.rephrase.templates import APPENDIX_A_EXAMPLES
 
 THRESHOLD = 0.2  # the embedded default (params.yaml)

@@ -14,15 +14,10 @@ import threading
 import time
 
 import pytest
+from grading_hooks import TEST_BURN_KIND, TEST_HANG_KIND, TEST_KINDS, TEST_SLEEP_KIND
 
-from tagrpo.grading.pool import (
-    TEST_BURN_KIND,
-    TEST_HANG_KIND,
-    TEST_SLEEP_KIND,
-    GradeItem,
-    GradingPool,
-    process_cpu_seconds,
-)
+from tagrpo.grading.pool import GradingPool, process_cpu_seconds
+from tagrpo.grading.types import GradeItem
 from tagrpo.grading.verify import GradeResult, grade_response
 
 pytestmark = pytest.mark.slow
@@ -66,7 +61,7 @@ def test_cpu_budget_ignores_load():
     wall time; 1.5 CPU-s of work times out, loaded or not."""
     items = [GradeItem("", "0.6", TEST_BURN_KIND), GradeItem("", "1.5", TEST_BURN_KIND)]
     with GradingPool(
-        workers=1, item_timeout_s=1.0, kill_grace_s=1.0, enable_test_hooks=True
+        workers=1, item_timeout_s=1.0, kill_grace_s=1.0, extra_kinds=TEST_KINDS
     ) as pool:
         idle = pool.grade(items)
         with PinnedLoad(pool.worker_pids):
@@ -99,7 +94,7 @@ def test_a_starved_worker_is_retried_and_its_verdict_kept():
     # The backstop leaves the fresh worker room to start and burn 0.3 CPU-s on a busy machine
     # (1.5 s was tripped twice at load 7 on 2 cores).
     with GradingPool(
-        workers=1, item_timeout_s=1.0, wall_timeout_s=5.0, enable_test_hooks=True
+        workers=1, item_timeout_s=1.0, wall_timeout_s=5.0, extra_kinds=TEST_KINDS
     ) as pool:
         stopped = pool.worker_pids[0]
 
@@ -121,7 +116,7 @@ def test_a_starved_worker_is_retried_and_its_verdict_kept():
 def test_a_worker_that_never_progresses_ends_as_wall_timeout_after_one_retry():
     items = [GradeItem("sleeps", "", TEST_SLEEP_KIND), GradeItem("\\boxed{3}", "3")]
     with GradingPool(
-        workers=1, item_timeout_s=0.5, wall_timeout_s=1.0, enable_test_hooks=True
+        workers=1, item_timeout_s=0.5, wall_timeout_s=1.0, extra_kinds=TEST_KINDS
     ) as pool:
         began = time.monotonic()
         results = pool.grade(items)
@@ -134,7 +129,7 @@ def test_a_worker_that_never_progresses_ends_as_wall_timeout_after_one_retry():
 def test_cpu_watchdog_kills_a_hang_and_remembers_it():
     hang = GradeItem("hangs in C", "", TEST_HANG_KIND)
     with GradingPool(
-        workers=1, item_timeout_s=0.5, kill_grace_s=0.5, enable_test_hooks=True
+        workers=1, item_timeout_s=0.5, kill_grace_s=0.5, extra_kinds=TEST_KINDS
     ) as pool:
         assert pool.grade([hang, GradeItem("\\boxed{4}", "4")]) == [
             GradeResult(False, "", "timeout"),
@@ -161,7 +156,7 @@ def test_in_worker_budget_memo_covers_equal_answers():
 
 
 def test_pool_accounts_for_worker_cpu():
-    with GradingPool(workers=2, item_timeout_s=2.0, enable_test_hooks=True) as pool:
+    with GradingPool(workers=2, item_timeout_s=2.0, extra_kinds=TEST_KINDS) as pool:
         pool.grade([GradeItem("", "0.3", TEST_BURN_KIND)] * 4)
         assert 1.1 < pool.worker_cpu_s < 2.0
         assert [round(cpu, 1) for _, cpu in pool.last_timings] == [0.3] * 4

@@ -7,8 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
+from grading_hooks import TEST_HANG_KIND, TEST_KINDS
 
-from tagrpo.grading.pool import TEST_HANG_KIND, GradeItem, GradingPool, grade_many
+from tagrpo.grading.pool import GradingPool, grade_many
+from tagrpo.grading.types import GradeItem
 from tagrpo.grading.verify import GradeResult, grade_response
 
 MIXED = [
@@ -98,7 +100,7 @@ def test_watchdog_kills_a_hang_the_timer_cannot_stop():
     items = [GradeItem(f"\\boxed{{{i}}}", str(i)) for i in range(10)]
     items.insert(4, GradeItem("hangs in C", "", TEST_HANG_KIND))
     with GradingPool(
-        workers=2, item_timeout_s=0.5, kill_grace_s=0.5, chunk_size=4, enable_test_hooks=True
+        workers=2, item_timeout_s=0.5, kill_grace_s=0.5, chunk_size=4, extra_kinds=TEST_KINDS
     ) as hooked:
         began = time.monotonic()
         results = hooked.grade(items)
@@ -126,7 +128,7 @@ def test_externally_killed_worker_is_replaced(tmp_path: Path):
             time.sleep(0.02)
 
     # The limit is long, so the watchdog stays out of it: only the external kill ends the hang.
-    with GradingPool(workers=2, item_timeout_s=60, chunk_size=5, enable_test_hooks=True) as hooked:
+    with GradingPool(workers=2, item_timeout_s=60, chunk_size=5, extra_kinds=TEST_KINDS) as hooked:
         killer = threading.Thread(target=kill_the_hung_worker)
         killer.start()
         began = time.monotonic()
@@ -206,7 +208,7 @@ def test_grade_fn_survives_a_slow_first_call(monkeypatch):
     """The evaluation path as the issue reproduced it: make_grade_fn(), then sampling longer
     than the start-up deadline, then the first call."""
     import tagrpo.grading.pool as pool_module
-    from tagrpo.evaluation.grader import make_grade_fn
+    from tagrpo.grading.grade_fn import make_grade_fn
 
     monkeypatch.setattr(pool_module, "_START_TIMEOUT_S", 1.0)
     with make_grade_fn(workers=1) as grade:

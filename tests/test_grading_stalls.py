@@ -8,6 +8,7 @@ and generous: the stalls they guard against took minutes.
 import time
 
 import pytest
+from grading_hooks import TEST_HANG_KIND, TEST_KINDS
 
 from tagrpo.grading import extract, normalize, verify
 from tagrpo.grading.extract import (
@@ -18,7 +19,8 @@ from tagrpo.grading.extract import (
     scanned_window,
 )
 from tagrpo.grading.normalize import normalize_answer
-from tagrpo.grading.pool import TEST_HANG_KIND, GradeItem, GradingPool
+from tagrpo.grading.pool import GradingPool
+from tagrpo.grading.types import GradeItem
 from tagrpo.grading.verify import MAX_ANSWER_CHARS, GradeResult, grade_response
 
 KB = 1000
@@ -160,7 +162,7 @@ def test_killed_item_reports_an_empty_pred_without_parent_work(parent_cannot_gra
         GradeItem("\\boxed{2}", "2"),
     ]
     with GradingPool(
-        workers=1, item_timeout_s=0.5, kill_grace_s=0.5, chunk_size=3, enable_test_hooks=True
+        workers=1, item_timeout_s=0.5, kill_grace_s=0.5, chunk_size=3, extra_kinds=TEST_KINDS
     ) as pool:
         results = pool.grade(items)
         assert pool.restarts == 1

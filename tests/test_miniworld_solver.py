@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tagrpo.equivalence.consistency import SolveItem
+from tagrpo.grading.types import SolveItem
 from tagrpo.miniworld.solver import MiniWorldSolver, parse_problem
 from tagrpo.miniworld.tasks import OPERATIONS, RENDERERS, MiniProblem, choice_options
 

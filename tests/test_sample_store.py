@@ -26,7 +26,7 @@ from tagrpo.backends.hf import HFBackend
 from tagrpo.backends.sample_store import SampleStore
 from tagrpo.config.params import config_with
 from tagrpo.data.schema import Question, write_questions
-from tagrpo.evaluation import grader
+from tagrpo.evaluation import runner  # evaluate_policy calls its grade_fn_for
 from tagrpo.evaluation.runner import evaluate_policy
 
 TESTS = Path(__file__).resolve().parent
@@ -126,13 +126,13 @@ def test_grading_failure_after_sampling_then_rerun_grades_without_sampling(
     inputs, engine_calls, monkeypatch
 ):
     store_dir = inputs / "store"
-    monkeypatch.setattr(grader, "grade_fn_for", Grades(fail=True))
+    monkeypatch.setattr(runner, "grade_fn_for", Grades(fail=True))
     with pytest.raises(RuntimeError, match="did not start in time"):
         run_evaluation(inputs, store_dir)
     assert engine_calls == [(3, N), (2, N)]  # both benchmarks sampled, then grading failed
 
     engine_calls.clear()
-    monkeypatch.setattr(grader, "grade_fn_for", Grades())
+    monkeypatch.setattr(runner, "grade_fn_for", Grades())
     result, store = run_evaluation(inputs, store_dir)
     assert engine_calls == []  # graded from the saved samples
     assert store.counts() == {"samples_reused": 15.0, "samples_resampled": 0.0}
@@ -144,7 +144,7 @@ def test_grading_failure_after_sampling_then_rerun_grades_without_sampling(
 
 
 def test_discard_after_success_makes_the_next_run_sample_afresh(inputs, engine_calls, monkeypatch):
-    monkeypatch.setattr(grader, "grade_fn_for", Grades())
+    monkeypatch.setattr(runner, "grade_fn_for", Grades())
     _, store = run_evaluation(inputs, inputs / "store")
     store.discard()
     assert not list((inputs / "store" / "chunks").rglob("*.json.gz"))
@@ -159,7 +159,7 @@ import os, signal, sys
 sys.path.insert(0, {tests!r})
 from pathlib import Path
 from tagrpo.backends.hf import HFBackend
-from tagrpo.evaluation import grader
+from tagrpo.evaluation import runner  # evaluate_policy calls its grade_fn_for
 import test_sample_store as t
 
 original = HFBackend.generate
@@ -172,7 +172,7 @@ def killed_on_second(self, conversations, sampling):
     return original(self, conversations, sampling)
 
 HFBackend.generate = killed_on_second
-grader.grade_fn_for = t.Grades()
+runner.grade_fn_for = t.Grades()
 t.run_evaluation(Path({root!r}), Path({store!r}))
 """
 
@@ -194,7 +194,7 @@ def test_killed_evaluation_resumes_at_the_first_unsaved_chunk_with_identical_res
     assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
     assert len(list((store_dir / "chunks").rglob("*.json.gz"))) == 1  # only "alpha" was saved
 
-    monkeypatch.setattr(grader, "grade_fn_for", Grades())
+    monkeypatch.setattr(runner, "grade_fn_for", Grades())
     resumed, store = run_evaluation(inputs, store_dir)
     assert engine_calls == [(2, N)]  # "beta" only
     assert store.counts() == {"samples_reused": 9.0, "samples_resampled": 6.0}
@@ -207,7 +207,7 @@ def test_killed_evaluation_resumes_at_the_first_unsaved_chunk_with_identical_res
 
 
 def test_a_changed_fingerprint_resamples_and_says_why(inputs, engine_calls, monkeypatch):
-    monkeypatch.setattr(grader, "grade_fn_for", Grades())
+    monkeypatch.setattr(runner, "grade_fn_for", Grades())
     run_evaluation(inputs, inputs / "store")
     engine_calls.clear()
     lines: list[str] = []
@@ -246,7 +246,7 @@ def test_a_changed_fingerprint_resamples_and_says_why(inputs, engine_calls, monk
 
 
 def test_an_unreadable_chunk_is_resampled_not_trusted(inputs, engine_calls, monkeypatch):
-    monkeypatch.setattr(grader, "grade_fn_for", Grades())
+    monkeypatch.setattr(runner, "grade_fn_for", Grades())
     first, _ = run_evaluation(inputs, inputs / "store")
     chunks = sorted(
         (inputs / "store" / "chunks").rglob("*.json.gz"), key=lambda p: p.stat().st_size
@@ -268,7 +268,7 @@ def test_an_unreadable_chunk_is_resampled_not_trusted(inputs, engine_calls, monk
 def test_diagnostics_sampling_failure_then_rerun_without_sampling(inputs, engine_calls):
     from tagrpo.backends.base import SamplingParams
     from tagrpo.backends.factory import make_stored_backend
-    from tagrpo.evaluation.diagnostics import sample_training_questions
+    from tagrpo.evaluation.vanishing_diversity import sample_training_questions
 
     questions = tiny_questions()
     sampling = SamplingParams(n=2, temperature=1.0, max_new_tokens=5, seed=4)
@@ -294,7 +294,8 @@ def test_diagnostics_sampling_failure_then_rerun_without_sampling(inputs, engine
 
 def test_consistency_solver_completions_are_saved_before_grading(inputs, engine_calls):
     from tagrpo.config.equivalence import ConsistencyConfig
-    from tagrpo.equivalence.consistency import LocalSolver, SolveItem, solve_and_grade
+    from tagrpo.equivalence.consistency import LocalSolver, solve_and_grade
+    from tagrpo.grading.types import SolveItem
 
     items = [SolveItem(text, str(i)) for i, text in enumerate(BENCHMARKS["alpha"])]
     rule = ConsistencyConfig(temperature=1.0, top_p=1.0, max_new_tokens=5)

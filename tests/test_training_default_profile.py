@@ -54,7 +54,7 @@ def _rates(method: str, config, grade, root: Path) -> list[dict[str, float]]:
 
 
 def test_ta_grpo_joint_groups_collapse_less_than_grpo_original_groups(default_root) -> None:
-    from tagrpo.evaluation.grader import make_grade_fn
+    from tagrpo.grading.grade_fn import make_grade_fn
 
     config = load_config(default_root / "params.yaml")
     with make_grade_fn(workers=2) as grade:

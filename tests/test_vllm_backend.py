@@ -305,14 +305,14 @@ def test_evaluate_refuses_another_served_model_before_sampling_and_saves_nothing
     check refuses there, before any sampling request."""
     from tagrpo.backends.sample_store import SampleStore
     from tagrpo.data.schema import Question, write_questions
-    from tagrpo.evaluation import grader
+    from tagrpo.evaluation import runner  # evaluate_policy calls its grade_fn_for
     from tagrpo.evaluation.runner import evaluate_policy
 
     benchmarks = tmp_path / "benchmarks"
     benchmarks.mkdir()
     questions = [Question(f"q{i}", "t", "test", q, "1") for i, q in enumerate(QUESTIONS)]
     write_questions(questions, str(benchmarks / "mini.parquet"))
-    monkeypatch.setattr(grader, "grade_fn_for", lambda settings: contextlib.nullcontext(None))
+    monkeypatch.setattr(runner, "grade_fn_for", lambda settings: contextlib.nullcontext(None))
     with VLLMStandIn(other_policy_dir, served_name="policy", root="/elsewhere/other") as server:
         config = config_with(
             {

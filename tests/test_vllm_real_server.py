@@ -112,7 +112,7 @@ def test_server_evaluation_saves_samples_before_grading(served, tmp_path, monkey
 
     from tagrpo.backends.sample_store import SampleStore
     from tagrpo.data.schema import Question, write_questions
-    from tagrpo.evaluation import grader
+    from tagrpo.evaluation import runner  # evaluate_policy calls its grade_fn_for
     from tagrpo.evaluation.runner import evaluate_policy
 
     benchmarks = tmp_path / "benchmarks"
@@ -140,10 +140,10 @@ def test_server_evaluation_saves_samples_before_grading(served, tmp_path, monkey
 
         yield fail
 
-    monkeypatch.setattr(grader, "grade_fn_for", failing)
+    monkeypatch.setattr(runner, "grade_fn_for", failing)
     with pytest.raises(RuntimeError, match="grading failed"):
         evaluate_policy(config, Path(str(MODEL)), benchmarks, SampleStore(tmp_path / "s"), "e")
-    monkeypatch.setattr(grader, "grade_fn_for", lambda s: contextlib.nullcontext(boxed_grade))
+    monkeypatch.setattr(runner, "grade_fn_for", lambda s: contextlib.nullcontext(boxed_grade))
     store = SampleStore(tmp_path / "s")
     rerun = evaluate_policy(config, Path(str(MODEL)), benchmarks, store, "e")
     assert store.counts() == {"samples_reused": 4.0, "samples_resampled": 0.0}

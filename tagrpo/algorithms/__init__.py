@@ -6,7 +6,7 @@ grouping          response layout and normalisation group ids
 advantages        group-relative normalisation (Eq. 1 per group, Eq. 3 joint); epsilon rule
 dynamic_sampling  DAPO-style drop-and-refill of all-equal groups
 avspo             virtual rewards in collapsed groups' statistics (second paper)
-diagnostics       zero-gradient rates: original / neighbours / joint / training groups
+zero_gradient     zero-gradient rates: original / neighbours / joint / training groups
 loss              clipped policy loss (Eq. 2/4) with the low-variance KL loss
 step              advantages and diagnostics of one step for a method
 """
@@ -17,7 +17,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tagrpo.algorithms.advantages import EPSILON, group_moments, grpo_advantages
+    from tagrpo.algorithms.advantages import (
+        EPSILON,
+        EstimatorOutput,
+        group_moments,
+        grpo_advantages,
+    )
     from tagrpo.algorithms.avspo import (
         AdaptiveThreshold,
         AVSPOConfig,
@@ -26,15 +31,9 @@ if TYPE_CHECKING:
         num_virtual_samples,
         virtual_rewards,
     )
-    from tagrpo.algorithms.diagnostics import (
-        collapse_rates,
-        step_diagnostics,
-        training_group_diagnostics,
-    )
     from tagrpo.algorithms.dynamic_sampling import DynamicSamplingResult, is_informative
     from tagrpo.algorithms.estimators import (
         ESTIMATORS,
-        EstimatorOutput,
         EstimatorSpec,
         get_estimator,
         register_estimator,
@@ -43,6 +42,11 @@ if TYPE_CHECKING:
     from tagrpo.algorithms.loss import LossOutput, low_var_kl, policy_loss, token_log_probs
     from tagrpo.algorithms.methods import METHODS, MethodSpec, get_method
     from tagrpo.algorithms.step import StepAdvantages, advantages_and_diagnostics
+    from tagrpo.algorithms.zero_gradient import (
+        collapse_rates,
+        step_diagnostics,
+        training_group_diagnostics,
+    )
 
 # Exports resolve lazily: the method registry (read by every params check) must not load torch
 # with the loss, nor numpy's estimators before they are needed. No export may share a
@@ -59,13 +63,13 @@ _EXPORTS = {
     "avspo_advantages": "avspo",
     "num_virtual_samples": "avspo",
     "virtual_rewards": "avspo",
-    "collapse_rates": "diagnostics",
-    "step_diagnostics": "diagnostics",
-    "training_group_diagnostics": "diagnostics",
+    "collapse_rates": "zero_gradient",
+    "step_diagnostics": "zero_gradient",
+    "training_group_diagnostics": "zero_gradient",
     "DynamicSamplingResult": "dynamic_sampling",
     "is_informative": "dynamic_sampling",
     "ESTIMATORS": "estimators",
-    "EstimatorOutput": "estimators",
+    "EstimatorOutput": "advantages",
     "EstimatorSpec": "estimators",
     "get_estimator": "estimators",
     "register_estimator": "estimators",

@@ -19,9 +19,19 @@ Joint vs per-variant normalisation is only a different ``group_ids`` array
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 EPSILON = 1e-6
+
+
+@dataclass(frozen=True)
+class EstimatorOutput:
+    """What every advantage estimator returns (registry: :mod:`tagrpo.algorithms.estimators`)."""
+
+    advantages: np.ndarray  # one per response
+    diagnostics: dict[str, float] = field(default_factory=dict)  # reported as <name>/<key>
 
 
 def group_moments(

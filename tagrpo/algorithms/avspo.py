@@ -31,8 +31,12 @@ from typing import Literal
 import numpy as np
 from pydantic import model_validator
 
-from tagrpo.algorithms.advantages import EPSILON, group_moments, normalize_with_stats
-from tagrpo.algorithms.estimators import EstimatorOutput, register_estimator
+from tagrpo.algorithms.advantages import (
+    EPSILON,
+    EstimatorOutput,
+    group_moments,
+    normalize_with_stats,
+)
 from tagrpo.config.model import ConfigModel, Field
 
 AVSPO_TRIGGERS = ("adaptive", "always", "batch")
@@ -208,12 +212,6 @@ def _augmented_moments(
     return mean, std
 
 
-@register_estimator(
-    "avspo",
-    config_model=AVSPOConfig,
-    make_state=AdaptiveThreshold,
-    description="AVSPO: virtual rewards in collapsed groups' statistics (second paper)",
-)
 def avspo_estimator(
     rewards: np.ndarray,
     group_ids: np.ndarray,
@@ -223,6 +221,8 @@ def avspo_estimator(
     state: AdaptiveThreshold | None,
 ) -> EstimatorOutput:
     """:func:`avspo_advantages` with the threshold read from and updated in ``state``.
+
+    Registered as estimator ``avspo`` in :mod:`tagrpo.algorithms.estimators`.
 
     ``epsilon`` is the method-wide one; AVSPO uses its own (``settings.epsilon``), as the paper.
     """

@@ -9,29 +9,26 @@ in one loop (``grpo`` excepted: verl's own estimator is the same formula), and v
 passes the settings (``algorithm.tagrpo.<name>``) and the state it keeps across steps.
 Diagnostics are reported under ``<name>/`` (``avspo/acr``), whatever keys they have.
 
-Adding an estimator: a module with a function decorated by :func:`register_estimator` (and its
-settings model), imported at the bottom of this file; a method that names it in
-:mod:`tagrpo.algorithms.methods`.
+Adding an estimator: a module with its function (returning
+:class:`~tagrpo.algorithms.advantages.EstimatorOutput`) and settings model, imported here and
+registered in the list at the bottom of this file, beside the registry (as verl registers its
+estimators with ``register_adv_est`` next to its registry); a method that names it in
+:mod:`tagrpo.algorithms.methods`. No estimator registers itself on import.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tagrpo.algorithms.advantages import grpo_advantages
+from tagrpo.algorithms.advantages import EstimatorOutput, grpo_advantages
+from tagrpo.algorithms.avspo import AdaptiveThreshold, AVSPOConfig, avspo_estimator
 
 if TYPE_CHECKING:
     from tagrpo.config.model import ConfigModel
-
-
-@dataclass(frozen=True)
-class EstimatorOutput:
-    advantages: np.ndarray  # one per response
-    diagnostics: dict[str, float] = field(default_factory=dict)  # reported as <name>/<key>
 
 
 # (rewards, group ids, number of groups, epsilon, settings, state) -> EstimatorOutput
@@ -79,7 +76,6 @@ def get_estimator(name: str) -> EstimatorSpec:
         ) from None
 
 
-@register_estimator("grpo", description="group-relative: (R - mean_g) / (std_g + epsilon)")
 def grpo_estimator(
     rewards: np.ndarray,
     group_ids: np.ndarray,
@@ -91,5 +87,22 @@ def grpo_estimator(
     return EstimatorOutput(grpo_advantages(rewards, group_ids, num_groups, epsilon=epsilon))
 
 
-# Estimators defined in their own modules register on import.
-from tagrpo.algorithms import avspo as _avspo  # noqa: E402, F401
+# Every estimator, registered here in this order (verl_ext registers them with verl in it).
+register_estimator("grpo", description="group-relative: (R - mean_g) / (std_g + epsilon)")(
+    grpo_estimator
+)
+register_estimator(
+    "avspo",
+    config_model=AVSPOConfig,
+    make_state=AdaptiveThreshold,
+    description="AVSPO: virtual rewards in collapsed groups' statistics (second paper)",
+)(avspo_estimator)
+
+__all__ = [
+    "ESTIMATORS",
+    "EstimatorOutput",
+    "EstimatorSpec",
+    "get_estimator",
+    "grpo_estimator",
+    "register_estimator",
+]

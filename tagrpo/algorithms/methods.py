@@ -17,7 +17,8 @@ ta_grpo_unanchored  q0..qN    G                   joint         own       no   g
 avspo               q0        G                   per original  own       no   avspo
 ==================  ========  ==================  ============  ========  ===  =========
 
-``grpo_x4`` is the paper's "(N+1)xGRPO" (section 5.4), named for N=3; ``ta_grpo_star`` is
+``grpo_x4`` is the paper's "(N+1)xGRPO" (section 5.4) for any N, named for N=3 (the name stays:
+output paths and MLflow run names are built from method names); ``ta_grpo_star`` is
 TA-GRPO* (Appendix C); the anchor "original" means every response is scored with q0's prompt
 (Eq. 4), "own" with the prompt it was sampled from. ``ta_grpo_unanchored`` is what the authors'
 public code runs (groups pooled over the rephrasings, every ratio under the response's own
@@ -32,15 +33,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from tagrpo.algorithms.estimators import get_estimator
+
 Grouping = Literal["per_original", "per_variant", "joint"]
 Anchor = Literal["original", "own"]
 GROUPINGS: tuple[str, ...] = ("per_original", "per_variant", "joint")
 ANCHORS: tuple[str, ...] = ("original", "own")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MethodSpec:
-    """One training method.
+    """One training method (keyword fields only: a row of :data:`METHODS` reads as the table).
 
     use_neighbours: sample from the rephrasings q1..qN as well as from q0.
     matched_budget: q0 alone gets (N+1)G responses, the response budget of TA-GRPO.
@@ -72,8 +75,6 @@ class MethodSpec:
             raise ValueError(f"{self.name}: {self.grouping} grouping needs neighbours")
         if self.matched_budget and self.use_neighbours:
             raise ValueError(f"{self.name}: the matched budget applies to q0-only methods")
-        from tagrpo.algorithms.estimators import get_estimator
-
         get_estimator(self.estimator)
         if self.dynamic_sampling and self.estimator != "grpo":
             raise ValueError(f"{self.name}: dynamic sampling is defined for the grpo estimator")
@@ -104,64 +105,71 @@ class MethodSpec:
 METHODS: dict[str, MethodSpec] = {
     spec.name: spec
     for spec in (
-        MethodSpec("grpo", False, False, "per_original", "own", description="GRPO (Eq. 1, 2)"),
         MethodSpec(
-            "grpo_ds",
-            False,
-            False,
-            "per_original",
-            "own",
+            name="grpo",
+            use_neighbours=False,
+            matched_budget=False,
+            grouping="per_original",
+            anchor="own",
+            description="GRPO (Eq. 1, 2)",
+        ),
+        MethodSpec(
+            name="grpo_ds",
+            use_neighbours=False,
+            matched_budget=False,
+            grouping="per_original",
+            anchor="own",
             dynamic_sampling=True,
             description="GRPO with DAPO dynamic sampling",
         ),
         MethodSpec(
-            "grpo_x4",
-            False,
-            True,
-            "per_original",
-            "own",
+            name="grpo_x4",
+            use_neighbours=False,
+            matched_budget=True,
+            grouping="per_original",
+            anchor="own",
             description="(N+1)xGRPO: (N+1)G responses to q0 (matched budget, section 5.4)",
         ),
         MethodSpec(
-            "grpo_x4_ds",
-            False,
-            True,
-            "per_original",
-            "own",
+            name="grpo_x4_ds",
+            use_neighbours=False,
+            matched_budget=True,
+            grouping="per_original",
+            anchor="own",
             dynamic_sampling=True,
             description="(N+1)xGRPO with dynamic sampling",
         ),
         MethodSpec(
-            "ta_grpo_star",
-            True,
-            False,
-            "per_variant",
-            "own",
+            name="ta_grpo_star",
+            use_neighbours=True,
+            matched_budget=False,
+            grouping="per_variant",
+            anchor="own",
             description="TA-GRPO*: rephrasings sampled, per-rephrasing groups and ratios",
         ),
         MethodSpec(
-            "ta_grpo",
-            True,
-            False,
-            "joint",
-            "original",
+            name="ta_grpo",
+            use_neighbours=True,
+            matched_budget=False,
+            grouping="joint",
+            anchor="original",
             description="TA-GRPO: joint normalisation (Eq. 3), ratios under q0 (Eq. 4)",
         ),
         MethodSpec(
-            "ta_grpo_unanchored",
-            True,
-            False,
-            "joint",
-            "own",
+            name="ta_grpo_unanchored",
+            use_neighbours=True,
+            matched_budget=False,
+            grouping="joint",
+            anchor="own",
             description="TA-GRPO without Eq. 4: joint groups (Eq. 3), ratios under each "
             "response's own prompt (the authors' public code)",
         ),
         MethodSpec(
-            "avspo",
-            False,
-            False,
-            "per_original",
-            "own",
+            name="avspo",
+            use_neighbours=False,
+            matched_budget=False,
+            grouping="per_original",
+            anchor="own",
             estimator="avspo",
             description="AVSPO: virtual rewards in collapsed groups' statistics",
         ),

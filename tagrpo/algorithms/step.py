@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from tagrpo.algorithms.advantages import EPSILON
-from tagrpo.algorithms.diagnostics import training_group_diagnostics
 from tagrpo.algorithms.estimators import get_estimator
 from tagrpo.algorithms.grouping import group_ids
 from tagrpo.algorithms.methods import MethodSpec
+from tagrpo.algorithms.zero_gradient import training_group_diagnostics
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,20 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tagrpo.backends.base import SamplingParams
 from tagrpo.config.equivalence import ConsistencyConfig, ConsistencySettings
+from tagrpo.data.schema import Question
+from tagrpo.grading.types import GradeFn, SolveItem
+from tagrpo.miniworld.solver import MiniWorldSolver
+from tagrpo.models import load_causal_lm
 from tagrpo.prompts import chat_messages
+from tagrpo.rephrase.cache import cache_key
+from tagrpo.rephrase.openai_backend import ChatRequest, ChatRunner
 
 if TYPE_CHECKING:
     from tagrpo.backends.base import GenerationBackend
@@ -54,9 +61,6 @@ CONSISTENCY_REASONS: dict[str, str] = {
     "solver_failed": "the solver returned no answers (unverifiable)",
 }
 UNVERIFIABLE_REASONS = ("solver_unsolved", "low_power", "solver_failed")
-
-# (responses, gold answers, answer kinds) -> [(correct, pred, reason)]
-GradeFn = Callable[[Sequence[str], Sequence[str], Sequence[str]], list[tuple[bool, str, str]]]
 
 
 @dataclass(frozen=True)
@@ -127,12 +131,14 @@ def consistency_verdict(
 # --- solvers ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SolveItem:
-    text: str
-    answer: str
-    answer_kind: str = "math"
-    choices: tuple[str, ...] | None = None
+def solve_item(question: Question, text: str | None) -> SolveItem:
+    """What a solver answers for ``question`` phrased as ``text`` (its gold, kind, choices)."""
+    return SolveItem(
+        text=text or "",
+        answer=question.answer,
+        answer_kind=question.answer_kind,
+        choices=tuple(question.choices) if question.choices else None,
+    )
 
 
 class Solver(Protocol):
@@ -155,10 +161,9 @@ class LocalSolver:
         torch_threads: int | None = None,
         store: SampleStore | None = None,
     ) -> None:
-        import torch
+        import torch  # torch and transformers: only a local solver needs them
 
         from tagrpo.backends.hf import HFBackend
-        from tagrpo.models import load_causal_lm
 
         if torch_threads:
             torch.set_num_threads(torch_threads)
@@ -190,7 +195,6 @@ class LocalSolver:
         )
 
     def sample(self, items: Sequence[SolveItem], k: int) -> list[list[str] | None]:
-        from tagrpo.backends.base import SamplingParams
 
         if not items:
             return []
@@ -215,7 +219,6 @@ class EndpointSolver:
     def __init__(
         self, endpoint: Any, config: ConsistencyConfig, seed: int = 0, cache: Any = None
     ) -> None:
-        from tagrpo.rephrase.openai_backend import ChatRunner
 
         self.name = f"openai:{endpoint.model}"
         self.endpoint = endpoint
@@ -224,8 +227,6 @@ class EndpointSolver:
         self.runner = ChatRunner(endpoint, cache=cache, seed=seed)
 
     def sample(self, items: Sequence[SolveItem], k: int) -> list[list[str] | None]:
-        from tagrpo.rephrase.cache import cache_key
-        from tagrpo.rephrase.openai_backend import ChatRequest
 
         requests = []
         for item in items:
@@ -278,8 +279,6 @@ def make_solver(
 ) -> Solver:
     """The solver named by ``settings.solver`` (``miniworld``, ``local`` or ``openai``)."""
     if settings.solver == "miniworld":
-        from tagrpo.miniworld.solver import MiniWorldSolver
-
         return MiniWorldSolver()
     if settings.solver == "local":
         model = Path(settings.local.model)

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tagrpo.data.schema import Question
+from tagrpo.miniworld.dataset import problem_from_meta
+from tagrpo.miniworld.tasks import PHRASING_FAMILIES, MiniProblem, render
 
 CONTROL_KINDS = ("number_changed", "operation_flipped")
 _FLIP = {"add": "sub", "sub": "add", "add3": "addsub", "addsub": "add3"}
@@ -37,7 +39,6 @@ class Control:
 
 
 def _other_family(question: Question, seed: int) -> str:
-    from tagrpo.miniworld.tasks import PHRASING_FAMILIES
 
     others = [f for f in PHRASING_FAMILIES if f != question.meta.get("family")]
     digest = hashlib.sha256(f"{seed}:{question.id}:control".encode()).hexdigest()
@@ -45,8 +46,6 @@ def _other_family(question: Question, seed: int) -> str:
 
 
 def _miniworld_controls(question: Question, seed: int) -> list[Control] | None:
-    from tagrpo.miniworld.dataset import problem_from_meta
-    from tagrpo.miniworld.tasks import MiniProblem, render
 
     meta = question.meta or {}
     if question.source != "miniworld" or "operation" not in meta:

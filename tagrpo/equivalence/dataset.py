@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from tagrpo.data.schema import QUESTION_SCHEMA, Question
 
@@ -31,7 +32,6 @@ REPHRASED_SCHEMA = pa.schema(
 
 def write_rephrased(rows: Sequence[tuple[Question, list[str], int]], path: str | Path) -> None:
     """Write (question, rephrasings, padded count) rows with :data:`REPHRASED_SCHEMA`."""
-    import pyarrow.parquet as pq
 
     records = []
     for question, rephrasings, fallback in rows:
@@ -49,7 +49,6 @@ def write_rephrased(rows: Sequence[tuple[Question, list[str], int]], path: str |
 
 def read_rephrased(path: str | Path) -> list[tuple[Question, list[str], int]]:
     """Read the training set back as (question, rephrasings, padded count) rows."""
-    import pyarrow.parquet as pq
 
     table = pq.read_table(str(path))
     if table.schema.names != REPHRASED_SCHEMA.names:

@@ -6,8 +6,8 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tagrpo.equivalence.acceptance import CHECKS, Verdict
 from tagrpo.equivalence.consistency import CONSISTENCY_REASONS, UNVERIFIABLE_REASONS
-from tagrpo.equivalence.policy import CHECKS, Verdict
 from tagrpo.equivalence.structural import STRUCTURAL_REASONS
 
 OTHER_REASONS = {

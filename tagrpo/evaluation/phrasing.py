@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from tagrpo.backends.base import GenerationBackend, SamplingParams
-from tagrpo.evaluation.runner import GradeFn
+from tagrpo.grading.types import GradeFn
 from tagrpo.metrics.groups import group_stats
 from tagrpo.prompts import chat_messages
 

@@ -6,7 +6,7 @@ The runner is backend-agnostic (transformers on CPU, vLLM at paper scale) and gr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,7 +15,10 @@ import numpy as np
 import pandas as pd
 
 from tagrpo.backends.base import GenerationBackend, SamplingParams
-from tagrpo.data.schema import Question
+from tagrpo.backends.factory import make_stored_backend
+from tagrpo.data.schema import Question, read_questions
+from tagrpo.grading.grade_fn import grade_fn_for
+from tagrpo.grading.types import GradeFn
 from tagrpo.metrics.passk import pass_at_k_table
 from tagrpo.progress import labelled
 from tagrpo.prompts import authors_prompt_text, chat_messages
@@ -23,9 +26,6 @@ from tagrpo.prompts import authors_prompt_text, chat_messages
 if TYPE_CHECKING:
     from tagrpo.backends.sample_store import SampleStore
     from tagrpo.config.params import Params
-
-# (responses, gold answers, answer kinds) -> [(correct, pred, reason)], in order
-GradeFn = Callable[[Sequence[str], Sequence[str], Sequence[str]], list[tuple[bool, str, str]]]
 
 DEFAULT_KS = (1, 2, 4, 8, 16, 32)
 
@@ -185,8 +185,6 @@ def evaluate(
 
 def load_benchmarks(directory: Path, limit: int | None = None) -> dict[str, list[Question]]:
     """Every ``<name>.parquet`` of the data stage's benchmark folder (the first ``limit``)."""
-    from tagrpo.data.schema import read_questions
-
     paths = sorted(Path(directory).glob("*.parquet"))
     if not paths:
         raise FileNotFoundError(f"no benchmark parquet files in {directory}: run the data stage")
@@ -208,8 +206,6 @@ def evaluate_policy(
 
     With a ``store``, each benchmark's samples are saved as soon as they are drawn and reused
     by a rerun with the same fingerprint (a failure in grading loses no sample)."""
-    from tagrpo.backends.factory import make_stored_backend
-    from tagrpo.evaluation.grader import grade_fn_for
 
     settings = config.evaluate
     sampling = SamplingParams(

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tagrpo.grading.extract import all_boxed, extract_choice, last_boxed
     from tagrpo.grading.normalize import normalize_answer
-    from tagrpo.grading.pool import GradeItem, GradingPool, grade_many
+    from tagrpo.grading.pool import GradingPool, grade_many
+    from tagrpo.grading.types import GradeFn, GradeItem, SolveItem
     from tagrpo.grading.verify import GradeResult, grade_response
 
 # Exports resolve lazily, and sympy and math-verify (about two seconds) load only when an answer
@@ -18,7 +19,9 @@ _EXPORTS = {
     "extract_choice": "extract",
     "last_boxed": "extract",
     "normalize_answer": "normalize",
-    "GradeItem": "pool",
+    "GradeFn": "types",
+    "GradeItem": "types",
+    "SolveItem": "types",
     "GradingPool": "pool",
     "grade_many": "pool",
     "GradeResult": "verify",
@@ -26,9 +29,11 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "GradeFn",
     "GradeItem",
     "GradeResult",
     "GradingPool",
+    "SolveItem",
     "all_boxed",
     "extract_choice",
     "grade_many",

@@ -45,43 +45,36 @@ workers.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import math
 import multiprocessing as mp
 import os
 import re
+import resource
 import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from multiprocessing import forkserver
 from multiprocessing.connection import Connection, wait
-from typing import Any, NamedTuple
+from typing import Any
 
+from tagrpo.grading import verify  # called through the module: a test's patch of it is seen
 from tagrpo.grading.kinds import ANSWER_KINDS
+from tagrpo.grading.types import GradeItem
 from tagrpo.grading.verify import WARM_UP_ON_IMPORT_ENV, GradeResult
 
 _PRELOAD = ["tagrpo.grading.verify"]
-# Test-only answer kinds, honoured only by pools built with ``enable_test_hooks=True``:
-# a hang that burns CPU with the CPU timer's signal blocked (what C code looks like: only a
-# SIGKILL ends it), a hang that sleeps with that signal blocked (only the wall-clock backstop
-# sees it), and an item that burns ``float(answer)`` CPU-seconds and is then graded correct.
-TEST_HANG_KIND = "_test_hang"
-TEST_SLEEP_KIND = "_test_sleep"
-TEST_BURN_KIND = "_test_burn"
-_TEST_KINDS = (TEST_HANG_KIND, TEST_SLEEP_KIND, TEST_BURN_KIND)
+# A grader for an answer kind beyond ANSWER_KINDS: (response, gold) -> (correct, pred, reason).
+KindGrader = Callable[[str, str], tuple[bool, str, str]]
 _START_TIMEOUT_S = 120.0
 _MAX_WAIT_S = 0.25  # the watchdog's polling period while items are in flight
 _MEMO_LIMIT = 10_000  # remembered timeouts per worker (and in the parent)
 _ENV_LOCK = threading.Lock()
 _PLAIN_INTEGER = re.compile(r"-?\d+")
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-class GradeItem(NamedTuple):
-    response: str
-    answer: str
-    answer_kind: str = "math"
 
 
 class ItemTimeout(BaseException):
@@ -118,35 +111,20 @@ def _on_cpu_timer(signum: int, frame: object) -> None:
     raise ItemTimeout
 
 
-def _test_hook(kind: str, answer: str) -> tuple[bool, str, str]:
-    if kind == TEST_BURN_KIND:
-        deadline = time.process_time() + float(answer)
-        while time.process_time() < deadline:
-            pass
-        return True, "burned", "exact"
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPROF})
-    if answer:  # a file for the test to read this worker's pid from
-        with open(answer, "w", encoding="utf-8") as handle:
-            handle.write(str(os.getpid()))
-    if kind == TEST_SLEEP_KIND:
-        time.sleep(3600)
-    while True:  # TEST_HANG_KIND: burn CPU until killed
-        pass
-
-
 class _WorkerState:
     """What a worker remembers between items: timed-out answers and items."""
 
-    def __init__(self, limit_s: float, test_hooks: bool, known_items: list[Any]) -> None:
+    def __init__(
+        self, limit_s: float, extra_kinds: Mapping[str, KindGrader], known_items: list[Any]
+    ) -> None:
         self.limit_s = limit_s
-        self.test_hooks = test_hooks
+        self.extra_kinds = extra_kinds
         self.timed_out_preds: set[tuple[str | None, str, str]] = set()
         self.timed_out_items: set[tuple[str, str, str]] = set(known_items)
 
 
 def _grade_with_limit(item: tuple[str, str, str], state: _WorkerState) -> tuple[bool, str, str]:
     """Extract and grade one item within its CPU budget; the result as a plain tuple."""
-    from tagrpo.grading.verify import extract_answer, grade_answer
 
     response, answer, kind = item
     if state.timed_out_items and _item_key(item) in state.timed_out_items:
@@ -156,15 +134,16 @@ def _grade_with_limit(item: tuple[str, str, str], state: _WorkerState) -> tuple[
     try:
         signal.setitimer(signal.ITIMER_PROF, state.limit_s)
         try:
-            if kind in _TEST_KINDS and state.test_hooks:
-                return _test_hook(kind, answer)
-            extracted = extract_answer(response, kind)
+            extra = state.extra_kinds.get(kind)
+            if extra is not None:
+                return extra(response, answer)
+            extracted = verify.extract_answer(response, kind)
             extraction_done = True
             # Samples of one question often repeat an answer: one that ran out of time once
             # would again, so it is not given another full budget.
             if (extracted, answer, kind) in state.timed_out_preds:
                 return False, extracted or "", "timeout"
-            result = grade_answer(extracted, answer, kind)
+            result = verify.grade_answer(extracted, answer, kind)
         finally:
             signal.setitimer(signal.ITIMER_PROF, 0)
     except ItemTimeout:
@@ -184,8 +163,6 @@ def _grade_with_limit(item: tuple[str, str, str], state: _WorkerState) -> tuple[
 def _set_parent_death_signal() -> None:
     """Linux: get SIGKILLed when the forkserver (which exits with our parent) goes away."""
     with contextlib.suppress(Exception):
-        import ctypes
-
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
@@ -195,7 +172,7 @@ def _worker_main(
     slot: Any,
     limit_s: float,
     memory_limit_mb: int | None,
-    test_hooks: bool,
+    extra_kinds: Mapping[str, KindGrader],
     known_items: list[tuple[str, str, str]],
 ) -> None:
     """Worker loop: receive a chunk, grade it item by item, send its results back.
@@ -208,10 +185,8 @@ def _worker_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
     signal.signal(signal.SIGPROF, _on_cpu_timer)
     _set_parent_death_signal()
-    state = _WorkerState(limit_s, test_hooks, known_items)
+    state = _WorkerState(limit_s, extra_kinds, known_items)
     if memory_limit_mb:
-        import resource
-
         limit = memory_limit_mb * 1024 * 1024
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -250,7 +225,6 @@ def _ensure_forkserver(warm_up: bool) -> None:
     :mod:`tagrpo.grading.verify` to run :func:`~tagrpo.grading.verify.warm_up`. If some other
     code started the forkserver first, workers start as that forkserver was made.
     """
-    from multiprocessing import forkserver
 
     with _ENV_LOCK:
         previous = os.environ.get(WARM_UP_ON_IMPORT_ENV)
@@ -278,7 +252,7 @@ class _Worker:
                 self.slot,
                 pool.item_timeout_s,
                 pool.memory_limit_mb,
-                pool.enable_test_hooks,
+                pool.extra_kinds,
                 list(pool._known_timeouts),
             ),
             name="tagrpo-grader",
@@ -318,6 +292,10 @@ class GradingPool:
     clock only backs that up (``wall_timeout_s``). The pool may be used from any thread of the
     parent; calls are serialised.
 
+    ``extra_kinds`` grades answer kinds beyond ``ANSWER_KINDS`` with the given functions, in
+    the worker and under the same CPU budget; they travel to the workers by pickle, so they
+    must be module-level functions (the tests use them to stand in for a hang in C code).
+
     After each ``grade`` call: ``last_timings`` holds ``(wall_s, cpu_s)`` per item (input
     order) and ``worker_cpu_s`` the CPU seconds the workers spent on the call.
     """
@@ -329,7 +307,7 @@ class GradingPool:
         kill_grace_s: float = 1.0,
         chunk_size: int | None = None,
         memory_limit_mb: int | None = 2048,
-        enable_test_hooks: bool = False,
+        extra_kinds: Mapping[str, KindGrader] | None = None,
         wall_timeout_s: float | None = None,
         warm_up: bool = True,
     ) -> None:
@@ -346,7 +324,7 @@ class GradingPool:
         self.wall_timeout_s = float(wall)
         self.chunk_size = chunk_size
         self.memory_limit_mb = memory_limit_mb
-        self.enable_test_hooks = enable_test_hooks
+        self.extra_kinds = dict(extra_kinds or {})
         self.warm_up = warm_up
         self.restarts = 0  # workers replaced after a kill or a crash
         self.startup_s: float | None = None  # launch to the last worker ready (s)
@@ -479,7 +457,7 @@ class GradingPool:
             (response, answer), kind = item, "math"
         else:
             response, answer, kind = item
-        if kind not in ANSWER_KINDS and not (self.enable_test_hooks and kind in _TEST_KINDS):
+        if kind not in ANSWER_KINDS and kind not in self.extra_kinds:
             raise ValueError(f"answer_kind must be one of {ANSWER_KINDS}, got {kind!r}")
         return (response or "", answer or "", kind)
 
@@ -653,9 +631,6 @@ def grade_many(
 
 
 __all__ = [
-    "TEST_BURN_KIND",
-    "TEST_HANG_KIND",
-    "TEST_SLEEP_KIND",
     "GradeItem",
     "GradingPool",
     "ItemTimeout",

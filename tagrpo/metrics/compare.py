@@ -207,7 +207,7 @@ def mean_difference_interval(
 
 def sign_test_p(differences: np.ndarray) -> float:
     """Two-sided exact sign test of the median difference being 0 (ties dropped)."""
-    from scipy.stats import binomtest
+    from scipy.stats import binomtest  # scipy: only the claims need the test
 
     values = np.asarray(differences, dtype=np.float64)
     values = values[~np.isnan(values) & (values != 0)]

@@ -18,7 +18,19 @@ from pathlib import Path
 
 import pandas as pd
 
+from tagrpo.backends.base import SamplingParams
 from tagrpo.config.params import Params
+from tagrpo.data.schema import read_questions
+from tagrpo.evaluation.phrasing import (
+    SAMPLE_COLUMNS,
+    PhrasedQuestion,
+    phrasing_summary,
+    sample_phrasings,
+)
+from tagrpo.grading.grade_fn import grade_fn_for
+from tagrpo.miniworld.dataset import problem_from_meta
+from tagrpo.miniworld.tasks import PHRASING_FAMILIES, ProblemSpace, render
+from tagrpo.models import ModelSource, load_causal_lm, materialise
 
 SFT_COLUMNS = ("step", "loss", "lr")
 
@@ -30,7 +42,6 @@ def warm_start_policy(
     log: Callable[[int, dict[str, float]], None] | None = None,
 ) -> dict[str, float]:
     """SFT of the tiny Llama on the warm-start corpus; the model folder and the loss curve."""
-    from tagrpo.miniworld.tasks import ProblemSpace
     from tagrpo.miniworld.warmstart import build_corpus, save_policy, warm_start
 
     settings = config.base_model.warmstart
@@ -61,7 +72,6 @@ def warm_start_policy(
 
 def external_policy(config: Params, out_dir: Path, sft_plot: Path) -> dict[str, float]:
     """A packaged, hub or local model as the base policy (no SFT: an empty loss curve)."""
-    from tagrpo.models import ModelSource, materialise
 
     kind = config.base_model.kind
     settings = getattr(config.base_model, kind).model_dump()
@@ -78,16 +88,9 @@ def probe_phrasings(
     samples_path: Path,
 ) -> dict[str, float]:
     """Sample G responses per (training question, phrasing family); write and summarise them."""
-    import torch
+    import torch  # heavy: loaded only when the probe runs
 
-    from tagrpo.backends.base import SamplingParams
     from tagrpo.backends.hf import HFBackend
-    from tagrpo.data.schema import read_questions
-    from tagrpo.evaluation.grader import grade_fn_for
-    from tagrpo.evaluation.phrasing import PhrasedQuestion, phrasing_summary, sample_phrasings
-    from tagrpo.miniworld.dataset import problem_from_meta
-    from tagrpo.miniworld.tasks import PHRASING_FAMILIES, render
-    from tagrpo.models import load_causal_lm
 
     probe = config.base_model.probe
     torch.set_num_threads(config.common.torch_threads)
@@ -128,7 +131,6 @@ def probe_phrasings(
 
 def no_probe(phrasing_plot: Path, samples_path: Path) -> None:
     """Empty tables with the probe's columns keep the output contract without a probe."""
-    from tagrpo.evaluation.phrasing import SAMPLE_COLUMNS
 
     phrasing_plot.write_text("phrasing,success,responses\n")
     pd.DataFrame(columns=list(SAMPLE_COLUMNS)).to_parquet(samples_path, index=False)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from tagrpo.equivalence.consistency import SolveItem
+from tagrpo.grading.types import SolveItem
 from tagrpo.miniworld.tasks import MiniProblem
 
 N = r"(\d+)"

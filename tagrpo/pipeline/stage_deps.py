@@ -24,6 +24,7 @@ Not seen: ``import_module(name)`` with a project module name computed at run tim
     python -m tagrpo.pipeline.stage_deps            # each stage's code deps (folders, files)
     python -m tagrpo.pipeline.stage_deps --files    # ... as files (a folder when all are used)
     python -m tagrpo.pipeline.stage_deps --check    # exit 1 listing missing or needless deps
+    python -m tagrpo.pipeline.stage_deps --write    # rewrite the code deps in dvc.yaml
 """
 
 from __future__ import annotations
@@ -318,6 +319,55 @@ def _grouped(results: list[StageDeps]) -> dict[str, list[StageDeps]]:
     return groups
 
 
+_DEPS_LIST = re.compile(r"^(    deps: \[)([^\]]*)(\])", re.M)
+
+
+def write_dvc_yaml(root: str | Path, width: int = 100) -> list[str]:
+    """Rewrite each stage's code deps in ``root/dvc.yaml`` from the import graph; return the
+    stage keys whose deps changed.
+
+    Only flow-list ``deps: [...]`` written in a stage's own block are rewritten, from the
+    modules its ``cmd`` runs (so stages a profile enables, such as data scaling, are covered
+    too); the data deps (outputs of other stages, files outside the packages) keep their place
+    and order, first. A stage that inherits its deps (``<<: *train``) follows its source.
+    """
+    root = Path(root)
+    path = root / "dvc.yaml"
+    text = path.read_text()
+    graph = ImportGraph(root)
+    stage_key = re.compile(r"^  ([A-Za-z_][\w-]*):", re.M)
+    keys = [(match.start(), match.group(1)) for match in stage_key.finditer(text)]
+    changed: list[str] = []
+    pieces: list[str] = []
+    cursor = 0
+    for match in _DEPS_LIST.finditer(text):
+        start, key = [(start, name) for start, name in keys if start < match.start()][-1]
+        # ``cmd: python -m ...`` or a folded ``cmd: >-`` block on the lines below it
+        command = re.search(r"^    cmd: (.*(?:\n      .*)*)", text[start : match.start()], re.M)
+        modules = command_modules(" ".join(command.group(1).split())) if command else []
+        if not modules:
+            raise ValueError(f"dvc.yaml: stage {key}: no `python -m <module>` before its deps")
+        needed = set().union(*(graph.closure(module) for module in modules))
+        old = [dep.strip() for dep in match.group(2).replace("\n", " ").split(",") if dep.strip()]
+        data = [dep for dep in old if not _is_code_dep(root, dep)]
+        new = data + folder_deps(root, needed)
+        if new != old:
+            changed.append(key)
+        lines, line = [], match.group(1)
+        for index, dep in enumerate(new):
+            piece = dep + ("," if index < len(new) - 1 else "]")
+            if len(line) + 1 + len(piece) > width and not line.endswith("["):
+                lines.append(line)
+                line = " " * len(match.group(1)) + piece
+            else:
+                line = line + ("" if line.endswith("[") else " ") + piece
+        lines.append(line)
+        pieces.append(text[cursor : match.start()] + "\n".join(lines))
+        cursor = match.end()
+    path.write_text("".join(pieces) + text[cursor:])
+    return changed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=".", help="the checkout with dvc.yaml (default: .)")
@@ -329,8 +379,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--files", action="store_true", help="print the files each stage needs, not folders"
     )
+    parser.add_argument(
+        "--write", action="store_true", help="rewrite the code deps of dvc.yaml from the code"
+    )
     args = parser.parse_args(argv)
     root = Path(args.root)
+    if args.write:
+        changed = write_dvc_yaml(root)
+        print(f"dvc.yaml: code deps rewritten for {len(changed)} stage(s): {', '.join(changed)}")
+        return 0
     results = check_stages(root)
     failed = False
     for key, items in _grouped(results).items():

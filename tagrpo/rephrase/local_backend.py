@@ -15,16 +15,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tagrpo.backends.base import SamplingParams
 from tagrpo.config.rephrase import LocalRephraseModel
 from tagrpo.data.schema import Question
+from tagrpo.models import load_causal_lm, resolve
 from tagrpo.rephrase.cache import ReplyCache
-from tagrpo.rephrase.generate import Candidate, candidates_from_reply, plan_requests
+from tagrpo.rephrase.candidates import Candidate, candidates_from_reply, plan_requests
 from tagrpo.rephrase.templates import RephraseTemplate
 
 
 def model_fingerprint(source: Any) -> str:
     """sha256 over a model folder's files (names and bytes), or the hub id and revision."""
-    from tagrpo.models import resolve
 
     resolved = resolve(source)
     if resolved.kind != "local":
@@ -40,7 +41,7 @@ def model_fingerprint(source: Any) -> str:
 
 
 class HFRephraser:
-    """A :class:`~tagrpo.rephrase.generate.Rephraser` over a local causal LM."""
+    """A :class:`~tagrpo.rephrase.candidates.Rephraser` over a local causal LM."""
 
     name = "hf"
 
@@ -99,8 +100,7 @@ class HFRephraser:
 
     def _generator(self) -> Any:
         if self._backend is None:
-            from tagrpo.backends.hf import HFBackend
-            from tagrpo.models import load_causal_lm
+            from tagrpo.backends.hf import HFBackend  # torch: the model loads at the first request
 
             model, tokenizer = load_causal_lm(self.model_dir)
             self._backend = HFBackend(model, tokenizer, self.max_batch_sequences)
@@ -112,7 +112,6 @@ class HFRephraser:
         round: int = 0,
         slots: Mapping[str, Sequence[int]] | None = None,
     ) -> list[Candidate]:
-        from tagrpo.backends.base import SamplingParams
 
         # Locally, N choices of one prompt is how per-variant sampling is done efficiently.
         mode = "numbered" if self.mode == "numbered" else "choices"

@@ -207,7 +207,7 @@ class ChatRunner:
 
     async def run_async(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         import certifi
-        import openai
+        import openai  # openai: only an endpoint backend needs it
 
         started = time.perf_counter()
         unique: dict[str, ChatRequest] = {}
@@ -333,7 +333,7 @@ class ChatRunner:
 
     async def _attempt(self, client: Any, request: ChatRequest) -> tuple[list[str], dict[str, int]]:
         """One HTTP attempt: the choices' texts and the token usage, or a :class:`_Failure`."""
-        import openai
+        import openai  # openai: only an endpoint backend needs it
 
         arguments: dict[str, Any] = {
             "model": self.config.model,

@@ -36,6 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tagrpo.data.schema import Question
+from tagrpo.miniworld.dataset import problem_from_meta
+from tagrpo.miniworld.tasks import PHRASING_FAMILIES, render
 
 # Formulas and code blocks that must never be edited: display and inline math, environments,
 # Asymptote figures. Masked with private-use characters (no digits, no sentence punctuation).
@@ -251,8 +253,6 @@ def _with_wrappers(
 
 def miniworld_candidates(question: Question, seed: int = 0) -> list[RuleCandidate] | None:
     """Other-family renderings of a mini-world question; None if its meta cannot be trusted."""
-    from tagrpo.miniworld.dataset import problem_from_meta
-    from tagrpo.miniworld.tasks import PHRASING_FAMILIES, render
 
     meta = question.meta or {}
     if question.source != _MINIWORLD_SOURCE or "family" not in meta or "operation" not in meta:

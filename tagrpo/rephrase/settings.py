@@ -7,6 +7,7 @@ from typing import Any
 
 from tagrpo.config.rephrase import RephraseSettings
 from tagrpo.paths import home_root, resolve_path
+from tagrpo.rephrase.cache import ReplyCache
 
 CACHE_FILE = "replies.sqlite"
 
@@ -21,6 +22,5 @@ def open_cache(settings: RephraseSettings, needed: bool | None = None) -> Any:
         needed = settings.backend != "rules"
     if not needed:
         return None
-    from tagrpo.rephrase.cache import ReplyCache
 
     return ReplyCache(resolve_path(settings.cache_dir, base=home_root()) / CACHE_FILE)

@@ -26,12 +26,21 @@ from tagrpo.layout import (
     report_outputs,
 )
 from tagrpo.metrics.compare import chance_pass_at_k
+from tagrpo.report import paper
 from tagrpo.report.chance import (
     CHANCE_CEILING,
     MIN_MARGIN,
     chance_floor,
     multiple_choice_options,
     uninformative_from,
+)
+from tagrpo.report.claims import (
+    build_claims,
+    claims_table,
+    difference_table,
+    load_policy_runs,
+    load_seed_runs,
+    score_table,
 )
 from tagrpo.report.markdown import markdown_table, passk_curves, passk_long_table, table1
 from tagrpo.report.training import load_training_summaries, training_section
@@ -130,13 +139,6 @@ def statistics_sections(
     Writes ``out["claims"]`` (the table alone: README quotes it), ``out["scores"]`` and
     ``out["differences"]`` (long-form CSVs behind the tables).
     """
-    from tagrpo.report.claims import (
-        build_claims,
-        claims_table,
-        difference_table,
-        load_seed_runs,
-        score_table,
-    )
 
     methods = config.runs.all_methods()
     seeds = {method: config.runs.seeds_of(method) for method in methods}
@@ -192,8 +194,6 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
     """The paper's Table 1 and Figures 5-8 (:mod:`tagrpo.report.paper`), beside its numbers
     when the base model is one of the paper's."""
     from tagrpo.layout import BASE_POLICY
-    from tagrpo.report import paper
-    from tagrpo.report.claims import load_policy_runs, load_seed_runs
 
     ks = config.evaluate.ks
     k = ks[-1]
@@ -375,7 +375,6 @@ def chance_section(
 
 def out_link(out: dict[str, Path]) -> str:
     """The figures folder as linked from the report."""
-    import os
 
     layout = report_outputs()
     return Path(os.path.relpath(layout["figures"], layout["report"].parent)).as_posix()

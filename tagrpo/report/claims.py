@@ -25,6 +25,7 @@ from tagrpo.metrics.compare import (
     seed_runs,
     widening,
 )
+from tagrpo.report.markdown import markdown_table
 
 TA = "ta_grpo"
 
@@ -222,7 +223,6 @@ def build_claims(
 
 
 def claims_table(claims: Sequence[Claim]) -> str:
-    from tagrpo.report.markdown import markdown_table
 
     return markdown_table(
         ["claim (paper)", "our measure (positive = claim holds)", "estimate [95% CI]", "verdict"],

@@ -9,7 +9,17 @@ from typing import Any
 
 import pandas as pd
 
+from tagrpo.palette import method_colour, seed_style
 from tagrpo.report.chance import chance_floor
+from tagrpo.report.plot_data import split_policy
+from tagrpo.report.style import (
+    CHANCE_SHADED_LABEL,
+    chance_line,
+    fill_legend,
+    k_axis,
+    panels_with_legend,
+    save,
+)
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -110,18 +120,7 @@ def passk_curves(
     """One panel per benchmark or group: pass@k against k (log2 axis labelled 1, 2, 4, ...),
     one line per policy: its method's colour, its seed's line style (intervals: the tables);
     the chance floor of a multiple-choice benchmark, or of a group holding one, dashed."""
-    from matplotlib.lines import Line2D
-
-    from tagrpo.palette import method_colour, seed_style
-    from tagrpo.report.plot_data import split_policy
-    from tagrpo.report.style import (
-        CHANCE_SHADED_LABEL,
-        chance_line,
-        fill_legend,
-        k_axis,
-        panels_with_legend,
-        save,
-    )
+    from matplotlib.lines import Line2D  # matplotlib: only when a figure is drawn
 
     names = list(dict.fromkeys(passk["name"]))
     ks = sorted(int(k) for k in passk["k"].unique())

@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+from tagrpo.algorithms import get_method
 from tagrpo.report.markdown import markdown_table, percent
 
 
@@ -24,7 +25,6 @@ def load_training_summaries(root: Path, policies: list[str]) -> dict[str, dict[s
 
 def group_sizes(method: str, group: int, neighbours: int) -> tuple[int, int, int]:
     """Responses per group of a method: (to q0, all of a question's, its training groups)."""
-    from tagrpo.algorithms import get_method
 
     spec = get_method(method)
     to_q0 = spec.responses_per_variant(group, neighbours)
@@ -35,7 +35,6 @@ def group_sizes(method: str, group: int, neighbours: int) -> tuple[int, int, int
 
 def method_label(method: str, estimators: Mapping[str, object] | None = None) -> str:
     """A method as the report names it; AVSPO says which trigger ran (``avspo (always)``)."""
-    from tagrpo.algorithms import get_method
 
     spec = get_method(method)
     settings = (estimators or {}).get(spec.estimator)

@@ -15,7 +15,7 @@ import numpy as np
 from tagrpo.algorithms.methods import MethodSpec
 from tagrpo.backends.base import Completion, GenerationBackend, SamplingParams
 from tagrpo.data.training_set import TrainQuestion
-from tagrpo.evaluation.runner import GradeFn
+from tagrpo.grading.types import GradeFn
 
 
 @dataclass

@@ -157,7 +157,7 @@ def train_local(
     import torch
 
     from tagrpo.backends.base import SamplingParams
-    from tagrpo.evaluation.grader import grade_fn_for
+    from tagrpo.grading.grade_fn import grade_fn_for
     from tagrpo.models import load_causal_lm
     from tagrpo.paths import project_root
     from tagrpo.progress import bar

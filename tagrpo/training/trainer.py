@@ -33,7 +33,7 @@ from tagrpo.backends.base import SamplingParams
 from tagrpo.backends.hf import HFBackend
 from tagrpo.config.train import LocalBackendSettings, TrainSettings
 from tagrpo.data.training_set import TrainQuestion, require_neighbours
-from tagrpo.evaluation.runner import GradeFn
+from tagrpo.grading.types import GradeFn
 from tagrpo.layout import checkpoint_name
 from tagrpo.schedule import warmup_cosine
 from tagrpo.training.outputs import checkpoint_steps, rollout_frame, save_policy_folder

@@ -10,21 +10,22 @@ from scripted_solver import ScriptedSolver
 
 from tagrpo.config.equivalence import ConsistencySettings, PolicyConfig, SimilaritySettings
 from tagrpo.data.schema import QUESTION_SCHEMA, Question
-from tagrpo.equivalence.consistency import fisher_one_sided
-from tagrpo.equivalence.controls import make_controls
-from tagrpo.equivalence.dataset import REPHRASED_SCHEMA, read_rephrased, write_rephrased
-from tagrpo.equivalence.policy import (
+from tagrpo.equivalence.acceptance import (
     VERDICT_SCHEMA,
     CheckSettings,
     EquivalenceChecker,
     run_policy,
     verdicts_table,
 )
+from tagrpo.equivalence.consistency import fisher_one_sided
+from tagrpo.equivalence.controls import make_controls
+from tagrpo.equivalence.dataset import REPHRASED_SCHEMA, read_rephrased, write_rephrased
 from tagrpo.equivalence.report import report_section, summarize
-from tagrpo.evaluation.grader import make_grade_fn
+from tagrpo.grading.grade_fn import make_grade_fn
 from tagrpo.miniworld.dataset import problem_meta
 from tagrpo.miniworld.tasks import MiniProblem, render
-from tagrpo.rephrase.generate import Candidate, RulesRephraser
+from tagrpo.rephrase.candidates import Candidate
+from tagrpo.rephrase.generate import RulesRephraser
 from tagrpo.rephrase.rules import rule_candidates
 
 SETTINGS = CheckSettings(

@@ -39,15 +39,15 @@ from tagrpo.config.equivalence import (
 )
 from tagrpo.data.schema import Question, Rejection
 from tagrpo.equivalence.consistency import (
-    GradeFn,
-    SolveItem,
     Solver,
     SolveStats,
     consistency_verdict,
     solve_and_grade,
+    solve_item,
 )
 from tagrpo.equivalence.structural import check_structural
-from tagrpo.rephrase.generate import Candidate, Rephraser
+from tagrpo.grading.types import GradeFn, SolveItem
+from tagrpo.rephrase.candidates import Candidate, Rephraser
 
 FALLBACKS = ("pad_original", "drop")
 CHECKS = ("generation", "sibling", "structural", "similarity", "consistency")
@@ -174,7 +174,7 @@ class EquivalenceChecker:
         todo = list({q.id: q for q in questions if q.id not in self.original_stats}.values())
         if not todo:
             return
-        stats = self._solve([_solve_item(q, q.problem) for q in todo])
+        stats = self._solve([solve_item(q, q.problem) for q in todo])
         self.original_stats.update(zip((q.id for q in todo), stats, strict=True))
 
     def check(
@@ -247,7 +247,7 @@ class EquivalenceChecker:
 
         if self.settings.consistency_enabled and alive:
             self._ensure_originals([pairs[i][0] for i in alive])
-            stats = self._solve([_solve_item(pairs[i][0], pairs[i][1].text) for i in alive])
+            stats = self._solve([solve_item(pairs[i][0], pairs[i][1].text) for i in alive])
             for index, rephrased in zip(alive, stats, strict=True):
                 question = pairs[index][0]
                 original = self.original_stats.get(question.id)
@@ -271,15 +271,6 @@ class EquivalenceChecker:
         verdict.verdict = "reject"
         verdict.reason = reason
         verdict.detail = detail
-
-
-def _solve_item(question: Question, text: str | None) -> SolveItem:
-    return SolveItem(
-        text=text or "",
-        answer=question.answer,
-        answer_kind=question.answer_kind,
-        choices=tuple(question.choices) if question.choices else None,
-    )
 
 
 @dataclass

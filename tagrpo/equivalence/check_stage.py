@@ -1,7 +1,7 @@
 """The ``check_equivalence`` stage's work: check every candidate, regenerate, apply the fallback.
 
 Layered checks, cheapest first: structural, embedding similarity, answer-consistency solve
-(:mod:`tagrpo.equivalence.policy`); negative controls measure what each check catches. A run
+(:mod:`tagrpo.equivalence.acceptance`); negative controls measure what each check catches. A run
 where more than ``policy.max_padded_share`` of the slots end without a checked rephrasing
 (padded with the original, or their question dropped) fails: TA-GRPO would train on copies
 of q0 under its own name.
@@ -15,8 +15,26 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyarrow.parquet as pq
+
 from tagrpo.config.params import Params
-from tagrpo.rephrase.run import check_failed_share
+from tagrpo.data.schema import read_questions, write_rejections
+from tagrpo.equivalence.acceptance import (
+    CheckSettings,
+    EquivalenceChecker,
+    run_policy,
+    verdicts_table,
+)
+from tagrpo.equivalence.consistency import LocalSolver, make_solver, solve_and_grade, solve_item
+from tagrpo.equivalence.controls import make_controls
+from tagrpo.equivalence.dataset import write_rephrased
+from tagrpo.equivalence.report import report_section, summarize
+from tagrpo.equivalence.similarity import SimilarityScorer
+from tagrpo.grading.grade_fn import grade_fn_for
+from tagrpo.rephrase.candidates import Candidate, read_candidates
+from tagrpo.rephrase.generate import make_rephraser
+from tagrpo.rephrase.rephrase_stage import check_failed_share
+from tagrpo.rephrase.settings import open_cache
 
 if TYPE_CHECKING:
     from tagrpo.backends.sample_store import SampleStore
@@ -27,17 +45,12 @@ def _grader(config: Params, needed: bool) -> Iterator[Any]:
     if not needed:
         yield None
         return
-    from tagrpo.evaluation.grader import grade_fn_for
-
     with grade_fn_for(config.common.grading) as grade:
         yield grade
 
 
 def run_controls(checker: Any, questions: list[Any], config: Params) -> list:
     """Verdicts for the negative controls (see :mod:`tagrpo.equivalence.controls`)."""
-    from tagrpo.equivalence.controls import make_controls
-    from tagrpo.rephrase.generate import Candidate
-
     controls_settings = config.check_equivalence.controls
     if not controls_settings.enabled:
         return []
@@ -65,9 +78,6 @@ def difficulty_probe(
     store: SampleStore | None = None,
 ) -> dict[str, Any]:
     """The policy's success on every checked candidate, by verdict (see the config's help)."""
-    from tagrpo.equivalence.consistency import LocalSolver, solve_and_grade
-    from tagrpo.equivalence.policy import _solve_item
-
     section = config.check_equivalence
     probe = section.difficulty_probe
     candidates = [v for v in verdicts if v.kind == "candidate" and v.text]
@@ -79,7 +89,7 @@ def difficulty_probe(
         max_batch_sequences=section.consistency.local.max_batch_sequences,
         store=store,
     )
-    items = [_solve_item(by_id[v.question_id], v.text) for v in candidates]
+    items = [solve_item(by_id[v.question_id], v.text) for v in candidates]
     stats = solve_and_grade(solver, items, probe.k, grade)
     rates = {"accepted": [], "rejected": []}
     for verdict, stat in zip(candidates, stats, strict=True):
@@ -113,20 +123,7 @@ def check_rephrasings(
 
     With a ``store``, the local solver's samples are saved per call before grading and reused
     by a rerun (:mod:`tagrpo.backends.sample_store`)."""
-    import pyarrow.parquet as pq
-    import torch
-
-    from tagrpo.data.schema import read_questions, write_rejections
-    from tagrpo.equivalence.dataset import write_rephrased
-    from tagrpo.equivalence.policy import (
-        CheckSettings,
-        EquivalenceChecker,
-        run_policy,
-        verdicts_table,
-    )
-    from tagrpo.equivalence.report import report_section, summarize
-    from tagrpo.rephrase.generate import make_rephraser, read_candidates
-    from tagrpo.rephrase.settings import open_cache
+    import torch  # heavy: loaded only when the stage runs
 
     section = config.check_equivalence
     settings = CheckSettings.from_section(section)
@@ -138,8 +135,6 @@ def check_rephrasings(
     candidates = read_candidates(candidates_path)
     scorer = solver = None
     if settings.similarity_enabled:
-        from tagrpo.equivalence.similarity import SimilarityScorer
-
         scorer = SimilarityScorer(
             section.similarity.model, batch_size=section.similarity.batch_size
         )
@@ -152,8 +147,6 @@ def check_rephrasings(
     difficulty = None
     try:
         if settings.consistency_enabled:
-            from tagrpo.equivalence.consistency import make_solver
-
             solver = make_solver(
                 section.consistency,
                 seed,

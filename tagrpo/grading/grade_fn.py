@@ -6,8 +6,8 @@ import contextlib
 from collections.abc import Iterator, Sequence
 
 from tagrpo.config.common import GradingSettings
-from tagrpo.evaluation.runner import GradeFn
-from tagrpo.grading.pool import GradeItem, GradingPool
+from tagrpo.grading.pool import GradingPool
+from tagrpo.grading.types import GradeFn, GradeItem
 
 
 @contextlib.contextmanager

@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.config.params import Params
+from tagrpo.data.schema import read_questions
+from tagrpo.rephrase.candidates import write_candidates
+from tagrpo.rephrase.generate import make_rephraser
+from tagrpo.rephrase.settings import open_cache
 
 
 class TooManyFailuresError(RuntimeError):
@@ -33,10 +37,6 @@ def rephrase_training_set(
     config: Params, root: Path, train_path: Path, out_path: Path
 ) -> dict[str, Any]:
     """Write ``out_path`` (candidates, one row per question and slot); return the metrics."""
-    from tagrpo.data.schema import read_questions
-    from tagrpo.rephrase.generate import make_rephraser, write_candidates
-    from tagrpo.rephrase.settings import open_cache
-
     settings = config.rephrase
     started = time.perf_counter()
     questions = read_questions(str(train_path))

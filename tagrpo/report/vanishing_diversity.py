@@ -1,5 +1,5 @@
 """The diagnostics stage's report section and figure (the paper's Figures 3 and 4, with the
-size-matched controls of :mod:`tagrpo.evaluation.diagnostics`)."""
+size-matched controls of :mod:`tagrpo.evaluation.vanishing_diversity`)."""
 
 from __future__ import annotations
 

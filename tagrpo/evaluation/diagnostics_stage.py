@@ -3,13 +3,28 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from tagrpo.backends.base import SamplingParams
+from tagrpo.backends.factory import make_stored_backend
 from tagrpo.config.params import Params
+from tagrpo.data.training_set import load_training_questions
+from tagrpo.equivalence.similarity import SimilarityScorer
+from tagrpo.evaluation.vanishing_diversity import (
+    diversity_comparison,
+    question_groups,
+    rate_comparisons,
+    sample_training_questions,
+    variant_distances,
+    zero_gradient_rows,
+)
+from tagrpo.grading.grade_fn import grade_fn_for
+from tagrpo.report.vanishing_diversity import diagnostics_figure, diagnostics_section
 
 if TYPE_CHECKING:
     from tagrpo.backends.sample_store import SampleStore
@@ -44,7 +59,6 @@ def checkpoints_to_probe(config: Params, root: Path) -> list[tuple[str, str, Pat
 
 def figure_link() -> str:
     """The figure's path as seen from the report (the section is included into report.md)."""
-    import os
 
     from tagrpo.layout import diagnostics_outputs, report_outputs
 
@@ -68,22 +82,7 @@ def run_diagnostics(
     figure, section); return the metrics. With a ``store``, each checkpoint's samples are saved
     per phrasing as they are drawn and reused by a rerun (see
     :mod:`tagrpo.backends.sample_store`)."""
-    import torch
-
-    from tagrpo.backends.base import SamplingParams
-    from tagrpo.backends.factory import make_stored_backend
-    from tagrpo.data.training_set import load_training_questions
-    from tagrpo.equivalence.similarity import SimilarityScorer
-    from tagrpo.evaluation.diagnostics import (
-        diversity_comparison,
-        question_groups,
-        rate_comparisons,
-        sample_training_questions,
-        variant_distances,
-        zero_gradient_rows,
-    )
-    from tagrpo.evaluation.grader import grade_fn_for
-    from tagrpo.report.diagnostics import diagnostics_figure, diagnostics_section
+    import torch  # heavy: loaded only when the stage runs
 
     settings = config.diagnostics
     group, neighbours = settings.group_size, settings.n_neighbours

@@ -41,7 +41,7 @@ import pandas as pd
 
 from tagrpo.backends.base import GenerationBackend, SamplingParams
 from tagrpo.data.training_set import TrainQuestion
-from tagrpo.evaluation.runner import GradeFn
+from tagrpo.grading.types import GradeFn
 from tagrpo.metrics.compare import Estimate, mean_difference_interval, sign_test_p
 from tagrpo.metrics.diversity import EmbedFn, mean_pairwise_cosine_distance
 from tagrpo.progress import labelled
