@@ -92,7 +92,7 @@ def test_trainer_saves_and_exports_only_at_the_quarter_steps(tmp_path, policy, m
 
     monkeypatch.setattr(PPOTrainer, "_save_checkpoint", fake_verl_save)
     trainer = TATrainer.__new__(TATrainer)
-    trainer.ta = MethodSettings("ta_grpo")
+    trainer.ta = MethodSettings("ta_grpo", group_size=8, n_neighbours=3)
     trainer.total_training_steps = 10
     export = tmp_path / "models" / "ta_grpo-s0"
     trainer.config = OmegaConf.create(
