@@ -76,7 +76,7 @@ def run(
     from tagrpo.rephrase.openai_backend import EndpointConfig
     from tagrpo.rephrase.templates import APPENDIX_A
 
-    endpoint = EndpointConfig(
+    endpoint = EndpointConfig.embedded(
         model="fake",
         base_url=base_url,
         api_key_env=None,

@@ -58,7 +58,7 @@ def _endpoint(server: FakeOpenAIServer, **overrides: object) -> EndpointConfig:
         "backoff_base_s": 0.0,
         **overrides,
     }
-    return EndpointConfig(**settings)
+    return EndpointConfig.embedded(**settings)
 
 
 def _hold_write_lock(
@@ -601,7 +601,7 @@ def completions_server() -> str:
 
 
 def _vllm_server_backend(base_url: str, timeout_s: float, concurrency: int) -> VLLMServerBackend:
-    settings = VLLMEngineSettings(
+    settings = VLLMEngineSettings.embedded(
         mode="server", base_url=base_url, api_key_env=None, timeout_s=timeout_s
     )
     return VLLMServerBackend(
@@ -664,14 +664,14 @@ def test_consistency_solver_request_limit_queued_and_hung() -> None:
 
     with FakeOpenAIServer(latency_s=0.25, reply=lambda body: ["\\boxed{1}"] * body["n"]) as server:
         server.add_fault(Fault("delay", match="hangs", delay_s=1.5))
-        endpoint = SolverEndpoint(
+        endpoint = SolverEndpoint.embedded(
             base_url=server.base_url,
             api_key_env=None,
             concurrency=1,
             timeout_s=0.4,
             max_attempts=1,
         )
-        solver = EndpointSolver(endpoint, ConsistencyConfig(k=2, min_correct=1))
+        solver = EndpointSolver(endpoint, ConsistencyConfig.embedded(k=2, min_correct=1))
         items = [SolveItem(f"item {i}: 1?", "1") for i in range(3)] + [SolveItem("hangs", "1")]
         samples = solver.sample(items, k=2)
     assert samples == [["\\boxed{1}"] * 2] * 3 + [None]

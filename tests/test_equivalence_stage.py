@@ -18,8 +18,9 @@ import yaml
 from openai_fake_server import FakeOpenAIServer, Fault, last_user_message, question_of
 
 from stages import check_equivalence, rephrase
+from tagrpo.config.common import MiniWorldSettings
 from tagrpo.config.data import SyntheticSettings
-from tagrpo.config.params import Params, deep_merge
+from tagrpo.config.params import deep_merge, repo_params
 from tagrpo.data.schema import write_questions
 from tagrpo.equivalence.dataset import read_rephrased
 from tagrpo.miniworld.dataset import build_miniworld
@@ -57,13 +58,15 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for key in ("MLFLOW_TRACKING_URI", PARENT_RUN_ENV, "TAGRPO_DATA_DIR"):
         monkeypatch.delenv(key, raising=False)
     (tmp_path / "dvc.yaml").write_text("stages: {}\n")
-    built = build_miniworld(SyntheticSettings(seed=3, train_size=QUESTIONS))
+    built = build_miniworld(
+        SyntheticSettings.embedded(seed=3, train_size=QUESTIONS), MiniWorldSettings.embedded()
+    )
     (tmp_path / "data" / "processed").mkdir(parents=True)
     write_questions(built["train"].questions, str(tmp_path / "data/processed/train.parquet"))
     torch.manual_seed(0)
     tokenizer = train_tokenizer([q.problem for q in built["train"].questions] * 20, 300)
     save_policy(
-        build_model(tokenizer, TinyModelConfig(hidden_size=32, intermediate_size=64)),
+        build_model(tokenizer, TinyModelConfig.embedded(hidden_size=32, intermediate_size=64)),
         tokenizer,
         tmp_path / "models/base",
     )
@@ -79,7 +82,7 @@ def _reply_without_digits(body: dict) -> str:
 
 def _write_params(project: Path, params: dict) -> None:
     """The embedded default with the test's sections over it (params.yaml is always complete)."""
-    full = deep_merge(Params().model_dump(mode="json"), params)
+    full = deep_merge(repo_params().model_dump(mode="json"), params)
     (project / "params.yaml").write_text(yaml.safe_dump(full, sort_keys=False))
 
 

@@ -15,6 +15,8 @@ from tagrpo.equivalence.structural import (
 )
 from tagrpo.rephrase.templates import APPENDIX_A_EXAMPLES
 
+EMBEDDED = StructuralConfig.embedded()  # check_equivalence.structural of params.yaml
+
 
 def test_extract_numbers_canonicalises_digits_words_and_separators() -> None:
     text = "Noelle: $12\\div 5=2.4$, 1,000 and 1{,}000 coins; five, Twelve; 2.50; \\frac12; x_{10}"
@@ -39,7 +41,7 @@ def test_extract_numbers_canonicalises_digits_words_and_separators() -> None:
     ],
 )
 def test_structural_reasons(rephrasing: str, reason: str | None, detail: str | None) -> None:
-    outcome = check_structural("What is 3 + 4 + 4?", rephrasing, "11", "math")
+    outcome = check_structural("What is 3 + 4 + 4?", rephrasing, "11", "math", config=EMBEDDED)
     assert outcome.passed is (reason is None)
     assert outcome.reason == reason
     if detail is not None:
@@ -50,36 +52,43 @@ def test_length_bounds_scale_with_the_original() -> None:
     original = "A rectangle has sides 3 and 4. " * 10 + "What is its area?"  # 327 characters
     # With the default slack (120 characters) the bound is 0.33 * 327 - 120 < 0: the short
     # reply is caught by the number check instead.
-    assert check_structural(original, "Find 3 times 4.", "12").reason == "numbers_missing"
-    tight = StructuralConfig(length_slack_chars=0, numbers="off")
+    assert (
+        check_structural(original, "Find 3 times 4.", "12", config=EMBEDDED).reason
+        == "numbers_missing"
+    )
+    tight = StructuralConfig.embedded(length_slack_chars=0, numbers="off")
     outcome = check_structural(original, "Find 3 times 4.", "12", config=tight)
     assert (outcome.reason, outcome.detail) == ("too_short", "15 < 108 characters")
-    outcome = check_structural("What is 3 + 4?", "x" * 163, "7", config=StructuralConfig())
+    outcome = check_structural("What is 3 + 4?", "x" * 163, "7", config=EMBEDDED)
     assert (outcome.reason, outcome.detail) == ("too_long", "163 > 162 characters")
 
 
 def test_number_levels_and_new_numbers() -> None:
     original = "Find $x$ if $x^2 = 16$ and $x > 0$, using 4 steps."
     rephrased = "Using 4 steps, find $x$ given $x^{2}=16$ and $x>0$."
-    multiset = check_structural(original, rephrased, "4")
+    multiset = check_structural(original, rephrased, "4", config=EMBEDDED)
     assert multiset.passed  # numbers kept; the formula $x^2 = 16$ was rewritten as $x^{2}=16$
-    strict = check_structural(original, rephrased, "4", config=StructuralConfig(numbers="strict"))
+    strict = check_structural(
+        original, rephrased, "4", config=StructuralConfig.embedded(numbers="strict")
+    )
     assert (strict.reason, strict.detail) == ("formula_missing", "x^2=16")
     assert formulas(original) == ["x", "x^2=16", "x>0"]
     more = "Find $x$ if $x^2 = 16$ and $x > 0$, using 4 steps and 5 more."
-    assert check_structural(original, more, "4").passed  # more numbers are allowed...
-    strict_new = StructuralConfig(reject_new_numbers=True)
+    assert check_structural(
+        original, more, "4", config=EMBEDDED
+    ).passed  # more numbers are allowed...
+    strict_new = StructuralConfig.embedded(reject_new_numbers=True)
     outcome = check_structural(original, more, "4", config=strict_new)
     assert (outcome.reason, outcome.detail) == ("numbers_added", "5")  # ... unless rejected
-    as_set = StructuralConfig(numbers="set")
+    as_set = StructuralConfig.embedded(numbers="set")
     assert check_structural("What is 3 + 3?", "Add 3 to itself.", "6", config=as_set).passed
-    assert not check_structural("What is 3 + 3?", "Add 3 to itself.", "6").passed
-    off = StructuralConfig(numbers="off")
+    assert not check_structural("What is 3 + 3?", "Add 3 to itself.", "6", config=EMBEDDED).passed
+    off = StructuralConfig.embedded(numbers="off")
     assert check_structural("What is 3 + 3?", "What is the sum?", "6", config=off).passed
     with pytest.raises(ValueError, match=r"off.*set.*multiset.*strict"):
-        StructuralConfig(numbers="loose")
+        StructuralConfig.embedded(numbers="loose")
     with pytest.raises(ValueError, match="number"):
-        StructuralConfig(number="set")  # a typo of `numbers`: rejected, not ignored
+        StructuralConfig.embedded(number="set")  # a typo of `numbers`: rejected, not ignored
 
 
 def test_answer_revealed_for_numeric_latex_and_choice_golds() -> None:
@@ -97,7 +106,7 @@ def test_answer_revealed_for_numeric_latex_and_choice_golds() -> None:
 
 def test_the_papers_own_examples_pass_except_one_that_drops_a_number() -> None:
     outcomes = [
-        check_structural(question, rephrasing, "", "math")
+        check_structural(question, rephrasing, "", "math", config=EMBEDDED)
         for question, rephrasing in APPENDIX_A_EXAMPLES
     ]
     # The Noelle example's rephrasing leaves out "when she has 11 points": our number check

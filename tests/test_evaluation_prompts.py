@@ -152,9 +152,9 @@ def test_raw_needs_vllm_and_reaches_the_vllm_engine(monkeypatch, tmp_path) -> No
     monkeypatch.setitem(sys.modules, "vllm", module)
     tokenizer = train_tokenizer([AUTHORS_TEXT] * 20, vocab_size=300)
     torch.manual_seed(0)
-    build_model(tokenizer, TinyModelConfig(hidden_size=16, intermediate_size=32)).save_pretrained(
-        tmp_path
-    )
+    build_model(
+        tokenizer, TinyModelConfig.embedded(hidden_size=16, intermediate_size=32)
+    ).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
     backend = make_backend("vllm", config, tmp_path, config.evaluate.prompt_format)
     assert backend.prompt_format == "raw"

@@ -21,7 +21,9 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tokenizer = train_tokenizer(["What is 3 + 4? Rephrasing it: Add 3 and 4."] * 20, 300)
     model = build_model(
         tokenizer,
-        TinyModelConfig(hidden_size=32, intermediate_size=64, max_positions=4096, vocab_size=300),
+        TinyModelConfig.embedded(
+            hidden_size=32, intermediate_size=64, max_positions=4096, vocab_size=300
+        ),
     )
     directory = tmp_path_factory.mktemp("rephraser")
     save_policy(model, tokenizer, directory)

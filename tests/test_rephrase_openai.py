@@ -65,7 +65,7 @@ def _endpoint(server: FakeOpenAIServer, **overrides: object) -> EndpointConfig:
         "backoff_max_s": 0.05,
         **overrides,
     }
-    return EndpointConfig(**settings)
+    return EndpointConfig.embedded(**settings)
 
 
 @pytest.fixture
@@ -281,11 +281,11 @@ def test_api_key_comes_from_the_environment_and_never_leaks(
     assert SECRET not in str(refused.value) and "***" in str(refused.value)
     assert server.received == 1  # concurrency 1: the 401 stopped the run before Q-1
     with pytest.raises(ValueError, match="api_key"):
-        EndpointConfig(model="m", api_key=SECRET)
+        EndpointConfig.embedded(model="m", api_key=SECRET)
     with pytest.raises(ValueError, match="temprature"):
-        EndpointConfig(model="m", temprature=1.0)
+        EndpointConfig.embedded(model="m", temprature=1.0)
     with pytest.raises(ValueError, match="looks like an API key"):
-        EndpointConfig(model="m", api_key_env=SECRET)
+        EndpointConfig.embedded(model="m", api_key_env=SECRET)
     assert redact(f"key {SECRET} and sk-other-123456 and Bearer abc", [SECRET]) == (
         "key *** and *** and ***"
     )
@@ -322,7 +322,9 @@ def test_concurrency_limit_holds() -> None:
 
 
 def test_backoff_and_retry_after_parsing() -> None:
-    config = EndpointConfig(model="m", backoff_base_s=1.0, backoff_max_s=8.0, retry_after_max_s=5)
+    config = EndpointConfig.embedded(
+        model="m", backoff_base_s=1.0, backoff_max_s=8.0, retry_after_max_s=5
+    )
     rng = random.Random(0)
     delays = [backoff_delay(attempt, config, None, rng) for attempt in range(1, 6)]
     caps = [1, 2, 4, 8, 8]
@@ -349,7 +351,7 @@ _RESUMABLE = textwrap.dedent(
         Question(id=f"K{i}", source="math", split="train", problem=f"K-{i}: find x.", answer="1")
         for i in range(count)
     ]
-    endpoint = EndpointConfig(
+    endpoint = EndpointConfig.embedded(
         model="fake", base_url=base_url, api_key_env=None, concurrency=4, timeout_s=10
     )
     with ReplyCache(cache_path) as cache:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tagrpo.config.params import Params, config_with
+from tagrpo.config.params import Params, config_with, repo_params
 from tagrpo.layout import Outputs
 from tagrpo.paths import project_root
 from tagrpo.runtime import StageBusyError, StageLock, running_stage
@@ -29,7 +29,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty project: a complete params.yaml, a dvc.yaml, MLflow in the folder."""
     for key in ("MLFLOW_TRACKING_URI", "TAGRPO_PARENT_RUN_ID"):
         monkeypatch.delenv(key, raising=False)
-    params = Params().model_dump(mode="json")
+    params = repo_params().model_dump(mode="json")
     params["common"]["tracking"]["experiment"] = "runtime-test"
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     (tmp_path / "dvc.yaml").write_text("stages: {}\n")

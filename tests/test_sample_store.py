@@ -297,7 +297,7 @@ def test_consistency_solver_completions_are_saved_before_grading(inputs, engine_
     from tagrpo.equivalence.consistency import LocalSolver, SolveItem, solve_and_grade
 
     items = [SolveItem(text, str(i)) for i, text in enumerate(BENCHMARKS["alpha"])]
-    rule = ConsistencyConfig(temperature=1.0, top_p=1.0, max_new_tokens=5)
+    rule = ConsistencyConfig.embedded(temperature=1.0, top_p=1.0, max_new_tokens=5)
 
     def solver(store: SampleStore) -> LocalSolver:
         return LocalSolver(inputs / "policy", rule, seed=2, max_batch_sequences=4, store=store)

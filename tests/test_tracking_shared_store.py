@@ -17,7 +17,7 @@ import pytest
 import yaml
 from prefect_server import free_port
 
-from tagrpo.config.params import Params, config_with
+from tagrpo.config.params import config_with, repo_params
 from tagrpo.layout import Outputs
 from tagrpo.paths import project_root
 from tagrpo.runtime import running_stage
@@ -51,7 +51,7 @@ print("RUN", ctx.run.info.run_id)
 def _project(folder: Path) -> Path:
     """A checkout with nothing but a complete params.yaml and a dvc.yaml."""
     folder.mkdir(parents=True)
-    params = Params().model_dump(mode="json")
+    params = repo_params().model_dump(mode="json")
     params["common"]["tracking"]["experiment"] = "shared"
     (folder / "params.yaml").write_text(yaml.safe_dump(params))
     (folder / "dvc.yaml").write_text("stages: {}\n")

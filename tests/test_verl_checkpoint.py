@@ -28,7 +28,7 @@ from tagrpo.verl_ext.trainer import TATrainer
 def policy():
     tokenizer = train_tokenizer(["What is 3 + 4?", "The answer is 7."] * 20, vocab_size=280)
     torch.manual_seed(0)
-    model = build_model(tokenizer, TinyModelConfig(hidden_size=16, intermediate_size=32))
+    model = build_model(tokenizer, TinyModelConfig.embedded(hidden_size=16, intermediate_size=32))
     return model, tokenizer
 
 

@@ -49,7 +49,8 @@ def tiny_policy(seed: int = 0, hidden_size: int = 32):
     tokenizer = train_tokenizer(corpus * 5, vocab_size=300)
     torch.manual_seed(seed)
     model = build_model(
-        tokenizer, TinyModelConfig(hidden_size=hidden_size, intermediate_size=2 * hidden_size)
+        tokenizer,
+        TinyModelConfig.embedded(hidden_size=hidden_size, intermediate_size=2 * hidden_size),
     )
     model.eval()
     return model, tokenizer
@@ -69,7 +70,7 @@ def save_chat_policy(
     corpus = [f"<|im_start|>user\n{p}<|im_end|>\n" for p in problems] * 20
     tokenizer = train_tokenizer(corpus, vocab_size=300)
     model = build_model(
-        tokenizer, TinyModelConfig(**{"hidden_size": 32, "intermediate_size": 64, **shape})
+        tokenizer, TinyModelConfig.embedded(**{"hidden_size": 32, "intermediate_size": 64, **shape})
     )
     if weight_scale is not None:
         generator = torch.Generator().manual_seed(seed)

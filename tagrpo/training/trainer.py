@@ -88,7 +88,8 @@ class TrainConfig:
     def create(
         cls, method: str, steps: int = 20, seed: int = 0, torch_threads: int = 2, **overrides: Any
     ) -> TrainConfig:
-        """Defaults of both sections with ``overrides`` (keys of ``train`` or ``local``)."""
+        """Both sections as the checkout's params.yaml sets them, with ``overrides`` (keys of
+        ``train`` or ``local``)."""
         train_keys, local_keys = (
             set(TrainSettings.model_fields),
             set(LocalBackendSettings.model_fields),
@@ -100,8 +101,12 @@ class TrainConfig:
             method=method,
             steps=steps,
             seed=seed,
-            settings=TrainSettings(**{k: v for k, v in overrides.items() if k in train_keys}),
-            engine=LocalBackendSettings(**{k: v for k, v in overrides.items() if k in local_keys}),
+            settings=TrainSettings.embedded(
+                **{k: v for k, v in overrides.items() if k in train_keys}
+            ),
+            engine=LocalBackendSettings.embedded(
+                **{k: v for k, v in overrides.items() if k in local_keys}
+            ),
             torch_threads=torch_threads,
         )
 
