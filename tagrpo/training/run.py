@@ -225,7 +225,6 @@ def train_local(
             out_dir=model_dir,
             dump_dir=rollout_dir,
             on_step=on_step,
-            save_checkpoints=settings.save_checkpoints,
         )
         result = trainer.train()
         if probe.enabled:
