@@ -263,6 +263,17 @@ def test_an_epsilon_verl_cannot_use_is_refused(tmp_path) -> None:
         build_overrides(run_for("grpo", tmp_path), config)
 
 
+def test_a_fraction_of_an_epoch_is_refused_unless_steps_are_set(tmp_path) -> None:
+    """verl's trainer.total_epochs is an integer: 1.5 epochs would silently train 1."""
+    with pytest.raises(ValueError, match=r"train\.epochs = 1\.5: verl trains whole epochs"):
+        build_overrides(
+            run_for("grpo", tmp_path), config_with({"train.epochs": 1.5}, paper_config())
+        )
+    steps = config_with({"train.epochs": 1.5, "train.steps": 3}, paper_config())
+    overrides = build_overrides(run_for("grpo", tmp_path), steps)
+    assert "trainer.total_training_steps=3" in overrides
+
+
 def test_verl_processes_refuse_settings_the_launcher_did_not_write() -> None:
     """No fallback values inside verl: a missing key is an error naming it."""
     from tagrpo.verl_ext.settings import MethodSettings, checkpoint_fractions

@@ -142,6 +142,12 @@ def build_overrides(run: VerlRun, config: Params) -> list[str]:
             f"train.epsilon = {train.epsilon!r}: the verl backend normalises with {EPSILON} "
             "(verl's grpo estimator); set train.epsilon to it or use train.backend: local"
         )
+    if train.steps is None and train.epochs != int(train.epochs):
+        # verl counts whole epochs: 1.5 would train 1 without a word (the local backend 1.5).
+        raise ValueError(
+            f"train.epochs = {train.epochs:g}: verl trains whole epochs; give an integer, or "
+            "set train.steps"
+        )
     settings = method_settings(run.method, train)
     spec = settings.spec
     # One verl row per question, its variants drawn by the agent loop: in `rows` mode a batch
@@ -218,7 +224,7 @@ def build_overrides(run: VerlRun, config: Params) -> list[str]:
         "reward.custom_reward_function.name": "compute_score",
         "trainer.use_v1": True,
         "trainer.v1.trainer_mode": TRAINER_MODE,
-        "trainer.total_epochs": int(train.epochs),  # verl counts whole epochs
+        "trainer.total_epochs": int(train.epochs),
         "trainer.n_gpus_per_node": verl.n_gpus_per_node,
         "trainer.nnodes": verl.nnodes,
         "trainer.logger": ["console", "file", *(["mlflow"] if run.tracking else [])],
