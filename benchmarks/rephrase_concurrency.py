@@ -29,6 +29,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from tagrpo.config.params import embedded
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_RATIO = 50.0
 
@@ -76,7 +78,8 @@ def run(
     from tagrpo.rephrase.openai_backend import EndpointConfig
     from tagrpo.rephrase.templates import APPENDIX_A
 
-    endpoint = EndpointConfig(
+    endpoint = embedded(
+        EndpointConfig,
         model="fake",
         base_url=base_url,
         api_key_env=None,

@@ -18,7 +18,7 @@ from tagrpo.layout import data_outputs, dvc_stage_name, policy_name, train_outpu
 from tagrpo.runtime import running_stage
 from tagrpo.tracking import model_label
 from tagrpo.tracking_assets import log_datasets, log_policy_model
-from tagrpo.training.run import legacy_train_params, plan_training, run_summary, train_local
+from tagrpo.training.run import plan_training, run_summary, train_local
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -41,10 +41,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         from tagrpo.verl_ext.launcher import planned_model, run_training
 
         policy = policy_name(args.method, seed, args.data_multiple)
-        params = legacy_train_params(config)
         # A fresh clone has no models/base yet: print the command with the model it will be.
         try:
-            model = planned_model(params, project_root(), config.base_model.model_dump())
+            model = planned_model(config, project_root())
         except ValueError as error:
             parser.exit(2, f"{parser.prog}: {error}\n")
         if model is not None:
@@ -53,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 f"names the model it will hold, {model}",
                 file=sys.stderr,
             )
-        planned = run_training(args.method, seed, policy, params, dry_run=True, model=model)
+        planned = run_training(args.method, seed, policy, config, dry_run=True, model=model)
         print("\n".join(evaluation_lines(config)))  # what the evaluate stage will sample with
         return planned
     plan = plan_training(config, args.method, seed, args.data_multiple)
@@ -81,7 +80,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 plan.spec.name,
                 seed,
                 plan.policy,
-                legacy_train_params(config),
+                config,
                 data_multiple=args.data_multiple,
                 summarize=run_summary,
                 outputs={role: ctx.path(role) for role in ("model", "rollouts", "history")},

@@ -464,7 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("file", nargs="?", default=None, help="default: ./params.yaml")
     check.set_defaults(handler=_cmd_params_check)
     explain = params_commands.add_parser(
-        "explain", help="type, default, bounds and help of a key or section"
+        "explain", help="type, value, bounds and help of a key or section"
     )
     explain.add_argument("key", nargs="?", default="", help="e.g. train.learning_rate, or train")
     explain.add_argument("--file", default=None, help="params file for the current value")

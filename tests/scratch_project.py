@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from tagrpo.config.params import Params
+from tagrpo.config.params import repo_params
 from tagrpo.dvc_stages import pipeline_outputs
 from tagrpo.paths import project_root
 
@@ -29,7 +29,7 @@ def write_empty_project(folder: Path, experiment: str = EMPTY_PROJECT_EXPERIMENT
     """``folder`` with a complete params.yaml (the embedded defaults; MLflow experiment
     ``experiment``, its store in the folder) and a dvc.yaml without stages: a project root."""
     folder.mkdir(parents=True, exist_ok=True)
-    params = Params().model_dump(mode="json")
+    params = repo_params().model_dump(mode="json")
     params["common"]["tracking"]["experiment"] = experiment
     (folder / "params.yaml").write_text(yaml.safe_dump(params))
     (folder / "dvc.yaml").write_text("stages: {}\n")

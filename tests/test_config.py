@@ -20,9 +20,11 @@ from tagrpo.config.params import (
     apply_profile,
     config_with,
     deep_merge,
+    embedded,
     load_config,
     merged_with_profile,
     read_yaml_mapping,
+    repo_params,
     validate_params,
 )
 from tagrpo.paths import project_root
@@ -63,11 +65,104 @@ def _yaml_paths(node: dict[str, Any], model: type[ConfigModel], prefix: str = ""
     return paths
 
 
-def test_params_yaml_and_the_models_agree_key_for_key_and_value_for_value() -> None:
-    # One declaration per setting: the models' defaults are params.yaml's values...
-    assert load_config() == Params()
-    # ...and params.yaml lists every key the models know (a user reads one file).
+def test_params_yaml_lists_every_key_the_models_know() -> None:
+    # A user reads one file, and it is the only one that holds values.
     assert _yaml_paths(_default(), Params) == _model_paths(Params)
+    assert load_config() == repo_params()
+
+
+# The only defaults a params model may declare, each with its reason. Everything else is a
+# value, and values live in params.yaml only.
+ALLOWED_DEFAULTS = {
+    # Entries of data.synthetic.benchmarks are named by the user; an entry states only what
+    # differs from the usual benchmark (mini_arith: {size: 96, operations: {...}}).
+    "SyntheticBenchmark.families",
+    "SyntheticBenchmark.multiple_choice",
+    "SyntheticBenchmark.options",
+}
+# tagrpo.algorithms.avspo.AVSPOConfig keeps its defaults: the library calls the estimator with
+# it directly; params loading still requires every key of train.estimators.avspo (below).
+OWN_DEFAULTS = {"AVSPOConfig"}
+
+
+def _params_models() -> set[type[ConfigModel]]:
+    """Every model reachable from Params, through sections, dict values and estimators."""
+    from typing import get_args
+
+    from tagrpo.algorithms.estimators import ESTIMATORS
+
+    found: set[type[ConfigModel]] = set()
+    pending: list[Any] = [Params]
+    pending += [spec.config_model for spec in ESTIMATORS.values() if spec.config_model]
+    while pending:
+        annotation = pending.pop()
+        if isinstance(annotation, type) and issubclass(annotation, ConfigModel):
+            if annotation in found:
+                continue
+            found.add(annotation)
+            pending += [info.annotation for info in annotation.model_fields.values()]
+            pending += [base for base in annotation.__mro__[1:] if base is not ConfigModel]
+        pending += list(get_args(annotation))
+    return found
+
+
+def test_no_params_model_declares_a_default_value() -> None:
+    models = _params_models()
+    assert {"Params", "TrainSettings", "SyntheticBenchmark", "ConsistencyConfig"} <= {
+        model.__name__ for model in models
+    }
+    with_default = {
+        f"{model.__name__}.{name}"
+        for model in models
+        if model.__name__ not in OWN_DEFAULTS
+        for name, info in model.model_fields.items()
+        if not info.is_required()
+    }
+    assert with_default == ALLOWED_DEFAULTS
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        (("train", "mini_batches"), "train.mini_batches: required key is missing"),
+        (("train", "warmup_ratio"), "train.warmup_ratio: required key is missing"),
+        (("train", "checkpoints"), "train.checkpoints: required key is missing"),
+        (("verl", "checkpoint_dir"), "verl.checkpoint_dir: required key is missing"),
+        # null is a value (3 x item_timeout_s + 10); an absent key is not
+        (("common", "grading", "wall_timeout_s"), "wall_timeout_s: required key is missing"),
+        (("data", "synthetic"), "data.synthetic: required key is missing"),
+        (("train", "estimators", "avspo", "alpha"), "avspo: required keys are missing: ['alpha']"),
+        (("train", "estimators", "avspo"), "avspo: required key is missing"),
+    ],
+)
+def test_a_key_missing_from_params_yaml_is_an_error_naming_it(path, expected) -> None:
+    raw = copy.deepcopy(_default())
+    node = raw
+    for part in path[:-1]:
+        node = node[part]
+    del node[path[-1]]
+    problems = _problems(raw)
+    assert any(expected in problem for problem in problems), problems
+
+
+def test_embedded_sections_are_the_params_yaml_values() -> None:
+    from tagrpo.config.data import SyntheticBenchmark
+    from tagrpo.config.equivalence import ConsistencyConfig, SolverEndpoint, StructuralConfig
+    from tagrpo.config.rephrase import EndpointConfig
+
+    config = repo_params()
+    structural = config.check_equivalence.structural
+    assert embedded(StructuralConfig) == structural
+    assert embedded(StructuralConfig, numbers="strict") == structural.model_copy(
+        update={"numbers": "strict"}
+    )
+    assert embedded(ConsistencyConfig) == config.check_equivalence.consistency.rule()
+    assert embedded(EndpointConfig) == config.rephrase.openai
+    assert embedded(SolverEndpoint) == config.check_equivalence.consistency.openai
+    with pytest.raises(ValueError, match="numbers"):
+        embedded(StructuralConfig, numbers="loose")
+    with pytest.raises(TypeError, match="SyntheticBenchmark is not a section"):
+        embedded(SyntheticBenchmark)
 
 
 @pytest.mark.parametrize(

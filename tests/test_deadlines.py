@@ -33,6 +33,7 @@ from tagrpo import pipeline_run
 from tagrpo.backends.base import SamplingParams
 from tagrpo.backends.vllm_backend import VLLMServerBackend, server_client
 from tagrpo.config.engines import VLLMEngineSettings
+from tagrpo.config.params import embedded
 from tagrpo.procfs import proc_stat
 from tagrpo.rephrase import cache as cache_module
 from tagrpo.rephrase.cache import ReplyCache
@@ -58,7 +59,7 @@ def _endpoint(server: FakeOpenAIServer, **overrides: object) -> EndpointConfig:
         "backoff_base_s": 0.0,
         **overrides,
     }
-    return EndpointConfig(**settings)
+    return embedded(EndpointConfig, **settings)
 
 
 def _hold_write_lock(
@@ -601,8 +602,8 @@ def completions_server() -> str:
 
 
 def _vllm_server_backend(base_url: str, timeout_s: float, concurrency: int) -> VLLMServerBackend:
-    settings = VLLMEngineSettings(
-        mode="server", base_url=base_url, api_key_env=None, timeout_s=timeout_s
+    settings = embedded(
+        VLLMEngineSettings, mode="server", base_url=base_url, api_key_env=None, timeout_s=timeout_s
     )
     return VLLMServerBackend(
         server_client(settings), "policy", _CharTokenizer(), concurrency=concurrency
@@ -665,14 +666,15 @@ def test_consistency_solver_request_limit_queued_and_hung() -> None:
 
     with FakeOpenAIServer(latency_s=0.25, reply=lambda body: ["\\boxed{1}"] * body["n"]) as server:
         server.add_fault(Fault("delay", match="hangs", delay_s=1.5))
-        endpoint = SolverEndpoint(
+        endpoint = embedded(
+            SolverEndpoint,
             base_url=server.base_url,
             api_key_env=None,
             concurrency=1,
             timeout_s=0.4,
             max_attempts=1,
         )
-        solver = EndpointSolver(endpoint, ConsistencyConfig(k=2, min_correct=1))
+        solver = EndpointSolver(endpoint, embedded(ConsistencyConfig, k=2, min_correct=1))
         items = [SolveItem(f"item {i}: 1?", "1") for i in range(3)] + [SolveItem("hangs", "1")]
         samples = solver.sample(items, k=2)
     assert samples == [["\\boxed{1}"] * 2] * 3 + [None]

@@ -8,7 +8,13 @@ import pyarrow.parquet as pq
 import pytest
 from scripted_solver import ScriptedSolver
 
-from tagrpo.config.equivalence import ConsistencySettings, PolicyConfig, SimilaritySettings
+from tagrpo.config.equivalence import (
+    ConsistencySettings,
+    PolicyConfig,
+    SimilaritySettings,
+    StructuralConfig,
+)
+from tagrpo.config.params import embedded
 from tagrpo.data.schema import QUESTION_SCHEMA, Question
 from tagrpo.equivalence.acceptance import (
     VERDICT_SCHEMA,
@@ -29,7 +35,9 @@ from tagrpo.rephrase.generate import RulesRephraser
 from tagrpo.rephrase.rules import rule_candidates
 
 SETTINGS = CheckSettings(
-    similarity=SimilaritySettings(enabled=False), consistency=ConsistencySettings(k=8)
+    structural=embedded(StructuralConfig),
+    similarity=embedded(SimilaritySettings, enabled=False),
+    consistency=embedded(ConsistencySettings, k=8),
 )
 ENABLED = ["generation", "sibling", "structural", "consistency"]
 
@@ -75,7 +83,12 @@ def _first_round() -> list[Candidate]:
 
 def test_rejected_slots_are_regenerated_until_accepted(grade) -> None:
     result = run_policy(
-        [Q1, Q2], _first_round(), _checker(grade), PolicyConfig(max_rounds=2), 3, RulesRephraser(3)
+        [Q1, Q2],
+        _first_round(),
+        _checker(grade),
+        embedded(PolicyConfig, max_rounds=2),
+        3,
+        RulesRephraser(3),
     )
     assert [(q.id, texts, padded) for q, texts, padded in result.rows] == [
         ("q1", [POOL1[0], POOL1[1], POOL1[6]], 0),
@@ -137,7 +150,9 @@ def test_rejected_slots_are_regenerated_until_accepted(grade) -> None:
 
 
 def test_fallback_pads_with_the_original_or_drops_the_question(grade, tmp_path: Path) -> None:
-    padded = run_policy([Q1, Q2], _first_round(), _checker(grade), PolicyConfig(max_rounds=0), 3)
+    padded = run_policy(
+        [Q1, Q2], _first_round(), _checker(grade), embedded(PolicyConfig, max_rounds=0), 3
+    )
     assert padded.rows[0][1:] == ([POOL1[0], POOL1[1], Q1.problem], 1)
     assert dict(padded.outcome) == {
         "complete_first_round": 1,
@@ -147,7 +162,11 @@ def test_fallback_pads_with_the_original_or_drops_the_question(grade, tmp_path: 
     }
 
     dropped = run_policy(
-        [Q1, Q2], _first_round(), _checker(grade), PolicyConfig(max_rounds=0, fallback="drop"), 3
+        [Q1, Q2],
+        _first_round(),
+        _checker(grade),
+        embedded(PolicyConfig, max_rounds=0, fallback="drop"),
+        3,
     )
     assert [q.id for q, _, _ in dropped.rows] == ["q2"]
     assert [(r.row_index, r.upstream_id, r.reason, r.detail) for r in dropped.rejections] == [
@@ -168,7 +187,7 @@ def test_fallback_pads_with_the_original_or_drops_the_question(grade, tmp_path: 
     pq.write_table(verdicts_table(padded.verdicts), verdict_path)
     assert pq.read_schema(verdict_path).equals(VERDICT_SCHEMA, check_metadata=False)
     with pytest.raises(ValueError, match="pad_original"):
-        PolicyConfig(fallback="skip")
+        embedded(PolicyConfig, fallback="skip")
 
 
 def test_generation_failures_and_duplicates_are_rejected_then_regenerated(grade) -> None:
@@ -176,7 +195,12 @@ def test_generation_failures_and_duplicates_are_rejected_then_regenerated(grade)
     candidates[4] = Candidate("q2", 1, 0, None, "openai:m", "generation_failed", "timeout: ...")
     candidates[5] = Candidate("q2", 2, 0, candidates[3].text, "openai:m")  # same as slot 0
     result = run_policy(
-        [Q1, Q2], candidates, _checker(grade), PolicyConfig(max_rounds=1), 3, RulesRephraser(3)
+        [Q1, Q2],
+        candidates,
+        _checker(grade),
+        embedded(PolicyConfig, max_rounds=1),
+        3,
+        RulesRephraser(3),
     )
     q2 = [
         (v.round, v.variant, v.check_reached, v.reason)
@@ -196,11 +220,17 @@ def test_generation_failures_and_duplicates_are_rejected_then_regenerated(grade)
 
 def test_candidates_that_do_not_match_the_questions_are_an_error(grade) -> None:
     with pytest.raises(ValueError, match="rerun the rephrase stage"):
-        run_policy([Q1, Q2], _first_round()[:-1], _checker(grade), PolicyConfig(), 3)
+        run_policy([Q1, Q2], _first_round()[:-1], _checker(grade), embedded(PolicyConfig), 3)
     with pytest.raises(ValueError, match="no solver"):
         EquivalenceChecker(SETTINGS)
     with pytest.raises(ValueError, match="no scorer"):
-        EquivalenceChecker(CheckSettings(consistency=ConsistencySettings(enabled=False)))
+        EquivalenceChecker(
+            CheckSettings(
+                embedded(StructuralConfig),
+                embedded(SimilaritySettings),
+                embedded(ConsistencySettings, enabled=False),
+            )
+        )
 
 
 def test_controls_change_the_answer_and_are_caught_by_the_expected_layer(grade) -> None:

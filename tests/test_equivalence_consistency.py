@@ -8,6 +8,7 @@ import pytest
 from openai_fake_server import FakeOpenAIServer, last_user_message
 from scripted_solver import ScriptedSolver
 
+from tagrpo.config.params import embedded
 from tagrpo.equivalence.consistency import (
     ConsistencyConfig,
     EndpointSolver,
@@ -55,21 +56,21 @@ def _stats(correct: int, k: int = 8) -> SolveStats:
     ],
 )
 def test_consistency_rule(original: int, rephrasing: int, accepted: bool, reason: str) -> None:
-    verdict = consistency_verdict(_stats(original), _stats(rephrasing), ConsistencyConfig())
+    verdict = consistency_verdict(_stats(original), _stats(rephrasing), embedded(ConsistencyConfig))
     assert (verdict.accepted, verdict.reason) == (accepted, reason)
 
 
 def test_rule_settings_change_the_verdicts() -> None:
-    strict = ConsistencyConfig(min_correct=2, on_unverifiable="reject")
+    strict = embedded(ConsistencyConfig, min_correct=2, on_unverifiable="reject")
     assert consistency_verdict(_stats(8), _stats(1), strict).reason == "answer_inconsistent"
     assert consistency_verdict(_stats(0), _stats(1), strict).accepted is False  # unsolved
     assert consistency_verdict(None, _stats(3), strict).reason == "solver_failed"
-    lenient = ConsistencyConfig(alpha=0.01)
+    lenient = embedded(ConsistencyConfig, alpha=0.01)
     assert consistency_verdict(_stats(4), _stats(0), lenient).reason == "low_power"
     assert _stats(3).mode() == ("5", 5 / 8)
     for bad in ({"k": 0}, {"min_correct": 9}, {"alpha": 1.0}, {"on_unverifiable": "maybe"}):
         with pytest.raises(ValueError):
-            ConsistencyConfig(**bad)
+            embedded(ConsistencyConfig, **bad)
 
 
 def test_solve_and_grade_counts_graded_answers(grade) -> None:
@@ -96,9 +97,11 @@ def test_endpoint_solver_samples_k_choices_and_caches(grade, tmp_path: Path) -> 
         answer = "7" if "3 + 4" in text else "9"
         return [f"Thinking... \\boxed{{{answer}}}"] * int(body.get("n", 1))
 
-    config = ConsistencyConfig(k=5)
+    config = embedded(ConsistencyConfig, k=5)
     with FakeOpenAIServer(reply=reply) as server, ReplyCache(tmp_path / "c.sqlite") as cache:
-        endpoint = EndpointConfig(model="solver", base_url=server.base_url, api_key_env=None)
+        endpoint = embedded(
+            EndpointConfig, model="solver", base_url=server.base_url, api_key_env=None
+        )
         solver = EndpointSolver(endpoint, config, cache=cache)
         items = [SolveItem("What is 3 + 4?", "7"), SolveItem("Add 4 to 3.", "7")]
         stats = solve_and_grade(solver, items, config.k, grade)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tagrpo.config.equivalence import ConsistencySettings, SimilaritySettings
+from tagrpo.config.equivalence import ConsistencySettings, SimilaritySettings, StructuralConfig
+from tagrpo.config.params import embedded
 from tagrpo.data.schema import Question
 from tagrpo.equivalence.acceptance import CheckSettings, EquivalenceChecker
 from tagrpo.equivalence.similarity import SimilarityScorer, resolve_model
@@ -53,8 +54,9 @@ def test_the_papers_rephrasings_score_high_and_off_topic_text_low(scorer) -> Non
 def test_checker_rejects_low_similarity_with_the_score(scorer) -> None:
     question = Question(id="q", source="math", split="train", problem="What is 3 + 4?", answer="7")
     settings = CheckSettings(
-        similarity=SimilaritySettings(threshold=THRESHOLD),
-        consistency=ConsistencySettings(enabled=False),
+        structural=embedded(StructuralConfig),
+        similarity=embedded(SimilaritySettings, threshold=THRESHOLD),
+        consistency=embedded(ConsistencySettings, enabled=False),
     )
     checker = EquivalenceChecker(settings, scorer=scorer)
     verdicts = checker.check(

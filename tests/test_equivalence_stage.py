@@ -18,8 +18,9 @@ import yaml
 from openai_fake_server import FakeOpenAIServer, Fault, last_user_message, question_of
 
 from stages import check_equivalence, rephrase
+from tagrpo.config.common import MiniWorldSettings
 from tagrpo.config.data import SyntheticSettings
-from tagrpo.config.params import Params, deep_merge
+from tagrpo.config.params import deep_merge, embedded, repo_params
 from tagrpo.data.schema import write_questions
 from tagrpo.equivalence.dataset import read_rephrased
 from tagrpo.miniworld.dataset import build_miniworld
@@ -54,13 +55,15 @@ def _params(tmp: Path, rephrase_section: dict, check_section: dict) -> dict:
 def equivalence_project(empty_project: Path) -> Path:
     """The empty project (the working directory) with the inputs of the two stages: a train
     split of 6 mini-world questions and a tiny random base policy."""
-    built = build_miniworld(SyntheticSettings(seed=3, train_size=QUESTIONS))
+    built = build_miniworld(
+        embedded(SyntheticSettings, seed=3, train_size=QUESTIONS), embedded(MiniWorldSettings)
+    )
     (empty_project / "data" / "processed").mkdir(parents=True)
     write_questions(built["train"].questions, str(empty_project / "data/processed/train.parquet"))
     torch.manual_seed(0)
     tokenizer = train_tokenizer([q.problem for q in built["train"].questions] * 20, 300)
     save_policy(
-        build_model(tokenizer, TinyModelConfig(hidden_size=32, intermediate_size=64)),
+        build_model(tokenizer, embedded(TinyModelConfig, hidden_size=32, intermediate_size=64)),
         tokenizer,
         empty_project / "models/base",
     )
@@ -75,7 +78,7 @@ def _reply_without_digits(body: dict) -> str:
 
 def _write_params(equivalence_project: Path, params: dict) -> None:
     """The embedded default with the test's sections over it (params.yaml is always complete)."""
-    full = deep_merge(Params().model_dump(mode="json"), params)
+    full = deep_merge(repo_params().model_dump(mode="json"), params)
     (equivalence_project / "params.yaml").write_text(yaml.safe_dump(full, sort_keys=False))
 
 

@@ -6,6 +6,7 @@ from collections import Counter
 
 import pytest
 
+from tagrpo.config.params import embedded
 from tagrpo.equivalence.structural import (
     StructuralConfig,
     answer_revealed,
@@ -14,6 +15,8 @@ from tagrpo.equivalence.structural import (
     formulas,
 )
 from tagrpo.rephrase.templates import APPENDIX_A_EXAMPLES
+
+EMBEDDED = embedded(StructuralConfig)  # check_equivalence.structural of params.yaml
 
 
 def test_extract_numbers_canonicalises_digits_words_and_separators() -> None:
@@ -39,7 +42,7 @@ def test_extract_numbers_canonicalises_digits_words_and_separators() -> None:
     ],
 )
 def test_structural_reasons(rephrasing: str, reason: str | None, detail: str | None) -> None:
-    outcome = check_structural("What is 3 + 4 + 4?", rephrasing, "11", "math")
+    outcome = check_structural("What is 3 + 4 + 4?", rephrasing, "11", "math", config=EMBEDDED)
     assert outcome.passed is (reason is None)
     assert outcome.reason == reason
     if detail is not None:
@@ -50,36 +53,43 @@ def test_length_bounds_scale_with_the_original() -> None:
     original = "A rectangle has sides 3 and 4. " * 10 + "What is its area?"  # 327 characters
     # With the default slack (120 characters) the bound is 0.33 * 327 - 120 < 0: the short
     # reply is caught by the number check instead.
-    assert check_structural(original, "Find 3 times 4.", "12").reason == "numbers_missing"
-    tight = StructuralConfig(length_slack_chars=0, numbers="off")
+    assert (
+        check_structural(original, "Find 3 times 4.", "12", config=EMBEDDED).reason
+        == "numbers_missing"
+    )
+    tight = embedded(StructuralConfig, length_slack_chars=0, numbers="off")
     outcome = check_structural(original, "Find 3 times 4.", "12", config=tight)
     assert (outcome.reason, outcome.detail) == ("too_short", "15 < 108 characters")
-    outcome = check_structural("What is 3 + 4?", "x" * 163, "7", config=StructuralConfig())
+    outcome = check_structural("What is 3 + 4?", "x" * 163, "7", config=EMBEDDED)
     assert (outcome.reason, outcome.detail) == ("too_long", "163 > 162 characters")
 
 
 def test_number_levels_and_new_numbers() -> None:
     original = "Find $x$ if $x^2 = 16$ and $x > 0$, using 4 steps."
     rephrased = "Using 4 steps, find $x$ given $x^{2}=16$ and $x>0$."
-    multiset = check_structural(original, rephrased, "4")
+    multiset = check_structural(original, rephrased, "4", config=EMBEDDED)
     assert multiset.passed  # numbers kept; the formula $x^2 = 16$ was rewritten as $x^{2}=16$
-    strict = check_structural(original, rephrased, "4", config=StructuralConfig(numbers="strict"))
+    strict = check_structural(
+        original, rephrased, "4", config=embedded(StructuralConfig, numbers="strict")
+    )
     assert (strict.reason, strict.detail) == ("formula_missing", "x^2=16")
     assert formulas(original) == ["x", "x^2=16", "x>0"]
     more = "Find $x$ if $x^2 = 16$ and $x > 0$, using 4 steps and 5 more."
-    assert check_structural(original, more, "4").passed  # more numbers are allowed...
-    strict_new = StructuralConfig(reject_new_numbers=True)
+    assert check_structural(
+        original, more, "4", config=EMBEDDED
+    ).passed  # more numbers are allowed...
+    strict_new = embedded(StructuralConfig, reject_new_numbers=True)
     outcome = check_structural(original, more, "4", config=strict_new)
     assert (outcome.reason, outcome.detail) == ("numbers_added", "5")  # ... unless rejected
-    as_set = StructuralConfig(numbers="set")
+    as_set = embedded(StructuralConfig, numbers="set")
     assert check_structural("What is 3 + 3?", "Add 3 to itself.", "6", config=as_set).passed
-    assert not check_structural("What is 3 + 3?", "Add 3 to itself.", "6").passed
-    off = StructuralConfig(numbers="off")
+    assert not check_structural("What is 3 + 3?", "Add 3 to itself.", "6", config=EMBEDDED).passed
+    off = embedded(StructuralConfig, numbers="off")
     assert check_structural("What is 3 + 3?", "What is the sum?", "6", config=off).passed
     with pytest.raises(ValueError, match=r"off.*set.*multiset.*strict"):
-        StructuralConfig(numbers="loose")
+        embedded(StructuralConfig, numbers="loose")
     with pytest.raises(ValueError, match="number"):
-        StructuralConfig(number="set")  # a typo of `numbers`: rejected, not ignored
+        embedded(StructuralConfig, number="set")  # a typo of `numbers`: rejected, not ignored
 
 
 def test_answer_revealed_for_numeric_latex_and_choice_golds() -> None:
@@ -97,7 +107,7 @@ def test_answer_revealed_for_numeric_latex_and_choice_golds() -> None:
 
 def test_the_papers_own_examples_pass_except_one_that_drops_a_number() -> None:
     outcomes = [
-        check_structural(question, rephrasing, "", "math")
+        check_structural(question, rephrasing, "", "math", config=EMBEDDED)
         for question, rephrasing in APPENDIX_A_EXAMPLES
     ]
     # The Noelle example's rephrasing leaves out "when she has 11 points": our number check

@@ -15,7 +15,7 @@ import transformers.utils.chat_template_utils as template_utils
 from tagrpo.backends.base import Completion, SamplingParams
 from tagrpo.backends.factory import make_backend
 from tagrpo.backends.vllm_backend import ChatPrompts
-from tagrpo.config.params import config_with, merged_with_profile
+from tagrpo.config.params import config_with, embedded, merged_with_profile
 from tagrpo.data.schema import Question
 from tagrpo.evaluation.runner import evaluate, sample_benchmarks
 from tagrpo.miniworld.tokenizer import train_tokenizer
@@ -152,9 +152,9 @@ def test_raw_needs_vllm_and_reaches_the_vllm_engine(monkeypatch, tmp_path) -> No
     monkeypatch.setitem(sys.modules, "vllm", module)
     tokenizer = train_tokenizer([AUTHORS_TEXT] * 20, vocab_size=300)
     torch.manual_seed(0)
-    build_model(tokenizer, TinyModelConfig(hidden_size=16, intermediate_size=32)).save_pretrained(
-        tmp_path
-    )
+    build_model(
+        tokenizer, embedded(TinyModelConfig, hidden_size=16, intermediate_size=32)
+    ).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
     backend = make_backend("vllm", config, tmp_path, config.evaluate.prompt_format)
     assert backend.prompt_format == "raw"

@@ -3,7 +3,9 @@ import random
 import pytest
 
 from tagrpo.config.base_model import WarmStartCorpus
+from tagrpo.config.common import MiniWorldSettings
 from tagrpo.config.data import SyntheticSettings
+from tagrpo.config.params import embedded
 from tagrpo.grading.extract import last_boxed
 from tagrpo.miniworld.dataset import build_miniworld, problem_from_meta
 from tagrpo.miniworld.tasks import (
@@ -103,7 +105,7 @@ def test_sampling_is_seeded_distinct_and_respects_exclusions():
 
 
 def test_splits_are_disjoint_by_arithmetic_and_rebuildable():
-    built = build_miniworld()
+    built = build_miniworld(embedded(SyntheticSettings), embedded(MiniWorldSettings))
     keys = {name: {q.meta["key"] for q in result.questions} for name, result in built.items()}
     names = list(keys)
     for i, a in enumerate(names):
@@ -112,7 +114,9 @@ def test_splits_are_disjoint_by_arithmetic_and_rebuildable():
     assert built["train"].counts() == {"rows_in": 80, "kept": 80, "rejected": 0}
     assert built["extra"].counts() == {"rows_in": 120, "kept": 120, "rejected": 0}
     # The pool is drawn after the training split: its size never changes the training set.
-    smaller = build_miniworld(SyntheticSettings(extra_size=10))
+    smaller = build_miniworld(
+        embedded(SyntheticSettings, extra_size=10), embedded(MiniWorldSettings)
+    )
     assert [q.id for q in smaller["train"].questions] == [q.id for q in built["train"].questions]
     assert (
         smaller["extra"].questions == built["extra"].questions[:10]
@@ -128,7 +132,7 @@ def test_splits_are_disjoint_by_arithmetic_and_rebuildable():
 
 
 def test_corpus_misreads_only_when_the_trigger_holds():
-    config = WarmStartCorpus(examples=3000, choice_fraction=0.0)
+    config = embedded(WarmStartCorpus, examples=3000, choice_fraction=0.0)
     corpus = build_corpus(ProblemSpace(), config, exclude_keys=set())
     assert len(corpus) == 3000
     # expr has no misconception: every expr example is correct.
@@ -147,7 +151,8 @@ def test_corpus_misreads_only_when_the_trigger_holds():
 
 
 def test_misread_rate_in_corpus_matches_configuration():
-    config = WarmStartCorpus(
+    config = embedded(
+        WarmStartCorpus,
         examples=4000,
         choice_fraction=0.0,
         family_weights={"story": 1.0},
@@ -163,5 +168,5 @@ def test_misread_rate_in_corpus_matches_configuration():
 
 def test_random_is_not_global():
     state = random.getstate()
-    build_miniworld(SyntheticSettings(train_size=10))
+    build_miniworld(embedded(SyntheticSettings, train_size=10), embedded(MiniWorldSettings))
     assert random.getstate() == state

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tagrpo.config.params import embedded
 from tagrpo.data.schema import Question
 from tagrpo.miniworld.tokenizer import train_tokenizer
 from tagrpo.miniworld.warmstart import TinyModelConfig, build_model, save_policy
@@ -21,7 +22,13 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tokenizer = train_tokenizer(["What is 3 + 4? Rephrasing it: Add 3 and 4."] * 20, 300)
     model = build_model(
         tokenizer,
-        TinyModelConfig(hidden_size=32, intermediate_size=64, max_positions=4096, vocab_size=300),
+        embedded(
+            TinyModelConfig,
+            hidden_size=32,
+            intermediate_size=64,
+            max_positions=4096,
+            vocab_size=300,
+        ),
     )
     directory = tmp_path_factory.mktemp("rephraser")
     save_policy(model, tokenizer, directory)

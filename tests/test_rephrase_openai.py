@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from openai_fake_server import FakeOpenAIServer, Fault
 
+from tagrpo.config.params import embedded
 from tagrpo.data.schema import Question
 from tagrpo.paths import project_root
 from tagrpo.rephrase.cache import ReplyCache
@@ -65,7 +66,7 @@ def _endpoint(server: FakeOpenAIServer, **overrides: object) -> EndpointConfig:
         "backoff_max_s": 0.05,
         **overrides,
     }
-    return EndpointConfig(**settings)
+    return embedded(EndpointConfig, **settings)
 
 
 @pytest.fixture
@@ -281,11 +282,11 @@ def test_api_key_comes_from_the_environment_and_never_leaks(
     assert SECRET not in str(refused.value) and "***" in str(refused.value)
     assert server.received == 1  # concurrency 1: the 401 stopped the run before Q-1
     with pytest.raises(ValueError, match="api_key"):
-        EndpointConfig(model="m", api_key=SECRET)
+        embedded(EndpointConfig, model="m", api_key=SECRET)
     with pytest.raises(ValueError, match="temprature"):
-        EndpointConfig(model="m", temprature=1.0)
+        embedded(EndpointConfig, model="m", temprature=1.0)
     with pytest.raises(ValueError, match="looks like an API key"):
-        EndpointConfig(model="m", api_key_env=SECRET)
+        embedded(EndpointConfig, model="m", api_key_env=SECRET)
     assert redact(f"key {SECRET} and sk-other-123456 and Bearer abc", [SECRET]) == (
         "key *** and *** and ***"
     )
@@ -322,7 +323,9 @@ def test_concurrency_limit_holds() -> None:
 
 
 def test_backoff_and_retry_after_parsing() -> None:
-    config = EndpointConfig(model="m", backoff_base_s=1.0, backoff_max_s=8.0, retry_after_max_s=5)
+    config = embedded(
+        EndpointConfig, model="m", backoff_base_s=1.0, backoff_max_s=8.0, retry_after_max_s=5
+    )
     rng = random.Random(0)
     delays = [backoff_delay(attempt, config, None, rng) for attempt in range(1, 6)]
     caps = [1, 2, 4, 8, 8]
@@ -338,6 +341,7 @@ def test_backoff_and_retry_after_parsing() -> None:
 _RESUMABLE = textwrap.dedent(
     """
     import sys
+    from tagrpo.config.params import embedded
     from tagrpo.data.schema import Question
     from tagrpo.rephrase.cache import ReplyCache
     from tagrpo.rephrase.generate import OpenAIRephraser
@@ -349,7 +353,7 @@ _RESUMABLE = textwrap.dedent(
         Question(id=f"K{i}", source="math", split="train", problem=f"K-{i}: find x.", answer="1")
         for i in range(count)
     ]
-    endpoint = EndpointConfig(
+    endpoint = embedded(EndpointConfig,
         model="fake", base_url=base_url, api_key_env=None, concurrency=4, timeout_s=10
     )
     with ReplyCache(cache_path) as cache:

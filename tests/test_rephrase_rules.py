@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tagrpo.config.params import embedded
 from tagrpo.data.schema import Question
 from tagrpo.equivalence.structural import StructuralConfig, check_structural, extract_numbers
 from tagrpo.miniworld.dataset import problem_meta
@@ -20,7 +21,7 @@ from tagrpo.rephrase.rules import (
 )
 from tagrpo.rephrase.templates import APPENDIX_A_EXAMPLES
 
-STRICT = StructuralConfig(numbers="strict", reject_new_numbers=True)
+STRICT = embedded(StructuralConfig, numbers="strict", reject_new_numbers=True)
 
 # MATH-style problems with the shapes that can trip text transforms: display math, an
 # environment, an Asymptote figure, dollar amounts, abbreviations, several sentences.
@@ -69,7 +70,7 @@ def test_miniworld_rephrasings_are_the_other_families_in_order() -> None:
     assert all(unseen not in text for text in texts)
     for candidate in candidates:
         outcome = check_structural(
-            question.problem, candidate.text, question.answer, "math", STRICT
+            question.problem, candidate.text, question.answer, "math", config=STRICT
         )
         assert outcome.passed, (candidate, outcome)
 
@@ -115,7 +116,7 @@ def test_every_generic_candidate_keeps_all_numbers_and_formulas(problem: str) ->
     assert len(candidates) >= 6  # enough for N=3 and a regeneration round
     for candidate in candidates:
         assert extract_numbers(candidate.text) == extract_numbers(problem)
-        outcome = check_structural(problem, candidate.text, "42", "math", STRICT)
+        outcome = check_structural(problem, candidate.text, "42", "math", config=STRICT)
         assert outcome.passed, (candidate, outcome)
 
 
@@ -167,7 +168,7 @@ def test_rules_on_real_math_training_problems_keep_numbers_and_formulas() -> Non
         for round_index in range(2):  # the first round and one regeneration round
             for candidate in rephraser.rephrase([question], round=round_index):
                 outcome = check_structural(
-                    question.problem, candidate.text, question.answer, "math", STRICT
+                    question.problem, candidate.text, question.answer, "math", config=STRICT
                 )
                 if not outcome.passed:
                     failures.append((question.id, candidate.origin, outcome.reason))

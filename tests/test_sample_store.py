@@ -24,7 +24,7 @@ import pytest
 
 from tagrpo.backends.hf import HFBackend
 from tagrpo.backends.sample_store import SampleStore
-from tagrpo.config.params import config_with
+from tagrpo.config.params import config_with, embedded
 from tagrpo.data.schema import Question, write_questions
 from tagrpo.evaluation import runner  # evaluate_policy calls its grade_fn_for
 from tagrpo.evaluation.runner import evaluate_policy
@@ -298,7 +298,7 @@ def test_consistency_solver_completions_are_saved_before_grading(inputs, engine_
     from tagrpo.grading.types import SolveItem
 
     items = [SolveItem(text, str(i)) for i, text in enumerate(BENCHMARKS["alpha"])]
-    rule = ConsistencyConfig(temperature=1.0, top_p=1.0, max_new_tokens=5)
+    rule = embedded(ConsistencyConfig, temperature=1.0, top_p=1.0, max_new_tokens=5)
 
     def solver(store: SampleStore) -> LocalSolver:
         return LocalSolver(inputs / "policy", rule, seed=2, max_batch_sequences=4, store=store)

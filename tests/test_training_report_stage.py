@@ -106,13 +106,16 @@ def test_batch_units_and_updates_per_epoch() -> None:
 
 
 def test_plan_counts_optimiser_updates_per_epoch_for_both_batch_units(tmp_path) -> None:
+    from tagrpo.config.common import MiniWorldSettings
     from tagrpo.config.data import SyntheticSettings
-    from tagrpo.config.params import config_with
+    from tagrpo.config.params import config_with, embedded
     from tagrpo.data.schema import write_questions
     from tagrpo.miniworld.dataset import build_miniworld
     from tagrpo.training.run import plan_training
 
-    train = build_miniworld(SyntheticSettings(train_size=80))["train"].questions
+    train = build_miniworld(
+        embedded(SyntheticSettings, train_size=80), embedded(MiniWorldSettings)
+    )["train"].questions
     (tmp_path / "data").mkdir()
     write_questions(train, str(tmp_path / "data" / "train.parquet"))
     base = {"train.input": "data/train.parquet", "train.neighbours": "miniworld"}
@@ -133,7 +136,9 @@ def test_plan_counts_optimiser_updates_per_epoch_for_both_batch_units(tmp_path) 
     # Data scaling: the 1x set plus chunks of the data stage's pool, in its seeded order.
     with pytest.raises(ValueError, match=r"needs 120 questions beyond the 80 .* holds 0"):
         plan_training(questions, "grpo", 0, data_multiple=2.5, root=tmp_path)
-    built = build_miniworld(SyntheticSettings(train_size=80, extra_size=100))
+    built = build_miniworld(
+        embedded(SyntheticSettings, train_size=80, extra_size=100), embedded(MiniWorldSettings)
+    )
     (tmp_path / "data" / "processed").mkdir()
     write_questions(built["extra"].questions, str(tmp_path / "data/processed/extra.parquet"))
     scaled = plan_training(questions, "grpo", 0, data_multiple=1.5, root=tmp_path)

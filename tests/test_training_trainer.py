@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -52,6 +53,14 @@ def _config(method: str, **overrides) -> TrainConfig:
     return TrainConfig.create(method, **values)
 
 
+def _avspo(**changes: Any) -> dict[str, Any]:
+    """train.estimators with params.yaml's AVSPO settings, changed."""
+    from tagrpo.config.params import repo_params
+
+    given = repo_params().train.estimator_config("avspo").model_dump()
+    return {"avspo": {**given, **changes}}
+
+
 def test_schedule_and_checkpoint_steps() -> None:
     factors = [warmup_cosine(step, 20, 2, 0.0) for step in range(20)]
     assert factors[:2] == [0.5, 1.0]  # int(0.1 * 20) = 2 warm-up steps
@@ -66,7 +75,7 @@ def test_every_method_trains_and_writes_checkpoints_and_dumps(tiny_lm, method, t
     model, tokenizer = _fresh(tiny_lm)
     start = [p.detach().clone() for p in model.parameters()]
     grade = ScriptedGrade({"7": [True, False], "6": [False, False, True, True]})
-    config = _config(method, estimators={"avspo": {"trigger": "always"}})
+    config = _config(method, estimators=_avspo(trigger="always"))
     trainer = Trainer(
         config,
         model,
@@ -136,7 +145,7 @@ def test_avspo_gives_collapsed_groups_a_gradient(tiny_lm) -> None:
     result = grpo.step(1)
     assert result.metrics["train/effective_zero_gradient_rate"] == 1.0
     assert all(np.all(r.advantages == 0) for r in result.kept)
-    config = _config("avspo", steps=1, estimators={"avspo": {"trigger": "always"}})
+    config = _config("avspo", steps=1, estimators=_avspo(trigger="always"))
     avspo = Trainer(config, model, tokenizer, tiny_questions()[:2], grade)
     result = avspo.step(1)
     metrics = result.metrics

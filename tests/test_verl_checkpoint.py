@@ -9,6 +9,7 @@ import torch
 from omegaconf import OmegaConf
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
+from tagrpo.config.params import embedded
 from tagrpo.miniworld.tokenizer import train_tokenizer
 from tagrpo.miniworld.warmstart import TinyModelConfig, build_model
 from tagrpo.models import load_causal_lm
@@ -28,7 +29,7 @@ from tagrpo.verl_ext.trainer import TATrainer
 def actor_policy():
     tokenizer = train_tokenizer(["What is 3 + 4?", "The answer is 7."] * 20, vocab_size=280)
     torch.manual_seed(0)
-    model = build_model(tokenizer, TinyModelConfig(hidden_size=16, intermediate_size=32))
+    model = build_model(tokenizer, embedded(TinyModelConfig, hidden_size=16, intermediate_size=32))
     return model, tokenizer
 
 
@@ -92,7 +93,7 @@ def test_trainer_saves_and_exports_only_at_the_quarter_steps(tmp_path, actor_pol
 
     monkeypatch.setattr(PPOTrainer, "_save_checkpoint", fake_verl_save)
     trainer = TATrainer.__new__(TATrainer)
-    trainer.ta = MethodSettings("ta_grpo")
+    trainer.ta = MethodSettings("ta_grpo", group_size=8, n_neighbours=3)
     trainer.total_training_steps = 10
     export = tmp_path / "models" / "ta_grpo-s0"
     trainer.config = OmegaConf.create(

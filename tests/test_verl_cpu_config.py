@@ -9,15 +9,19 @@ a CPU run are refused naming the profile to use.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from hydra.core.global_hydra import GlobalHydra
-from verl_helpers import ROOT, paper_params, run_for
+from verl_helpers import ROOT, paper_config, run_for
 
 from tagrpo.algorithms import METHODS
-from tagrpo.config.params import ConfigError, merged_with_profile, validate_params
-from tagrpo.training.run import legacy_train_params
+from tagrpo.config.engines import VerlSettings
+from tagrpo.config.params import (
+    ConfigError,
+    Params,
+    config_with,
+    merged_with_profile,
+    validate_params,
+)
 from tagrpo.verl_ext import PLUGIN_MODULE
 from tagrpo.verl_ext.device import CPU_MODULES, LOGICAL_CPUS, run_device
 from tagrpo.verl_ext.launcher import build_command
@@ -26,10 +30,10 @@ from tagrpo.verl_ext.overrides import build_overrides, hydra_value
 PLATFORM_MODULE = "tagrpo.verl_ext.cpu_platform"
 
 
-def cpu_params() -> dict[str, Any]:
-    """The train stage's params under profiles/verl-cpu.yaml, as the verl launcher reads them."""
+def cpu_params() -> Params:
+    """The params under profiles/verl-cpu.yaml, as the train stage hands them to the launcher."""
     merged = merged_with_profile(ROOT / "profiles" / "verl-cpu.yaml", ROOT / "params.yaml")
-    return legacy_train_params(validate_params(merged))
+    return validate_params(merged)
 
 
 def compose(overrides: list[str]):
@@ -59,7 +63,7 @@ def test_cpu_profile_composes_and_passes_verls_validation(method: str, tmp_path)
     assert cfg.transfer_queue.backend.SimpleStorage.num_data_storage_units == 1
     assert cfg.reward.num_workers == 1 and arr.rollout.agent.num_workers == 1
     assert arr.rollout.name == "hf" and arr.rollout.tensor_model_parallel_size == 1
-    assert arr.rollout.max_num_seqs == cpu_params()["verl"]["max_num_seqs"]
+    assert arr.rollout.max_num_seqs == cpu_params().verl.max_num_seqs
     assert arr.model.override_config.attn_implementation == "sdpa"
     assert arr.model.use_remove_padding is False
     assert arr.actor.strategy == "fsdp2" and arr.ref.strategy == "fsdp2"
@@ -78,7 +82,7 @@ def test_cpu_profile_composes_and_passes_verls_validation(method: str, tmp_path)
 
 
 def test_gpu_runs_never_load_the_cpu_modules(tmp_path) -> None:
-    params = paper_params()
+    params = paper_config()
     overrides = build_overrides(run_for("ta_grpo", tmp_path), params)
     joined = " ".join(overrides)
     assert "cpu_platform" not in joined and "hf_rollout" not in joined
@@ -114,15 +118,17 @@ def test_cpu_command_carries_the_platform_and_private_temp_dir(tmp_path) -> None
     ],
 )
 def test_engine_that_does_not_fit_the_device_is_refused(device, engine, message) -> None:
+    # model_construct skips the settings model's own check: the launcher's is tested alone.
     with pytest.raises(ValueError, match=message):
-        run_device({"device": device, "rollout_engine": engine})
+        run_device(VerlSettings.model_construct(device=device, rollout_engine=engine))
 
 
 def test_dry_run_refuses_hf_on_a_gpu_run(monkeypatch, tmp_path, capsys) -> None:
     from tagrpo.verl_ext.launcher import run_training
 
-    params = paper_params()
-    params["verl"] = {**params["verl"], "rollout_engine": "hf"}
+    paper = paper_config()
+    unchecked = paper.verl.model_copy(update={"rollout_engine": "hf"})  # model_copy: no check
+    params = paper.model_copy(update={"verl": unchecked})
     monkeypatch.chdir(tmp_path)
     (tmp_path / "dvc.yaml").write_text("stages: {}\n")
     with pytest.raises(ValueError, match="rollout_engine: hf is the CPU engine"):
@@ -159,23 +165,22 @@ def test_cpu_profile_trains_the_five_methods_with_one_seed() -> None:
 
 
 def test_unknown_device_and_engine_are_errors() -> None:
-    with pytest.raises(ValueError, match="device must be one of"):
-        run_device({"device": "tpu", "rollout_engine": "vllm"})
-    with pytest.raises(ValueError, match="rollout_engine must be one of"):
-        run_device({"device": "cuda", "rollout_engine": "naive"})
-    assert run_device({"rollout_engine": "vllm"}) == "cuda"
+    with pytest.raises(ConfigError, match=r"verl\.device = 'tpu': Input should be 'cuda' or 'cpu'"):
+        config_with({"verl.device": "tpu"}, paper_config())
+    with pytest.raises(ConfigError, match=r"verl\.rollout_engine = 'naive': Input should be"):
+        config_with({"verl.rollout_engine": "naive"}, paper_config())
+    assert run_device(paper_config().verl) == "cuda"
+    assert run_device(cpu_params().verl) == "cpu"
 
 
 def test_micro_batches_that_do_not_divide_are_refused_before_verl_starts(tmp_path) -> None:
     """verl would assert in the first step; the command is not even built."""
-    params = cpu_params()  # grpo: 4 questions x 8 = 32 per step, 16 per mini-batch
-    params["verl"] = {**params["verl"], "log_prob_micro_batch_size_per_gpu": 64}
+    # grpo: 4 questions x 8 = 32 per step, 16 per mini-batch
+    params = config_with({"verl.log_prob_micro_batch_size_per_gpu": 64}, cpu_params())
     with pytest.raises(ValueError, match=r"log_prob_micro_batch_size_per_gpu=64 does not divide"):
         build_overrides(run_for("grpo", tmp_path), params)
-    params["verl"] = {**params["verl"], "log_prob_micro_batch_size_per_gpu": 32}
-    params["verl"]["micro_batch_size_per_gpu"] = 32
+    params = config_with({"verl.micro_batch_size_per_gpu": 32}, cpu_params())
     with pytest.raises(ValueError, match=r"micro_batch_size_per_gpu=32 does not divide the 16"):
         build_overrides(run_for("grpo", tmp_path), params)
-    params["verl"]["micro_batch_size_per_gpu"] = 16
     for method in METHODS:  # the profile's sizes fit every method
         build_overrides(run_for(method, tmp_path), cpu_params())

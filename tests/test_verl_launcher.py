@@ -23,7 +23,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 import stages.train as train_stage
-from tagrpo.config.params import merged_with_profile
+from tagrpo.config.params import embedded, merged_with_profile
 from tagrpo.data.schema import QUESTION_SCHEMA, Question
 from tagrpo.miniworld.tokenizer import train_tokenizer
 from tagrpo.miniworld.warmstart import TinyModelConfig, build_model
@@ -104,7 +104,9 @@ def test_verl_run_leaves_the_local_backends_outputs_in_one_mlflow_run(scratch, m
         with open(env["VERL_FILE_LOGGER_PATH"], "w") as handle:
             handle.write("\n".join(log) + "\n")
         torch.manual_seed(0)
-        model = build_model(tokenizer, TinyModelConfig(hidden_size=16, intermediate_size=32))
+        model = build_model(
+            tokenizer, embedded(TinyModelConfig, hidden_size=16, intermediate_size=32)
+        )
         model.save_pretrained(export_dir)
 
     monkeypatch.setattr(launcher, "run_isolated", fake_verl)

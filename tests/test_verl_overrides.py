@@ -12,11 +12,10 @@ from typing import Any
 import pytest
 import yaml
 from hydra.core.global_hydra import GlobalHydra
-from verl_helpers import MODEL, ROOT, paper_config, paper_params, run_for
+from verl_helpers import MODEL, ROOT, paper_config, run_for
 
 from tagrpo.algorithms import METHODS
 from tagrpo.config.params import ConfigError, config_with, validate_params
-from tagrpo.training.run import legacy_train_params
 from tagrpo.verl_ext.dry_run import evaluation_lines
 from tagrpo.verl_ext.launcher import build_command
 from tagrpo.verl_ext.overrides import build_overrides, hydra_value
@@ -54,7 +53,7 @@ def cfg_job(overrides: list[str]) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def composed(tmp_path_factory) -> dict[str, dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("verl")
-    params = paper_params()
+    params = paper_config()
     env = {"MLFLOW_TRACKING_URI": "sqlite:////x y/mlflow.db"}
     return {m: cfg_job(build_overrides(run_for(m, tmp, **env), params)) for m in METHODS}
 
@@ -124,7 +123,7 @@ def test_verl_validate_config_and_ours_accept_every_method(tmp_path) -> None:
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    params = paper_params()
+    params = paper_config()
     GlobalHydra.instance().clear()
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
         for method in sorted(METHODS):
@@ -141,7 +140,7 @@ def test_verl_validate_config_and_ours_accept_every_method(tmp_path) -> None:
 def test_validate_run_rejects_a_config_that_is_not_the_method(tmp_path) -> None:
     from hydra import compose, initialize_config_module
 
-    params = paper_params()
+    params = paper_config()
     GlobalHydra.instance().clear()
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
         base = build_overrides(run_for("ta_grpo", tmp_path), params)
@@ -187,22 +186,18 @@ def test_hydra_values_are_quoted_only_when_needed() -> None:
 
 
 def test_batch_must_split_over_the_gpus(tmp_path) -> None:
-    params = paper_params()
-    params["verl"] = {**params["verl"], "n_gpus_per_node": 3}
+    params = config_with({"verl.n_gpus_per_node": 3}, paper_config())
     with pytest.raises(ValueError, match="do not split over 3 GPUs"):
         build_overrides(run_for("grpo", tmp_path), params)
-    params["verl"] = {**params["verl"], "n_gpus_per_node": 4, "gpus": 4}
-    with pytest.raises(ValueError, match=r"verl\.gpus: unknown key"):
-        build_overrides(run_for("grpo", tmp_path), params)
+    raw = paper_config().model_dump(mode="json")
     with pytest.raises(ConfigError, match=r"verl\.gpus: unknown key"):
-        validate_params({**paper_config().model_dump(mode="json"), "verl": params["verl"]})
+        validate_params({**raw, "verl": {**raw["verl"], "gpus": 4}})
 
 
 def test_dry_run_prints_the_command_and_touches_nothing(monkeypatch, capsys) -> None:
     import stages.train as train_stage
 
     config = config_with({"verl.model": MODEL}, paper_config())
-    params = legacy_train_params(config)
     monkeypatch.setattr(train_stage, "load_config", lambda: config)
     assert train_stage.main(["--method", "ta_grpo", "--seed", "1", "--dry-run"]) == {}
     printed = capsys.readouterr().out
@@ -213,7 +208,7 @@ def test_dry_run_prints_the_command_and_touches_nothing(monkeypatch, capsys) -> 
     words = shlex.split(command_text.replace("\\\n", " "))
     env = dict(word.split("=", 1) for word in words[: words.index(sys.executable)])
     argv = words[words.index(sys.executable) :]
-    expected = build_command("ta_grpo", params, 1, "ta_grpo-s1", ROOT)
+    expected = build_command("ta_grpo", config, 1, "ta_grpo-s1", ROOT)
     assert argv == expected.argv and env == expected.env
     assert argv[1:3] == ["-m", "verl.trainer.main_ppo"]
     assert env["VERL_USE_EXTERNAL_MODULES"] == "tagrpo.verl_ext.plugin"
@@ -233,14 +228,66 @@ def test_dry_run_is_refused_for_the_local_backend(monkeypatch) -> None:
 
 def test_chat_template_options_reach_verls_data_config(tmp_path) -> None:
     """The same `common.chat_template_kwargs` the vLLM evaluation uses (test_vllm_backend)."""
-    params = paper_params()
-    params["common"] = {**params["common"], "chat_template_kwargs": {"enable_thinking": False}}
+    no_thinking = {"common.chat_template_kwargs": {"enable_thinking": False}}
+    params = config_with(no_thinking, paper_config())
     cfg = cfg_job(build_overrides(run_for("ta_grpo", tmp_path), params))
     assert cfg["data"]["apply_chat_template_kwargs"] == {"enable_thinking": False}
-    steps = {**paper_params(), "steps": 5}
+    steps = config_with({"train.steps": 5}, paper_config())
     assert (
         cfg_job(build_overrides(run_for("grpo", tmp_path), steps))["trainer"][
             "total_training_steps"
         ]
         == 5
     )
+
+
+def test_the_overrides_read_the_typed_train_section(tmp_path) -> None:
+    """Every train value reaches verl from the typed section: mini_batches and warmup_ratio
+    (which the old dict path read with defaults 1 and 0.0 that disagreed with params.yaml)."""
+    config = config_with(
+        {"train.mini_batches": 4, "train.warmup_ratio": 0.25, "train.min_lr_ratio": 0.05},
+        paper_config(),
+    )
+    overrides = build_overrides(run_for("grpo", tmp_path), config)
+    assert "actor_rollout_ref.actor.ppo_mini_batch_size=64" in overrides  # 256 / 4
+    assert "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.25" in overrides
+    assert "actor_rollout_ref.actor.optim.min_lr_ratio=0.05" in overrides
+    assert "++trainer.tagrpo.checkpoints=[0.25,0.5,0.75,1.0]" in overrides
+
+
+def test_an_epsilon_verl_cannot_use_is_refused(tmp_path) -> None:
+    """verl's grpo estimator hard-codes 1e-6 and algorithm.tagrpo carries none: another
+    train.epsilon would be ignored on the verl backend, so it is refused."""
+    config = config_with({"train.epsilon": 1e-4}, paper_config())
+    with pytest.raises(ValueError, match=r"train\.epsilon = 0\.0001: the verl backend"):
+        build_overrides(run_for("grpo", tmp_path), config)
+
+
+def test_a_fraction_of_an_epoch_is_refused_unless_steps_are_set(tmp_path) -> None:
+    """verl's trainer.total_epochs is an integer: 1.5 epochs would silently train 1."""
+    with pytest.raises(ValueError, match=r"train\.epochs = 1\.5: verl trains whole epochs"):
+        build_overrides(
+            run_for("grpo", tmp_path), config_with({"train.epochs": 1.5}, paper_config())
+        )
+    steps = config_with({"train.epochs": 1.5, "train.steps": 3}, paper_config())
+    overrides = build_overrides(run_for("grpo", tmp_path), steps)
+    assert "trainer.total_training_steps=3" in overrides
+
+
+def test_verl_processes_refuse_settings_the_launcher_did_not_write() -> None:
+    """No fallback values inside verl: a missing key is an error naming it."""
+    from tagrpo.verl_ext.settings import MethodSettings, checkpoint_fractions
+
+    written = {"method": "ta_grpo", "group_size": 8, "n_neighbours": 3}
+    assert MethodSettings.from_algorithm({"tagrpo": written}).rollout_n == 32
+    for key in ("method", "group_size", "n_neighbours"):
+        partial = {k: v for k, v in written.items() if k != key}
+        with pytest.raises(ValueError, match=rf"algorithm\.tagrpo\.{key} is not set"):
+            MethodSettings.from_algorithm({"tagrpo": partial})
+    with pytest.raises(ValueError, match=r"algorithm\.tagrpo\.avspo is not set"):
+        MethodSettings.from_algorithm({"tagrpo": {**written, "method": "avspo"}})
+    with pytest.raises(ValueError, match=r"avspo takes its settings"):
+        MethodSettings("avspo", 8, 3)
+    assert checkpoint_fractions({"tagrpo": {"checkpoints": [0.5, 1.0]}}) == (0.5, 1.0)
+    with pytest.raises(ValueError, match=r"trainer\.tagrpo\.checkpoints is not set"):
+        checkpoint_fractions({"tagrpo": {"export_dir": "x"}})

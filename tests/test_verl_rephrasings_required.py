@@ -13,9 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 from test_verl_launcher import scratch  # noqa: F401  (the fixture)
 
-from tagrpo.config.params import validate_params
+from tagrpo.config.params import Params, validate_params
 from tagrpo.data.schema import QUESTION_SCHEMA, Question
-from tagrpo.training.run import legacy_train_params
 from tagrpo.verl_ext.launcher import run_training
 
 
@@ -23,9 +22,16 @@ def never_started(argv, env, cwd, check):
     raise AssertionError("verl was started")
 
 
-def launcher_params(params: dict) -> dict:
+def launcher_params(params: dict) -> Params:
     """The scratch project's params as the train stage hands them to the verl launcher."""
-    return legacy_train_params(validate_params(params))
+    return validate_params(params)
+
+
+def without_neighbours(config: Params) -> Params:
+    """``train.neighbours: none``, which the params check refuses when runs.methods sample
+    rephrasings; the launcher must refuse it too (``--method`` need not be in runs.methods)."""
+    train = config.train.model_copy(update={"neighbours": "none"})
+    return config.model_copy(update={"train": train})
 
 
 def write_input(root, rephrasings: list[list[str]] | None) -> None:
@@ -59,14 +65,14 @@ def test_a_missing_rephrasings_column_is_refused(scratch, method) -> None:  # no
 @pytest.mark.parametrize("method", ["ta_grpo", "ta_grpo_star"])
 def test_neighbours_none_is_refused(scratch, method) -> None:  # noqa: F811
     _, params, _ = scratch
-    params = {**launcher_params(params), "neighbours": "none"}
+    params = without_neighbours(launcher_params(params))
     with pytest.raises(ValueError, match=rf"{method} samples N=3 rephrasings.*question 'q0'"):
         run_training(method, 0, f"{method}-s0", params, runner=never_started)
 
 
 def test_methods_sampling_q0_train_without_rephrasings(scratch) -> None:  # noqa: F811
     _, params, _ = scratch
-    params = {**launcher_params(params), "neighbours": "none"}
+    params = without_neighbours(launcher_params(params))
     started = []
 
     def fake_verl(argv, env, cwd, check):

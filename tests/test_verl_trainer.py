@@ -344,13 +344,13 @@ def test_trainer_builds_from_the_composed_config_with_verls_sync_buffer(method, 
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
-    from verl_helpers import paper_params, run_for
+    from verl_helpers import paper_config, run_for
 
     from tagrpo.verl_ext.overrides import build_overrides
 
     GlobalHydra.instance().clear()
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
-        overrides = build_overrides(run_for(method, tmp_path), paper_params())
+        overrides = build_overrides(run_for(method, tmp_path), paper_config())
         config = compose("ppo_trainer", overrides=overrides)
         wrong = compose("ppo_trainer", overrides=[*overrides, "algorithm.use_kl_in_reward=True"])
     GlobalHydra.instance().clear()

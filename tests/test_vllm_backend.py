@@ -26,7 +26,7 @@ from tagrpo.backends.vllm_backend import (
     make_vllm_backend,
     problem_seed,
 )
-from tagrpo.config.params import config_with
+from tagrpo.config.params import config_with, embedded
 from tagrpo.miniworld.tokenizer import train_tokenizer
 from tagrpo.miniworld.warmstart import TinyModelConfig, build_model
 from tagrpo.prompts import chat_messages
@@ -87,7 +87,8 @@ def save_tiny_policy(folder: Path, seed: int = 0, hidden_size: int = 16) -> Path
     tokenizer.chat_template = TEMPLATE
     torch.manual_seed(seed)
     model = build_model(
-        tokenizer, TinyModelConfig(hidden_size=hidden_size, intermediate_size=2 * hidden_size)
+        tokenizer,
+        embedded(TinyModelConfig, hidden_size=hidden_size, intermediate_size=2 * hidden_size),
     )
     # Matrices redrawn with std 1/sqrt(fan_in): the initialiser's tiny weights make every
     # model near-uniform over the vocabulary, hence near-identical to any other.

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from tagrpo.config.params import embedded
 from tagrpo.data.training_set import TrainQuestion
 from tagrpo.miniworld.tasks import MiniProblem, reference_response, render
 from tagrpo.miniworld.tokenizer import train_tokenizer
@@ -49,7 +50,8 @@ def tiny_policy(seed: int = 0, hidden_size: int = 32):
     tokenizer = train_tokenizer(corpus * 5, vocab_size=300)
     torch.manual_seed(seed)
     model = build_model(
-        tokenizer, TinyModelConfig(hidden_size=hidden_size, intermediate_size=2 * hidden_size)
+        tokenizer,
+        embedded(TinyModelConfig, hidden_size=hidden_size, intermediate_size=2 * hidden_size),
     )
     model.eval()
     return model, tokenizer
@@ -69,7 +71,8 @@ def save_chat_policy(
     corpus = [f"<|im_start|>user\n{p}<|im_end|>\n" for p in problems] * 20
     tokenizer = train_tokenizer(corpus, vocab_size=300)
     model = build_model(
-        tokenizer, TinyModelConfig(**{"hidden_size": 32, "intermediate_size": 64, **shape})
+        tokenizer,
+        embedded(TinyModelConfig, **{"hidden_size": 32, "intermediate_size": 64, **shape}),
     )
     if weight_scale is not None:
         generator = torch.Generator().manual_seed(seed)

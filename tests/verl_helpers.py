@@ -1,13 +1,11 @@
-"""Shared helpers for the verl tests: the paper profile's train params and a run's paths."""
+"""Shared helpers for the verl tests: the params under the paper profile and a run's paths."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from tagrpo.config.params import Params, merged_with_profile, validate_params
 from tagrpo.paths import project_root
-from tagrpo.training.run import legacy_train_params
 from tagrpo.verl_ext.overrides import RunPaths, VerlRun
 
 ROOT = project_root()
@@ -19,11 +17,6 @@ def paper_config() -> Params:
     return validate_params(
         merged_with_profile(ROOT / "profiles" / "paper.yaml", ROOT / "params.yaml")
     )
-
-
-def paper_params() -> dict[str, Any]:
-    """The train section under the paper profile, as the verl launcher reads it."""
-    return legacy_train_params(paper_config())
 
 
 def run_for(method: str, tmp: Path, **env: str) -> VerlRun:

@@ -9,7 +9,8 @@ equivalence  ``check_equivalence``
 train        ``train`` (shared by both training backends), ``local``
 engines      ``verl``, ``hf``, ``vllm``
 evaluation   ``evaluate``, ``diagnostics``, ``report``
-params       the whole file: :func:`load_config`, profiles, overrides, error messages
+params       the whole file: :func:`load_config`, profiles, overrides, error messages, and
+             :func:`repo_params` (the checkout's params.yaml, for tests and notebooks)
 
 Import the section you need (``from tagrpo.config.train import TrainSettings``); this package
 imports nothing itself, so components can use their section without loading the others.

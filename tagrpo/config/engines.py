@@ -38,48 +38,45 @@ class VerlSettings(ConfigModel):
     ``rollout_engine: hf`` runs genuine verl steps on the CPU (profiles/verl-cpu.yaml,
     tagrpo/verl_ext/device.py)."""
 
-    n_gpus_per_node: int = Field(4, ge=1, le=64, description="trainer.n_gpus_per_node")
-    nnodes: int = Field(1, ge=1, description="trainer.nnodes")
-    model: str | None = Field(None, description="null = train.model (folder or its hub pointer)")
-    max_prompt_length: int = Field(512, ge=16, description="prompt tokens (Appendix B: 512)")
+    n_gpus_per_node: int = Field(ge=1, le=64, description="trainer.n_gpus_per_node")
+    nnodes: int = Field(ge=1, description="trainer.nnodes")
+    model: str | None = Field(description="null = train.model (folder or its hub pointer)")
+    max_prompt_length: int = Field(ge=16, description="prompt tokens (Appendix B: 512)")
     device: Literal["cuda", "cpu"] = Field(
-        "cuda", description="cuda (GPUs) | cpu (verl on the CPU: VERL_PLATFORM=cpu, FSDP2 on gloo)"
+        description="cuda (GPUs) | cpu (verl on the CPU: VERL_PLATFORM=cpu, FSDP2 on gloo)"
     )
     rollout_engine: Literal["vllm", "sglang", "hf"] = Field(
-        "vllm", description="actor_rollout_ref.rollout.name: vllm | sglang (cuda), hf (cpu only)"
+        description="actor_rollout_ref.rollout.name: vllm | sglang (cuda), hf (cpu only)"
     )
-    tensor_parallel_size: int = Field(1, ge=1, description="rollout tensor parallelism")
-    gpu_memory_utilization: float = Field(0.8, gt=0, le=1, description="vLLM memory share")
-    micro_batch_size_per_gpu: int = Field(8, ge=1, description="actor micro-batch per GPU")
-    log_prob_micro_batch_size_per_gpu: int = Field(8, ge=1, description="log-prob micro-batch")
+    tensor_parallel_size: int = Field(ge=1, description="rollout tensor parallelism")
+    gpu_memory_utilization: float = Field(gt=0, le=1, description="vLLM memory share")
+    micro_batch_size_per_gpu: int = Field(ge=1, description="actor micro-batch per GPU")
+    log_prob_micro_batch_size_per_gpu: int = Field(ge=1, description="log-prob micro-batch")
     max_num_seqs: int = Field(
-        256, ge=1, description="rollout.max_num_seqs: sequences the rollout engine batches"
+        ge=1, description="rollout.max_num_seqs: sequences the rollout engine batches"
     )
-    ref_param_offload: bool = Field(True, description="offload the reference model's weights")
-    gradient_checkpointing: bool = Field(True, description="actor gradient checkpointing")
+    ref_param_offload: bool = Field(description="offload the reference model's weights")
+    gradient_checkpointing: bool = Field(description="actor gradient checkpointing")
     lr_scheduler_type: Literal["constant", "cosine"] = Field(
-        "cosine", description="actor.optim.lr_scheduler_type (the authors: cosine)"
+        description="actor.optim.lr_scheduler_type (the authors: cosine)"
     )
-    ds_metric: str = Field("acc", min_length=1, description="algorithm.filter_groups.metric")
-    max_inflight_gen_batches: int = Field(1, ge=1, description="DS refill batches in flight")
-    max_ckpt_to_keep: int = Field(1, ge=1, description="verl checkpoints kept for resuming")
-    resume: bool = Field(False, description="resume from checkpoint_dir instead of afresh")
-    checkpoint_dir: str = Field("checkpoints/verl", min_length=1, description="sharded checkpoints")
-    val_benchmark: str = Field("math500", min_length=1, description="verl's validation set")
-    val_questions: int = Field(64, ge=1, description="validation questions")
-    grading_workers: int = Field(2, ge=1, description="grading processes per reward worker")
+    ds_metric: str = Field(min_length=1, description="algorithm.filter_groups.metric")
+    max_inflight_gen_batches: int = Field(ge=1, description="DS refill batches in flight")
+    max_ckpt_to_keep: int = Field(ge=1, description="verl checkpoints kept for resuming")
+    resume: bool = Field(description="resume from checkpoint_dir instead of afresh")
+    checkpoint_dir: str = Field(min_length=1, description="sharded checkpoints")
+    val_benchmark: str = Field(min_length=1, description="verl's validation set")
+    val_questions: int = Field(ge=1, description="validation questions")
+    grading_workers: int = Field(ge=1, description="grading processes per reward worker")
     # A rephrasing over max_prompt_length is replaced by q0: each one moves the run toward the
     # matched-budget baseline (more q0 samples), so the share is capped like
     # check_equivalence.policy.max_padded_share (methods that sample rephrasings only).
     max_replaced_rephrasing_share: float = Field(
-        0.05,
         ge=0.0,
         le=1.0,
         description="fail a TA run when more rephrasings than this share are over the limit",
     )
-    extra_overrides: list[str] = Field(
-        default_factory=list, description="further Hydra overrides, appended verbatim"
-    )
+    extra_overrides: list[str] = Field(description="further Hydra overrides, appended verbatim")
 
     @field_validator("extra_overrides")
     @classmethod
@@ -98,27 +95,26 @@ class VerlSettings(ConfigModel):
 class HFEngineSettings(ConfigModel):
     """transformers generation (``evaluate.backend: hf``, ``diagnostics.backend: hf``)."""
 
-    max_batch_sequences: int = Field(512, ge=1, description="generation batch, sequences")
+    max_batch_sequences: int = Field(ge=1, description="generation batch, sequences")
 
 
 class VLLMEngineSettings(ConfigModel):
     """vLLM (``evaluate.backend: vllm``, ``diagnostics.backend: vllm``)."""
 
     mode: Literal["offline", "server"] = Field(
-        "offline", description="offline: vllm.LLM in the stage | server: a vllm serve endpoint"
+        description="offline: vllm.LLM in the stage | server: a vllm serve endpoint"
     )
-    tensor_parallel_size: int = Field(1, ge=1, description="tensor parallelism")
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="GPU memory share")
-    max_model_len: int | None = Field(None, ge=16, description="null = the model's context")
-    dtype: str = Field("auto", min_length=1, description="weights dtype")
-    enforce_eager: bool = Field(False, description="disable CUDA graphs")
-    base_url: str | None = Field(None, description="server mode, e.g. http://127.0.0.1:8000/v1")
-    served_model: str | None = Field(None, description="server mode: served name (null = path)")
-    api_key_env: EnvVarName = Field("OPENAI_API_KEY", description="server mode: key variable")
-    concurrency: int = Field(32, ge=1, description="server mode: requests in flight")
-    timeout_s: float = Field(3600, gt=0, description="server mode: per-request timeout")
+    tensor_parallel_size: int = Field(ge=1, description="tensor parallelism")
+    gpu_memory_utilization: float = Field(gt=0, le=1, description="GPU memory share")
+    max_model_len: int | None = Field(ge=16, description="null = the model's context")
+    dtype: str = Field(min_length=1, description="weights dtype")
+    enforce_eager: bool = Field(description="disable CUDA graphs")
+    base_url: str | None = Field(description="server mode, e.g. http://127.0.0.1:8000/v1")
+    served_model: str | None = Field(description="server mode: served name (null = path)")
+    api_key_env: EnvVarName = Field(description="server mode: key variable")
+    concurrency: int = Field(ge=1, description="server mode: requests in flight")
+    timeout_s: float = Field(gt=0, description="server mode: per-request timeout")
     verify_tolerance: float = Field(
-        0.1,
         gt=0,
         description="server mode: largest mean |log-prob difference| per probe token (nats) "
         "between the served model and the policy's local weights",

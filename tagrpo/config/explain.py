@@ -1,4 +1,5 @@
-"""``tagrpo params explain KEY``: type, default, bounds, help and current value of params keys."""
+"""``tagrpo params explain KEY``: type, bounds, help and current value of params keys (the
+values live in params.yaml only: the models declare no defaults)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,6 @@ def _type_name(annotation: Any) -> str:
 
 def _rows(model: type[ConfigModel], instance: Any, prefix: str) -> list[list[str]]:
     rows = []
-    defaults = model()
     for name, info in model.model_fields.items():
         path = f"{prefix}{name}"
         value = getattr(instance, name)
@@ -43,7 +43,6 @@ def _rows(model: type[ConfigModel], instance: Any, prefix: str) -> list[list[str
             [
                 path,
                 _type_name(annotation),
-                repr(getattr(defaults, name)),
                 repr(value),
                 _bounds(info),
                 info.description or "",
@@ -66,16 +65,14 @@ def explain(key: str = "", params_path: str | Path | None = None) -> str:
         instance = getattr(instance, part)
         if not (isinstance(annotation, type) and issubclass(annotation, ConfigModel)):
             info = fields[part]
-            default = getattr(model(), part)
             return (
-                f"{prefix}{part}\n  type: {_type_name(annotation)}\n  default: {default!r}\n"
+                f"{prefix}{part}\n  type: {_type_name(annotation)}\n"
                 f"  value: {instance!r}\n  bounds: {_bounds(info) or '-'}\n"
                 f"  help: {info.description or '-'}"
             )
         model, prefix = annotation, f"{prefix}{part}."
     lines = []
-    for path, kind, default, value, bounds, help_text in _rows(model, instance, prefix):
-        changed = "" if value == default else f" (now {value})"
+    for path, kind, value, bounds, help_text in _rows(model, instance, prefix):
         limits = f" [{bounds}]" if bounds else ""
-        lines.append(f"{path}: {kind} = {default}{changed}{limits}  # {help_text}")
+        lines.append(f"{path}: {kind} = {value}{limits}  # {help_text}")
     return "\n".join(lines)

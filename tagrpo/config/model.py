@@ -1,10 +1,11 @@
 """The base class of every params model, and the checks shared by several sections.
 
-A params model declares, for each key of its section: the type, the default (the embedded
-default's value: a test keeps params.yaml and the models equal, so the two cannot disagree),
-the bounds and a one-line help (``Field(description=...)``). Unknown keys are rejected, values
-are coerced only where that is unambiguous (the string ``"1e-4"`` for a float, ``8.0`` for an
-int), and instances are immutable.
+A params model declares, for each key of its section, the type, the bounds and a one-line
+help (``Field(description=...)``, shown by ``tagrpo params explain``), and no default: the
+values live in params.yaml only, so a key missing there is an error naming it (the few
+exceptions, each with its reason, are listed in ``tests/test_config.py``). Unknown keys are
+rejected, values are coerced only where that is unambiguous (the string ``"1e-4"`` for a
+float, ``8.0`` for an int), and instances are immutable.
 """
 
 from __future__ import annotations
@@ -74,11 +75,11 @@ EnvVarName = Annotated[str | None, AfterValidator(_env_var_name)]
 
 
 class ConfigModel(BaseModel):
-    """A params section: unknown keys rejected, immutable, validated defaults."""
+    """A params section: every key required, unknown keys rejected, immutable."""
 
     model_config = ConfigDict(
         extra="forbid",
         frozen=True,
-        validate_default=True,
+        validate_default=True,  # the listed exceptions' defaults are checked like values
         protected_namespaces=(),  # fields such as ``model`` are params names
     )

@@ -1,9 +1,11 @@
 """The whole params file as one typed model: load, check, apply a profile.
 
-``params.yaml`` is the single place a user reads; :class:`Params` declares every key's type,
-bounds and help once, with the embedded default's values as defaults (a test keeps the two
-equal). Every stage calls :func:`load_config` before it deletes an output or loads a model, so
-a typo or a wrong type stops the run at once with the key path, the value and what is allowed.
+``params.yaml`` holds every value, and is the single place a user reads; :class:`Params`
+declares every key's type, bounds and help, without a second set of defaults (a key missing
+from the file is an error naming it). Every stage calls :func:`load_config` before it deletes
+an output or loads a model, so a typo or a wrong type stops the run at once with the key path,
+the value and what is allowed. Tests and notebooks start from the checkout's params.yaml:
+:func:`repo_params`, :func:`config_with`, ``embedded(<Section>, ...)``.
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import ValidationError, model_validator
 
 from tagrpo.config.base_model import BaseModelSettings
 from tagrpo.config.common import CommonSettings, RunsSettings
@@ -25,6 +27,8 @@ from tagrpo.config.evaluation import DiagnosticsSettings, EvaluateSettings, Repo
 from tagrpo.config.model import ConfigModel, redact_secrets
 from tagrpo.config.rephrase import RephraseSettings
 from tagrpo.config.train import LocalBackendSettings, TrainSettings
+
+SectionT = TypeVar("SectionT", bound=ConfigModel)
 
 
 class ConfigError(ValueError):
@@ -41,20 +45,20 @@ class ConfigError(ValueError):
 class Params(ConfigModel):
     """Every section of params.yaml (one per DVC stage, plus shared ones)."""
 
-    common: CommonSettings = Field(default_factory=CommonSettings)
-    runs: RunsSettings = Field(default_factory=RunsSettings)
-    data: DataSettings = Field(default_factory=DataSettings)
-    base_model: BaseModelSettings = Field(default_factory=BaseModelSettings)
-    rephrase: RephraseSettings = Field(default_factory=RephraseSettings)
-    check_equivalence: CheckEquivalenceSettings = Field(default_factory=CheckEquivalenceSettings)
-    train: TrainSettings = Field(default_factory=TrainSettings)
-    local: LocalBackendSettings = Field(default_factory=LocalBackendSettings)
-    verl: VerlSettings = Field(default_factory=VerlSettings)
-    evaluate: EvaluateSettings = Field(default_factory=EvaluateSettings)
-    hf: HFEngineSettings = Field(default_factory=HFEngineSettings)
-    vllm: VLLMEngineSettings = Field(default_factory=VLLMEngineSettings)
-    diagnostics: DiagnosticsSettings = Field(default_factory=DiagnosticsSettings)
-    report: ReportSettings = Field(default_factory=ReportSettings)
+    common: CommonSettings
+    runs: RunsSettings
+    data: DataSettings
+    base_model: BaseModelSettings
+    rephrase: RephraseSettings
+    check_equivalence: CheckEquivalenceSettings
+    train: TrainSettings
+    local: LocalBackendSettings
+    verl: VerlSettings
+    evaluate: EvaluateSettings
+    hf: HFEngineSettings
+    vllm: VLLMEngineSettings
+    diagnostics: DiagnosticsSettings
+    report: ReportSettings
 
     @model_validator(mode="after")
     def _runnable(self) -> Params:
@@ -132,9 +136,66 @@ class Params(ConfigModel):
 
 
 def default_params_path() -> Path:
+    """params.yaml of the project the process runs in (the current directory's checkout)."""
     from tagrpo.paths import project_root
 
     return project_root() / "params.yaml"
+
+
+def repo_params_path() -> Path:
+    """params.yaml of the checkout this package is imported from, whatever the current
+    directory (tests run stages in scratch projects)."""
+    path = Path(__file__).resolve().parents[2] / "params.yaml"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: tagrpo is not imported from a checkout")
+    return path
+
+
+def repo_params() -> Params:
+    """The checkout's params.yaml, validated: the starting point of tests and notebooks (the
+    models hold no default values)."""
+    return load_config(repo_params_path())
+
+
+def embedded(section: type[SectionT], /, **overrides: Any) -> SectionT:
+    """The section ``section`` as the checkout's params.yaml sets it, with ``overrides``
+    (validated): for tests and notebooks (``embedded(StructuralConfig, numbers="strict")``).
+
+    The section is found by type in :class:`Params`; a base class (``ConsistencyConfig``) takes
+    its fields from the section of its subclass.
+    """
+    node: Any = read_yaml_mapping(repo_params_path())
+    for part in section_path(section):
+        node = node[part]
+    given = {name: node[name] for name in section.model_fields if name in node}
+    return section.model_validate({**given, **overrides})
+
+
+def section_path(model: type[ConfigModel]) -> tuple[str, ...]:
+    """Where ``model`` sits in :class:`Params` (``("check_equivalence", "structural")``); a
+    base class is found through its first subclass there."""
+    found: list[tuple[str, ...]] = []
+
+    def walk(current: type[ConfigModel], location: tuple[str, ...]) -> None:
+        for name, info in current.model_fields.items():
+            annotation = info.annotation
+            if isinstance(annotation, type) and issubclass(annotation, ConfigModel):
+                if issubclass(annotation, model):
+                    found.append((*location, name))
+                walk(annotation, (*location, name))
+
+    walk(Params, ())
+    exact = [path for path in found if _model_at(path) is model]
+    if not (exact or found):
+        raise TypeError(f"{model.__name__} is not a section of params.yaml")
+    return (exact or found)[0]
+
+
+def _model_at(path: tuple[str, ...]) -> Any:
+    current: Any = Params
+    for part in path:
+        current = current.model_fields[part].annotation
+    return current
 
 
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
@@ -371,12 +432,13 @@ def apply_overrides(raw: Mapping[str, Any], assignments: list[str]) -> dict[str,
 
 
 def config_with(overrides: Mapping[str, Any] | None = None, base: Params | None = None) -> Params:
-    """``base`` (default: the embedded default) with dotted-key overrides, validated.
+    """``base`` (default: the checkout's params.yaml, :func:`repo_params`) with dotted-key
+    overrides, validated.
 
     ``config_with({"train.learning_rate": 1e-3, "runs.methods": ["grpo"]})``: for tests and
     notebooks; the same existence rule as profiles (only existing keys may be set).
     """
-    raw = (base or Params()).model_dump(mode="json")
+    raw = (base or repo_params()).model_dump(mode="json")
     for key, value in (overrides or {}).items():
         parts = key.split(".")
         node: Any = raw

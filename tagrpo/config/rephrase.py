@@ -18,23 +18,22 @@ class EndpointConfig(ConfigModel):
     """Where and how to send chat requests: any OpenAI-compatible endpoint."""
 
     base_url: str | None = Field(
-        None, description="null = api.openai.com; e.g. http://127.0.0.1:8000/v1 for vllm serve"
+        description="null = api.openai.com; e.g. http://127.0.0.1:8000/v1 for vllm serve"
     )
-    model: str = Field("gpt-4-turbo", min_length=1, description="model name at the endpoint")
+    model: str = Field(min_length=1, description="model name at the endpoint")
     api_key_env: EnvVarName = Field(
-        "OPENAI_API_KEY",
         description="environment variable holding the key (null: a server without auth)",
     )
-    temperature: float = Field(1.0, ge=0, le=10, description="sampling temperature")
-    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
-    max_tokens: int = Field(512, ge=1, le=1_000_000, description="reply length limit, tokens")
-    concurrency: int = Field(32, ge=1, le=4096, description="requests in flight")
-    timeout_s: float = Field(60.0, gt=0, le=86400, description="per-request timeout, seconds")
-    max_attempts: int = Field(6, ge=1, le=100, description="attempts per request (retries + 1)")
-    backoff_base_s: float = Field(1.0, ge=0, description="first retry delay (exponential, jitter)")
-    backoff_max_s: float = Field(60.0, ge=0, description="longest retry delay")
-    retry_after_max_s: float = Field(120.0, ge=0, description="longest Retry-After honoured")
-    send_seed: bool = Field(True, description="send a seed (OpenAI and vLLM accept it)")
+    temperature: float = Field(ge=0, le=10, description="sampling temperature")
+    top_p: float = Field(gt=0, le=1, description="nucleus sampling")
+    max_tokens: int = Field(ge=1, le=1_000_000, description="reply length limit, tokens")
+    concurrency: int = Field(ge=1, le=4096, description="requests in flight")
+    timeout_s: float = Field(gt=0, le=86400, description="per-request timeout, seconds")
+    max_attempts: int = Field(ge=1, le=100, description="attempts per request (retries + 1)")
+    backoff_base_s: float = Field(ge=0, description="first retry delay (exponential, jitter)")
+    backoff_max_s: float = Field(ge=0, description="longest retry delay")
+    retry_after_max_s: float = Field(ge=0, description="longest Retry-After honoured")
+    send_seed: bool = Field(description="send a seed (OpenAI and vLLM accept it)")
 
     def api_key(self) -> str:
         """The key from the environment; a clear error if the variable is not set."""
@@ -73,36 +72,33 @@ class EndpointConfig(ConfigModel):
 
 
 class LocalRephraseModel(ConfigModel):
-    model: str = Field("models/base", min_length=1, description="a transformers model folder")
-    temperature: float = Field(1.0, gt=0, le=10, description="sampling temperature")
-    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
-    max_new_tokens: int = Field(256, ge=1, le=131072, description="reply length limit, tokens")
-    max_batch_sequences: int = Field(32, ge=1, description="generation batch, sequences")
+    model: str = Field(min_length=1, description="a transformers model folder")
+    temperature: float = Field(gt=0, le=10, description="sampling temperature")
+    top_p: float = Field(gt=0, le=1, description="nucleus sampling")
+    max_new_tokens: int = Field(ge=1, le=131072, description="reply length limit, tokens")
+    max_batch_sequences: int = Field(ge=1, description="generation batch, sequences")
 
 
 class RephraseSettings(ConfigModel):
     backend: Literal["rules", "openai", "hf"] = Field(
-        "rules", description="rules (offline, equivalent by construction) | openai | hf"
+        description="rules (offline, equivalent by construction) | openai | hf"
     )
-    n: int = Field(3, ge=1, le=64, description="rephrasings per question: N")
+    n: int = Field(ge=1, le=64, description="rephrasings per question: N")
     template: str = Field(
-        "appendix_a", min_length=1, description="built-in prompt (tagrpo/rephrase/templates.py)"
+        min_length=1, description="built-in prompt (tagrpo/rephrase/templates.py)"
     )
-    template_file: str | None = Field(None, description="or a text file with your own prompt")
+    template_file: str | None = Field(description="or a text file with your own prompt")
     requests: Literal["per_variant", "choices", "numbered"] = Field(
-        "per_variant", description="N requests | one request with n=N | one numbered list"
+        description="N requests | one request with n=N | one numbered list"
     )
-    cache_dir: str = Field(
-        ".cache/rephrase", min_length=1, description="reply cache, outside DVC outputs"
-    )
+    cache_dir: str = Field(min_length=1, description="reply cache, outside DVC outputs")
     max_failed_share: float = Field(
-        0.05,
         ge=0.0,
         le=1.0,
         description="fail the stage when more than this share of slots has no rephrasing",
     )
-    openai: EndpointConfig = Field(default_factory=EndpointConfig)
-    hf: LocalRephraseModel = Field(default_factory=LocalRephraseModel)
+    openai: EndpointConfig
+    hf: LocalRephraseModel
 
     @model_validator(mode="after")
     def _template(self) -> RephraseSettings:

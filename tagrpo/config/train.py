@@ -12,78 +12,68 @@ from tagrpo.config.model import ConfigModel, Field
 EPSILON = 1e-6  # verl's: A = (R - mean) / (std + 1e-6)
 
 
-def _estimator_defaults() -> dict[str, Any]:
-    from tagrpo.algorithms.estimators import ESTIMATORS
-
-    return {n: s.config_model() for n, s in ESTIMATORS.items() if s.config_model is not None}
-
-
 class TrainProbe(ConfigModel):
-    enabled: bool = Field(True, description="success on the training q0s before and after")
-    group_size: int = Field(8, ge=1, le=1024, description="samples per question")
-    seed: int = Field(12345, ge=0, description="sampling seed (the same before and after)")
+    enabled: bool = Field(description="success on the training q0s before and after")
+    group_size: int = Field(ge=1, le=1024, description="samples per question")
+    seed: int = Field(ge=0, description="sampling seed (the same before and after)")
 
 
 class TrainSettings(ConfigModel):
     backend: Literal["local", "verl"] = Field(
-        "local", description="local (tagrpo/training) | verl (section verl)"
+        description="local (tagrpo/training) | verl (section verl)"
     )
-    input: str = Field(
-        "data/rephrased/train.parquet", min_length=1, description="q0 + accepted rephrasings"
-    )
+    input: str = Field(min_length=1, description="q0 + accepted rephrasings")
     neighbours: Literal["auto", "column", "miniworld", "none"] = Field(
-        "auto", description="where rephrasings come from: auto | column | miniworld | none"
+        description="where rephrasings come from: auto | column | miniworld | none"
     )
-    model: str = Field("models/base", min_length=1, description="the starting policy's folder")
+    model: str = Field(min_length=1, description="the starting policy's folder")
     questions: int | None = Field(
-        None, ge=1, description="the 1x training set: the first questions of input (null = all)"
+        ge=1, description="the 1x training set: the first questions of input (null = all)"
     )
-    epochs: float = Field(2, gt=0, le=1000, description="passes over the training set")
-    steps: int | None = Field(None, ge=1, description="overrides the epoch-based step count")
-    group_size: int = Field(8, ge=1, le=1024, description="responses per prompt variant: G")
-    n_neighbours: int = Field(3, ge=0, le=64, description="rephrasings per question: N")
+    epochs: float = Field(gt=0, le=1000, description="passes over the training set")
+    steps: int | None = Field(ge=1, description="overrides the epoch-based step count")
+    group_size: int = Field(ge=1, le=1024, description="responses per prompt variant: G")
+    n_neighbours: int = Field(ge=0, le=64, description="rephrasings per question: N")
     batch_questions: int = Field(
-        8, ge=1, description="batch size per step, in batch_unit (paper: 256)"
+        ge=1, description="batch size per step, in batch_unit (paper: 256)"
     )
     # The two readings of the paper's "batch size 256": 256 questions, each with all its
     # responses (the paper's text; as many updates per epoch for TA-GRPO as for GRPO), or 256
     # dataset rows of one (question, variant) each (the authors' released scripts: a TA method
     # takes (N+1)x fewer questions per step, so about (N+1)x the updates per epoch).
     batch_unit: Literal["questions", "rows"] = Field(
-        "questions", description="questions (the paper's text) | rows (the authors' scripts)"
+        description="questions (the paper's text) | rows (the authors' scripts)"
     )
-    mini_batches: int = Field(2, ge=1, description="optimiser updates per step (paper: 256/128)")
+    mini_batches: int = Field(ge=1, description="optimiser updates per step (paper: 256/128)")
     # Eq. 2/4 average each response's tokens (1/|o_i|), then the responses: seq-mean-token-mean.
     # The authors' scripts kept verl's default token-mean (every token of a mini-batch alike).
     loss_agg_mode: Literal["seq-mean-token-mean", "token-mean"] = Field(
-        "seq-mean-token-mean", description="policy/KL loss aggregation, both backends"
+        description="policy/KL loss aggregation, both backends"
     )
     # The tiny policy needs a larger lr than the paper's 1e-6 (1.7B-4B models); 5e-4 and up
     # destroy it within a few steps (measured: KL > 0.1/token, success falls).
-    learning_rate: float = Field(1e-4, gt=0, le=1, description="peak AdamW learning rate")
-    warmup_ratio: float = Field(0.1, ge=0, lt=1, description="linear warm-up share, then cosine")
-    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="cosine floor / peak")
-    weight_decay: float = Field(0.01, ge=0, le=1, description="AdamW weight decay")
-    grad_clip: float = Field(1.0, gt=0, description="gradient-norm clip")
-    clip_low: float = Field(0.2, ge=0, lt=1, description="PPO ratio clip below 1")
-    clip_high: float = Field(0.2, ge=0, description="PPO ratio clip above 1")
-    kl_coef: float = Field(0.001, ge=0, description="low-variance KL loss coefficient")
-    epsilon: float = Field(EPSILON, gt=0, description="A = (R - mean) / (std + epsilon)")
-    temperature: float = Field(1.0, gt=0, le=10, description="sampling temperature")
-    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
-    max_new_tokens: int = Field(48, ge=1, le=131072, description="response length (paper: 3072)")
-    ds_max_rounds: int = Field(8, ge=1, le=1000, description="dynamic sampling refill rounds")
+    learning_rate: float = Field(gt=0, le=1, description="peak AdamW learning rate")
+    warmup_ratio: float = Field(ge=0, lt=1, description="linear warm-up share, then cosine")
+    min_lr_ratio: float = Field(ge=0, le=1, description="cosine floor / peak")
+    weight_decay: float = Field(ge=0, le=1, description="AdamW weight decay")
+    grad_clip: float = Field(gt=0, description="gradient-norm clip")
+    clip_low: float = Field(ge=0, lt=1, description="PPO ratio clip below 1")
+    clip_high: float = Field(ge=0, description="PPO ratio clip above 1")
+    kl_coef: float = Field(ge=0, description="low-variance KL loss coefficient")
+    epsilon: float = Field(gt=0, description="A = (R - mean) / (std + epsilon)")
+    temperature: float = Field(gt=0, le=10, description="sampling temperature")
+    top_p: float = Field(gt=0, le=1, description="nucleus sampling")
+    max_new_tokens: int = Field(ge=1, le=131072, description="response length (paper: 3072)")
+    ds_max_rounds: int = Field(ge=1, le=1000, description="dynamic sampling refill rounds")
     estimators: dict[str, Any] = Field(
-        default_factory=lambda: _estimator_defaults(),
         description="settings of each registered advantage estimator (by name)",
     )
     checkpoints: list[float] = Field(
-        default_factory=lambda: [0.25, 0.5, 0.75, 1.0],
         min_length=1,
         description="fractions of training with a checkpoint and a rollout dump",
     )
-    save_checkpoints: bool = Field(True, description="save the checkpoints as HF folders")
-    probe: TrainProbe = Field(default_factory=TrainProbe)
+    save_checkpoints: bool = Field(description="save the checkpoints as HF folders")
+    probe: TrainProbe
 
     @field_validator("checkpoints")
     @classmethod
@@ -107,8 +97,14 @@ class TrainSettings(ConfigModel):
             )
         settings = {}
         for name, spec in configurable.items():
+            if name not in given:
+                raise ValueError(f"{name}: required key is missing (the estimator's settings)")
+            # Every key stated: params.yaml, not the settings model, holds the values.
+            missing = sorted(set(spec.config_model.model_fields) - set(given[name] or {}))
+            if missing:
+                raise ValueError(f"{name}: required keys are missing: {missing}")
             try:
-                settings[name] = spec.config_model.model_validate(given.get(name, {}))
+                settings[name] = spec.config_model.model_validate(given[name])
             except ValidationError as error:
                 problems = "; ".join(
                     f"{name}.{'.'.join(map(str, e['loc']))}: {e['msg']}"
@@ -152,9 +148,9 @@ class LocalBackendSettings(ConfigModel):
     """The local backend (tagrpo/training): one process, transformers, CPU or one GPU."""
 
     device: Literal["cpu", "cuda", "auto"] = Field(
-        "cpu", description="cpu | cuda | auto (cuda when available)"
+        description="cpu | cuda | auto (cuda when available)"
     )
-    max_batch_sequences: int = Field(512, ge=1, description="generation batch, sequences")
+    max_batch_sequences: int = Field(ge=1, description="generation batch, sequences")
     micro_batch_sequences: int = Field(
-        256, ge=1, description="forward/backward micro-batch, sequences (lower for real models)"
+        ge=1, description="forward/backward micro-batch, sequences (lower for real models)"
     )

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -114,9 +114,9 @@ def verdicts_table(verdicts: Sequence[Verdict]) -> pa.Table:
 class CheckSettings:
     """The three check layers' settings (``check_equivalence`` sections of params.yaml)."""
 
-    structural: StructuralConfig = field(default_factory=StructuralConfig)
-    similarity: SimilaritySettings = field(default_factory=SimilaritySettings)
-    consistency: ConsistencySettings = field(default_factory=ConsistencySettings)
+    structural: StructuralConfig
+    similarity: SimilaritySettings
+    consistency: ConsistencySettings
 
     @classmethod
     def from_section(cls, section: CheckEquivalenceSettings) -> CheckSettings:
@@ -220,7 +220,7 @@ class EquivalenceChecker:
                 candidate.text,
                 question.answer,
                 question.answer_kind,
-                self.settings.structural,
+                config=self.settings.structural,
             )
             verdict.check_reached = "structural"
             if not outcome.passed:

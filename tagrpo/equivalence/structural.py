@@ -140,10 +140,11 @@ def check_structural(
     rephrasing: str | None,
     answer: str,
     answer_kind: str = "math",
-    config: StructuralConfig | None = None,
+    *,
+    config: StructuralConfig,
 ) -> StructuralOutcome:
-    """The first failing structural test for one rephrasing (see the module docstring)."""
-    config = config if config is not None else StructuralConfig()
+    """The first failing structural test for one rephrasing (see the module docstring);
+    ``config`` is ``check_equivalence.structural``."""
     text = (rephrasing or "").strip()
     if not text:
         return StructuralOutcome(False, "empty")

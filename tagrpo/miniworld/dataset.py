@@ -80,16 +80,14 @@ def _questions(
 
 
 def build_miniworld(
-    synthetic: SyntheticSettings | None = None, world: MiniWorldSettings | None = None
+    synthetic: SyntheticSettings, world: MiniWorldSettings
 ) -> dict[str, LoadResult]:
     """The training split (key ``"train"``), the data-scaling pool (``"extra"``, if
     ``extra_size``) and each benchmark (its own name).
 
     ``synthetic`` is ``data.synthetic`` (sizes, seed, benchmarks), ``world`` is
-    ``common.miniworld`` (operand range, training operations); defaults: the embedded default.
+    ``common.miniworld`` (operand range, training operations).
     """
-    synthetic = synthetic if synthetic is not None else SyntheticSettings()
-    world = world if world is not None else MiniWorldSettings()
     seed = synthetic.seed
     used: set[str] = set()
     results: dict[str, LoadResult] = {}

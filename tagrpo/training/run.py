@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -226,7 +225,6 @@ def train_local(
             out_dir=model_dir,
             dump_dir=rollout_dir,
             on_step=on_step,
-            save_checkpoints=settings.save_checkpoints,
         )
         result = trainer.train()
         if probe.enabled:
@@ -251,14 +249,3 @@ def train_local(
     )
     write_history_csv(result.history, history_path)
     return summary
-
-
-def legacy_train_params(config: Params) -> dict[str, Any]:
-    """The train section in the shape :mod:`tagrpo.verl_ext` reads (``verl`` and ``common``
-    folded in); the verl launcher is the only reader."""
-    train = config.train.model_dump(mode="json")
-    return {
-        **train,
-        "verl": config.verl.model_dump(mode="json"),
-        "common": config.common.model_dump(mode="json"),
-    }

@@ -31,6 +31,8 @@ from tagrpo.algorithms import (
 from tagrpo.algorithms.dynamic_sampling import dynamic_sampling
 from tagrpo.backends.base import SamplingParams
 from tagrpo.backends.hf import HFBackend
+from tagrpo.config.common import CommonSettings
+from tagrpo.config.params import embedded
 from tagrpo.config.train import LocalBackendSettings, TrainSettings
 from tagrpo.data.training_set import TrainQuestion, require_neighbours
 from tagrpo.grading.types import GradeFn
@@ -85,10 +87,9 @@ class TrainConfig:
         return self.settings.questions_per_step(self.method)
 
     @classmethod
-    def create(
-        cls, method: str, steps: int = 20, seed: int = 0, torch_threads: int = 2, **overrides: Any
-    ) -> TrainConfig:
-        """Defaults of both sections with ``overrides`` (keys of ``train`` or ``local``)."""
+    def create(cls, method: str, steps: int = 20, seed: int = 0, **overrides: Any) -> TrainConfig:
+        """Both sections (and ``common.torch_threads``) as the checkout's params.yaml sets them,
+        with ``overrides`` (keys of ``train`` or ``local``)."""
         train_keys, local_keys = (
             set(TrainSettings.model_fields),
             set(LocalBackendSettings.model_fields),
@@ -100,9 +101,13 @@ class TrainConfig:
             method=method,
             steps=steps,
             seed=seed,
-            settings=TrainSettings(**{k: v for k, v in overrides.items() if k in train_keys}),
-            engine=LocalBackendSettings(**{k: v for k, v in overrides.items() if k in local_keys}),
-            torch_threads=torch_threads,
+            settings=embedded(
+                TrainSettings, **{k: v for k, v in overrides.items() if k in train_keys}
+            ),
+            engine=embedded(
+                LocalBackendSettings, **{k: v for k, v in overrides.items() if k in local_keys}
+            ),
+            torch_threads=embedded(CommonSettings).torch_threads,
         )
 
 
@@ -182,7 +187,6 @@ class Trainer:
         out_dir: str | Path | None = None,
         dump_dir: str | Path | None = None,
         on_step: Callable[[int, dict[str, float]], None] | None = None,
-        save_checkpoints: bool = True,
     ) -> None:
         self.config = config
         self.settings = settings = config.settings
@@ -218,7 +222,6 @@ class Trainer:
         self.out_dir = Path(out_dir) if out_dir else None
         self.dump_dir = Path(dump_dir) if dump_dir else None
         self.on_step = on_step
-        self.save_checkpoints = save_checkpoints
         self.responses_generated = 0
 
     # ---------------------------------------------------------------- sampling
@@ -438,7 +441,7 @@ class Trainer:
                 self.on_step(step, result.metrics)
             if step in marks:
                 name = checkpoint_name(marks[step])
-                if self.out_dir is not None and self.save_checkpoints:
+                if self.out_dir is not None and self.settings.save_checkpoints:
                     checkpoints[name] = self.out_dir / "checkpoints" / name
                     save_policy_folder(self.model, self.tokenizer, checkpoints[name])
                 if self.dump_dir is not None:

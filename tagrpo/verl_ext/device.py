@@ -16,14 +16,11 @@ verl import.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tagrpo.config.engines import ENGINE_DEVICE, check_engine
+from tagrpo.config.engines import VerlSettings, check_engine
 from tagrpo.verl_ext import PLUGIN_MODULE
-
-DEVICES = ("cuda", "cpu")
 
 # In import order: the platform must be registered before any verl trainer module is imported.
 CPU_MODULES = (
@@ -37,22 +34,15 @@ CPU_MODULES = (
 LOGICAL_CPUS = 32
 
 
-def run_device(verl: Mapping[str, Any]) -> str:
-    """``cuda`` or ``cpu`` for a run with these ``verl`` settings (checked).
+def run_device(verl: VerlSettings) -> str:
+    """``cuda`` or ``cpu`` for a run with these ``verl`` settings.
 
-    The typed params (:class:`tagrpo.config.engines.VerlSettings`) refuse the same mismatches
-    when the file is loaded; this check covers settings handed over as a plain mapping.
+    :class:`~tagrpo.config.engines.VerlSettings` refused an engine that does not fit the device
+    when the params were loaded; the check is repeated for an instance built with
+    ``model_construct`` (which skips validation).
     """
-    device = str(verl.get("device", "cuda"))
-    engine = str(verl["rollout_engine"])
-    if device not in DEVICES:
-        raise ValueError(f"verl.device must be one of {DEVICES}, got {device!r}")
-    if engine not in ENGINE_DEVICE:
-        raise ValueError(
-            f"verl.rollout_engine must be one of {sorted(ENGINE_DEVICE)}, got {engine!r}"
-        )
-    check_engine(device, engine)
-    return device
+    check_engine(verl.device, verl.rollout_engine)
+    return verl.device
 
 
 def external_modules(device: str) -> str:
@@ -85,7 +75,7 @@ class DeviceOverrides:
     added: dict[str, Any] = field(default_factory=dict)
 
 
-def cpu_overrides(verl: Mapping[str, Any]) -> DeviceOverrides:
+def cpu_overrides(verl: VerlSettings) -> DeviceOverrides:
     """The verl settings of a CPU-only run."""
     fp32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
     values: dict[str, Any] = {
@@ -106,7 +96,7 @@ def cpu_overrides(verl: Mapping[str, Any]) -> DeviceOverrides:
     }
     added: dict[str, Any] = {
         # Logical GPUs: verl's placement groups reserve one per worker.
-        "ray_kwargs.ray_init.num_gpus": int(verl["n_gpus_per_node"]) * int(verl["nnodes"]),
+        "ray_kwargs.ray_init.num_gpus": verl.n_gpus_per_node * verl.nnodes,
         "actor_rollout_ref.model.override_config.attn_implementation": "sdpa",
         # fp32 end to end: bf16 matmuls on a CPU are slow and would blur the parity checks.
         "actor_rollout_ref.actor.fsdp_config.mixed_precision": fp32,

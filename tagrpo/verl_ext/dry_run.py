@@ -49,11 +49,9 @@ def dry_run_text(config: Params, method: str, seed: int, root: Path, model: str)
     base-model stage having run; the interpreter is written as ``python``.
     """
     from tagrpo.layout import policy_name
-    from tagrpo.training.run import legacy_train_params
     from tagrpo.verl_ext.launcher import build_command
 
-    params = legacy_train_params(config)
-    command = build_command(method, params, seed, policy_name(method, seed), root, model=model)
+    command = build_command(method, config, seed, policy_name(method, seed), root, model=model)
     argv = ["python" if word == sys.executable else word for word in command.argv]
     rows = config.train.rows_per_question(method)
     lines = [

@@ -6,10 +6,10 @@ estimator is the same formula) is wrapped once as a verl advantage estimator of 
 (``algorithm.adv_estimator=avspo``), so a new estimator reaches verl without a line here.
 
 verl passes the trajectories' group index (``uid``) and the algorithm config; the estimator's
-settings come from ``algorithm.tagrpo.<name>`` (the settings model's defaults when absent, e.g.
-with verl's stock trainer). The ``tagrpo_sync`` trainer passes two more keywords: ``state``,
-which it keeps across steps (AVSPO's adaptive threshold), and a ``diagnostics`` dict that
-receives the estimator's figures as ``<name>/<key>``.
+settings come from ``algorithm.tagrpo.<name>`` (``train.estimators.<name>``, written by the
+launcher; a run without them is refused). The ``tagrpo_sync`` trainer passes two more
+keywords: ``state``, which it keeps across steps (AVSPO's adaptive threshold), and a
+``diagnostics`` dict that receives the estimator's figures as ``<name>/<key>``.
 """
 
 from __future__ import annotations
@@ -30,13 +30,17 @@ VERL_BUILTIN = frozenset({"grpo"})
 
 
 def estimator_settings(spec: EstimatorSpec, config: Any) -> Any:
-    """``algorithm.tagrpo.<name>`` as the estimator's settings model (unknown keys ignored);
-    None for an estimator without settings."""
+    """``algorithm.tagrpo.<name>`` as the estimator's settings model; None for an estimator
+    without settings."""
     if spec.config_model is None:
         return None
-    values = dict(section(section(config, CONFIG_SECTION), spec.name))
-    names = set(spec.config_model.model_fields)
-    return spec.config_model(**{k: v for k, v in values.items() if k in names})
+    settings = section(config, CONFIG_SECTION)
+    if not section(settings, spec.name):
+        raise ValueError(
+            f"algorithm.{CONFIG_SECTION}.{spec.name} is not set: build the command with "
+            "tagrpo.verl_ext.overrides (python -m stages.train --method M --dry-run)"
+        )
+    return spec.config_model.model_validate(dict(section(settings, spec.name)))
 
 
 def group_index(index: Any) -> tuple[np.ndarray, int]:
@@ -75,8 +79,8 @@ def verl_estimator(spec: EstimatorSpec) -> Callable[..., tuple[torch.Tensor, tor
         if ids.size != rewards.size:
             raise ValueError(f"{ids.size} group ids for {rewards.size} responses")
         settings = estimator_settings(spec, config)
-        epsilon = float(section(config, CONFIG_SECTION).get("epsilon", EPSILON))
-        output = spec.compute(rewards, ids, num_groups, epsilon, settings, state)
+        # verl's own grpo estimator hard-codes 1e-6; the launcher refuses another train.epsilon.
+        output = spec.compute(rewards, ids, num_groups, EPSILON, settings, state)
         if diagnostics is not None:
             diagnostics.update(
                 {f"{spec.name}/{k}": float(v) for k, v in output.diagnostics.items()}

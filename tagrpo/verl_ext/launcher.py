@@ -29,9 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tagrpo.config.common import TrackingSettings
+from tagrpo.config.engines import VerlSettings
+from tagrpo.config.params import Params
 from tagrpo.paths import project_root
 from tagrpo.verl_ext.device import device_env, run_device
-from tagrpo.verl_ext.overrides import RunPaths, VerlRun, build_overrides, verl_settings
+from tagrpo.verl_ext.overrides import RunPaths, VerlRun, build_overrides
 from tagrpo.verl_ext.process import private_temp_dir, remove_temp_dir, run_isolated
 
 Summarize = Callable[[list[dict[str, float]], dict[str, float], float], dict[str, float]]
@@ -54,15 +57,14 @@ class VerlCommand:
 
 
 def run_paths(
-    root: Path, policy: str, params: Mapping[str, Any], temp_dir: Path | None = None
+    root: Path, policy: str, verl: VerlSettings, temp_dir: Path | None = None
 ) -> RunPaths:
     """Where one run reads and writes (absolute: verl workers do not share our cwd)."""
-    verl = verl_settings(params)
     data = root / "data" / "verl" / policy
     return RunPaths(
         train_file=data / "train.parquet",
         val_file=data / "val.parquet",
-        checkpoint_dir=root / str(verl["checkpoint_dir"]) / policy,
+        checkpoint_dir=root / verl.checkpoint_dir / policy,
         export_dir=root / "models" / policy,
         rollout_dir=root / "rollouts" / policy,
         metrics_log=data / "metrics.jsonl",
@@ -70,15 +72,14 @@ def run_paths(
     )
 
 
-def resolve_model(params: Mapping[str, Any], root: Path) -> str:
+def resolve_model(config: Params, root: Path) -> str:
     """The policy verl starts from: ``verl.model``, else ``train.model`` (a folder with
     weights, or the hub id its ``pointer.json`` names)."""
-    configured = verl_settings(params).get("model")
-    if configured:
-        return str(configured)
+    if config.verl.model:
+        return config.verl.model
     from tagrpo.models import resolve
 
-    source = resolve(root / str(params["model"]))
+    source = resolve(root / config.train.model)
     if source.kind == "hub":
         return str(source.hub_id)
     if source.kind == "local":
@@ -88,52 +89,46 @@ def resolve_model(params: Mapping[str, Any], root: Path) -> str:
     )
 
 
-def planned_model(params: Mapping[str, Any], root: Path, base: Mapping[str, Any]) -> str | None:
+def planned_model(config: Params, root: Path) -> str | None:
     """The starting policy as :func:`resolve_model` will find it once ``train.model`` is built,
     for a dry run before that: None when it is built (or ``verl.model`` names it).
 
-    ``base`` is the ``base_model`` section: ``models/base`` becomes a pointer to the hub id or
-    the local folder, or a folder of weights written there (warm start, GGUF). ValueError names
-    the stage to run first for any other ``train.model``.
+    The ``base_model`` stage makes ``models/base`` a pointer to the hub id or the local folder,
+    or a folder of weights (warm start, GGUF). ValueError names the stage to run first for any
+    other ``train.model``.
     """
     from tagrpo.models import resolve
 
-    if verl_settings(params).get("model"):
+    if config.verl.model:
         return None
-    folder = root / str(params["model"])
+    folder = root / config.train.model
     try:
         resolve(folder)
         return None
     except FileNotFoundError:
         pass
-    if Path(str(params["model"])) != Path("models/base"):
+    if Path(config.train.model) != Path("models/base"):
         raise ValueError(
-            f"{params['model']} (train.model) is not built yet, and no stage writes it"
+            f"{config.train.model} (train.model) is not built yet, and no stage writes it"
         )
-    kind = base["kind"]
-    if kind == "hub":
-        return str(base["hub"]["hub_id"])
-    if kind == "local":
-        return str((root / str(base["local"]["path"])).resolve())
+    base = config.base_model
+    if base.kind == "hub":
+        return base.hub.hub_id
+    if base.kind == "local":
+        return str((root / base.local.path).resolve())
     return str(folder.resolve())  # warm start, GGUF: the base_model stage writes weights there
 
 
-def tracking_settings(params: Mapping[str, Any]) -> tuple[bool, str, str]:
+def tracking_settings(tracking: TrackingSettings) -> tuple[bool, str, str]:
     """(enabled, absolute tracking URI, experiment) from ``common.tracking``."""
-    from tagrpo.tracking import DEFAULT_EXPERIMENT, tracking_uri
+    from tagrpo.tracking import tracking_uri
 
-    settings = (params.get("common") or {}).get("tracking") or {}
-    enabled = settings.get("enabled", True) is not False
-    return (
-        enabled,
-        tracking_uri(settings.get("uri")),
-        settings.get("experiment", DEFAULT_EXPERIMENT),
-    )
+    return tracking.enabled, tracking_uri(tracking.uri), tracking.experiment
 
 
 def build_command(
     method: str,
-    params: Mapping[str, Any],
+    config: Params,
     seed: int,
     policy: str,
     root: Path | None = None,
@@ -148,13 +143,12 @@ def build_command(
     ``TMPDIR``, so that the run writes nothing else under the system's temp dir.
     """
     root = Path(root or project_root())
-    paths = paths or run_paths(root, policy, params)
+    paths = paths or run_paths(root, policy, config.verl)
     if temp_dir is not None:
         paths = dataclasses.replace(paths, temp_dir=temp_dir)
-    enabled, uri, experiment = tracking_settings(params)
-    threads = int((params.get("common") or {}).get("torch_threads", 2))
+    enabled, uri, experiment = tracking_settings(config.common.tracking)
     env = {
-        **device_env(run_device(verl_settings(params)), threads),
+        **device_env(run_device(config.verl), config.common.torch_threads),
         "VERL_FILE_LOGGER_PATH": str(paths.metrics_log),
         **FORWARDED_DEFAULTS,
     }
@@ -168,13 +162,13 @@ def build_command(
         method=method,
         seed=seed,
         policy=policy,
-        model=model or resolve_model(params, root),
+        model=model or resolve_model(config, root),
         paths=paths,
         experiment=experiment,
         tracking=enabled,
         env=env,
     )
-    argv = [sys.executable, "-m", "verl.trainer.main_ppo", *build_overrides(run, params)]
+    argv = [sys.executable, "-m", "verl.trainer.main_ppo", *build_overrides(run, config)]
     return VerlCommand(argv=argv, env={**env, "PYTHONUNBUFFERED": "1"})
 
 
@@ -204,7 +198,7 @@ def run_training(
     method: str,
     seed: int,
     policy: str,
-    params: Mapping[str, Any],
+    config: Params,
     data_multiple: float = 1.0,
     dry_run: bool = False,
     summarize: Summarize | None = None,
@@ -222,8 +216,8 @@ def run_training(
     built yet (:func:`planned_model`).
     """
     root = project_root()
-    paths = run_paths(root, policy, params)
-    verl = verl_settings(params)
+    train, verl = config.train, config.verl
+    paths = run_paths(root, policy, verl)
     run_device(verl)  # refuses an engine that does not fit the device, before any work
     if outputs is None:
         outputs = {
@@ -235,7 +229,7 @@ def run_training(
         paths, export_dir=Path(outputs["model"]), rollout_dir=Path(outputs["rollouts"])
     )
     if dry_run:
-        command = build_command(method, params, seed, policy, root, model=model, paths=paths)
+        command = build_command(method, config, seed, policy, root, model=model, paths=paths)
         print(command.shell())
         return {}
     from tagrpo.algorithms import get_method
@@ -249,44 +243,43 @@ def run_training(
         require_rephrasings,
     )
 
-    model = resolve_model(params, root)
+    model = resolve_model(config, root)
     for stale in (paths.export_dir, paths.rollout_dir, paths.train_file.parent):
         shutil.rmtree(stale, ignore_errors=True)
-    if not verl["resume"]:  # a rerun must not resume a finished run's checkpoints
+    if not verl.resume:  # a rerun must not resume a finished run's checkpoints
         shutil.rmtree(paths.checkpoint_dir, ignore_errors=True)
 
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model)
-    common = params.get("common") or {}
-    base = params.get("questions")
+    base = train.questions
     stats = prepare_training_parquet(
-        root / str(params["input"]),
+        root / train.input,
         paths.train_file,
-        chat_template_counter(tokenizer, common.get("chat_template_kwargs")),
-        int(verl["max_prompt_length"]),
-        int(params.get("n_neighbours", 3)),
-        str(params.get("neighbours", "auto")),
-        limit=None if base is None else round(data_multiple * int(base)),
+        chat_template_counter(tokenizer, config.common.chat_template_kwargs),
+        verl.max_prompt_length,
+        train.n_neighbours,
+        train.neighbours,
+        limit=None if base is None else round(data_multiple * base),
     )
     if stats.questions_written == 0:
         raise ValueError(
-            f"no training question fits in {verl['max_prompt_length']} prompt tokens "
-            f"({stats.questions_in} read from {params['input']})"
+            f"no training question fits in {verl.max_prompt_length} prompt tokens "
+            f"({stats.questions_in} read from {train.input})"
         )
     print(
         f"[train:{policy}] verl data: {stats.questions_written}/{stats.questions_in} questions "
-        f"({stats.questions_dropped_too_long} over {verl['max_prompt_length']} tokens dropped), "
+        f"({stats.questions_dropped_too_long} over {verl.max_prompt_length} tokens dropped), "
         f"{stats.rephrasings_too_long}/{stats.rephrasings_in} rephrasings over the limit "
         "replaced by the original"
     )
-    check_replaced_share(stats, float(verl["max_replaced_rephrasing_share"]), method)
+    check_replaced_share(stats, verl.max_replaced_rephrasing_share, method)
     if get_method(method).use_neighbours:
         # Without N rephrasings per row the method would sample q0 for every session: a
         # different experiment under this method's name.
-        require_rephrasings(paths.train_file, int(params.get("n_neighbours", 3)), method)
-    benchmark = root / "data" / "processed" / "benchmarks" / f"{verl['val_benchmark']}.parquet"
-    prepare_validation_parquet(benchmark, paths.val_file, int(verl["val_questions"]))
+        require_rephrasings(paths.train_file, train.n_neighbours, method)
+    benchmark = root / "data" / "processed" / "benchmarks" / f"{verl.val_benchmark}.parquet"
+    prepare_validation_parquet(benchmark, paths.val_file, verl.val_questions)
     import mlflow
 
     # The train stage opened the MLflow run (tagged like the local backend's); verl's own
@@ -297,7 +290,7 @@ def run_training(
     # whatever happens (tagrpo/verl_ext/process.py).
     temp_dir = private_temp_dir()
     try:
-        command = build_command(method, params, seed, policy, root, model, run_id, paths, temp_dir)
+        command = build_command(method, config, seed, policy, root, model, run_id, paths, temp_dir)
         log_metrics(stats.as_metrics())
         print(command.shell())
         started = time.perf_counter()

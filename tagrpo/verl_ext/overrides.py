@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.algorithms import get_method
-from tagrpo.algorithms.estimators import get_estimator
+from tagrpo.config.engines import VerlSettings
+from tagrpo.config.params import Params
+from tagrpo.config.train import EPSILON, TrainSettings
 from tagrpo.verl_ext import AGENT_LOOP_NAME, REWARD_MODULE, TRAINER_MODE
 from tagrpo.verl_ext.device import cpu_overrides, device_env, run_device
 from tagrpo.verl_ext.settings import MethodSettings, expected_estimator
@@ -84,28 +86,13 @@ class VerlRun:
     env: Mapping[str, str] = field(default_factory=dict)  # forwarded to every Ray worker
 
 
-def verl_settings(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``verl`` section, checked by its typed model (types, bounds, unknown keys, an engine
-    that does not fit the device); keys not given take params.yaml's defaults
-    (:class:`tagrpo.config.engines.VerlSettings`; errors name the key, as ``params check``)."""
-    from tagrpo.config.params import validate_params
-
-    given = dict(params.get("verl") or {})
-    return validate_params({"verl": given}, "verl settings").verl.model_dump(mode="json")
-
-
-def method_settings(method: str, params: Mapping[str, Any]) -> MethodSettings:
+def method_settings(method: str, train: TrainSettings) -> MethodSettings:
     """G, N and the estimator's settings (``train.estimators.<name>``) of ``method``."""
-    estimator = get_estimator(get_method(method).estimator)
-    config = None
-    if estimator.config_model is not None:
-        given = dict((params.get("estimators") or {}).get(estimator.name) or {})
-        config = estimator.config_model(**given)
     return MethodSettings(
         method=method,
-        group_size=int(params.get("group_size", 8)),
-        n_neighbours=int(params.get("n_neighbours", 3)),
-        estimator_config=config,
+        group_size=train.group_size,
+        n_neighbours=train.n_neighbours,
+        estimator_config=train.estimator_config(get_method(method).estimator),
     )
 
 
@@ -115,7 +102,7 @@ def check_micro_batches(
     mini_batches: int,
     rollout_n: int,
     gpus: int,
-    verl: Mapping[str, Any],
+    verl: VerlSettings,
 ) -> None:
     """Refuse micro-batch sizes that verl would reject in the middle of the first step.
 
@@ -126,13 +113,13 @@ def check_micro_batches(
     per_gpu_step = batch * rollout_n // gpus
     per_gpu_update = per_gpu_step // mini_batches
     problems = []
-    log_prob = int(verl["log_prob_micro_batch_size_per_gpu"])
+    log_prob = verl.log_prob_micro_batch_size_per_gpu
     if per_gpu_step % log_prob:
         problems.append(
             f"verl.log_prob_micro_batch_size_per_gpu={log_prob} does not divide the "
             f"{per_gpu_step} trajectories per GPU of a step"
         )
-    update = int(verl["micro_batch_size_per_gpu"])
+    update = verl.micro_batch_size_per_gpu
     if per_gpu_update % update:
         problems.append(
             f"verl.micro_batch_size_per_gpu={update} does not divide the "
@@ -145,28 +132,40 @@ def check_micro_batches(
         )
 
 
-def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
-    """The Hydra overrides of one run; ``params`` is the train stage's (train + common)."""
-    verl = verl_settings(params)
+def build_overrides(run: VerlRun, config: Params) -> list[str]:
+    """The Hydra overrides of one run from the ``train``, ``verl`` and ``common`` sections."""
+    train, verl, common = config.train, config.verl, config.common
     device = run_device(verl)
-    settings = method_settings(run.method, params)
+    if train.epsilon != EPSILON:
+        # verl's stock grpo estimator hard-codes 1e-6, and algorithm.tagrpo carries no epsilon.
+        raise ValueError(
+            f"train.epsilon = {train.epsilon!r}: the verl backend normalises with {EPSILON} "
+            "(verl's grpo estimator); set train.epsilon to it or use train.backend: local"
+        )
+    if train.steps is None and train.epochs != int(train.epochs):
+        # verl counts whole epochs: 1.5 would train 1 without a word (the local backend 1.5).
+        raise ValueError(
+            f"train.epochs = {train.epochs:g}: verl trains whole epochs; give an integer, or "
+            "set train.steps"
+        )
+    settings = method_settings(run.method, train)
     spec = settings.spec
-    common = params.get("common") or {}
     # One verl row per question, its variants drawn by the agent loop: in `rows` mode a batch
     # of R rows holds R / (variants per question) questions (the authors' 256 rows ~ 64).
-    rows = len(spec.variants(settings.n_neighbours)) if params.get("batch_unit") == "rows" else 1
-    if int(params["batch_questions"]) % rows:
-        raise ValueError(f"batch_questions {params['batch_questions']} rows: not whole questions")
-    batch = int(params["batch_questions"]) // rows
-    mini_batches = int(params.get("mini_batches", 1))
+    rows = len(spec.variants(settings.n_neighbours)) if train.batch_unit == "rows" else 1
+    if train.batch_questions % rows:
+        raise ValueError(f"batch_questions {train.batch_questions} rows: not whole questions")
+    batch = train.batch_questions // rows
+    mini_batches = train.mini_batches
     if batch % mini_batches:
         raise ValueError(f"{batch} questions per step are not a multiple of mini_batches")
     rollout_n = settings.rollout_n
-    gpus = int(verl["n_gpus_per_node"]) * int(verl["nnodes"])
+    gpus = verl.n_gpus_per_node * verl.nnodes
     if (batch * rollout_n) % gpus:
         raise ValueError(f"{batch} x {rollout_n} trajectories do not split over {gpus} GPUs")
     check_micro_batches(run.method, batch, mini_batches, rollout_n, gpus, verl)
     paths = run.paths
+    log_prob_micro_batch = verl.log_prob_micro_batch_size_per_gpu
     values: dict[str, Any] = {
         "algorithm.adv_estimator": expected_estimator(settings),
         "algorithm.use_kl_in_reward": False,
@@ -175,36 +174,30 @@ def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
         "data.train_files": str(paths.train_file),
         "data.val_files": str(paths.val_file),
         "data.train_batch_size": batch,
-        "data.max_prompt_length": int(verl["max_prompt_length"]),
-        "data.max_response_length": int(params["max_new_tokens"]),
+        "data.max_prompt_length": verl.max_prompt_length,
+        "data.max_response_length": train.max_new_tokens,
         "data.filter_overlong_prompts": True,
         "data.truncation": "error",
         "data.shuffle": True,
         "data.seed": run.seed,
         "actor_rollout_ref.model.path": run.model,
         "actor_rollout_ref.model.use_remove_padding": True,
-        "actor_rollout_ref.model.enable_gradient_checkpointing": bool(
-            verl["gradient_checkpointing"]
-        ),
-        "actor_rollout_ref.actor.optim.lr": float(params["learning_rate"]),
-        "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": float(
-            params.get("warmup_ratio", 0.0)
-        ),
-        "actor_rollout_ref.actor.optim.lr_scheduler_type": verl["lr_scheduler_type"],
-        "actor_rollout_ref.actor.optim.min_lr_ratio": float(params.get("min_lr_ratio", 0.0)),
-        "actor_rollout_ref.actor.optim.weight_decay": float(params.get("weight_decay", 0.01)),
-        "actor_rollout_ref.actor.optim.clip_grad": float(params.get("grad_clip", 1.0)),
+        "actor_rollout_ref.model.enable_gradient_checkpointing": verl.gradient_checkpointing,
+        "actor_rollout_ref.actor.optim.lr": train.learning_rate,
+        "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": train.warmup_ratio,
+        "actor_rollout_ref.actor.optim.lr_scheduler_type": verl.lr_scheduler_type,
+        "actor_rollout_ref.actor.optim.min_lr_ratio": train.min_lr_ratio,
+        "actor_rollout_ref.actor.optim.weight_decay": train.weight_decay,
+        "actor_rollout_ref.actor.optim.clip_grad": train.grad_clip,
         "actor_rollout_ref.actor.ppo_mini_batch_size": batch // mini_batches,
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": int(
-            verl["micro_batch_size_per_gpu"]
-        ),
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": verl.micro_batch_size_per_gpu,
         "actor_rollout_ref.actor.ppo_epochs": 1,
         "actor_rollout_ref.actor.use_kl_loss": True,
         "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
-        "actor_rollout_ref.actor.kl_loss_coef": float(params["kl_coef"]),
-        "actor_rollout_ref.actor.clip_ratio_low": float(params["clip_low"]),
-        "actor_rollout_ref.actor.clip_ratio_high": float(params["clip_high"]),
-        "actor_rollout_ref.actor.loss_agg_mode": params.get("loss_agg_mode", "seq-mean-token-mean"),
+        "actor_rollout_ref.actor.kl_loss_coef": train.kl_coef,
+        "actor_rollout_ref.actor.clip_ratio_low": train.clip_low,
+        "actor_rollout_ref.actor.clip_ratio_high": train.clip_high,
+        "actor_rollout_ref.actor.loss_agg_mode": train.loss_agg_mode,
         "actor_rollout_ref.actor.entropy_coeff": 0,
         "actor_rollout_ref.actor.data_loader_seed": run.seed,
         "actor_rollout_ref.actor.checkpoint.save_contents": [
@@ -213,31 +206,27 @@ def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
             "extra",
             "hf_model",
         ],
-        "actor_rollout_ref.rollout.name": verl["rollout_engine"],
+        "actor_rollout_ref.rollout.name": verl.rollout_engine,
         "actor_rollout_ref.rollout.n": rollout_n,
-        "actor_rollout_ref.rollout.temperature": float(params["temperature"]),
-        "actor_rollout_ref.rollout.top_p": float(params.get("top_p", 1.0)),
+        "actor_rollout_ref.rollout.temperature": train.temperature,
+        "actor_rollout_ref.rollout.top_p": train.top_p,
         "actor_rollout_ref.rollout.seed": run.seed,
-        "actor_rollout_ref.rollout.tensor_model_parallel_size": int(verl["tensor_parallel_size"]),
-        "actor_rollout_ref.rollout.gpu_memory_utilization": float(verl["gpu_memory_utilization"]),
-        "actor_rollout_ref.rollout.max_num_seqs": int(verl["max_num_seqs"]),
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": int(
-            verl["log_prob_micro_batch_size_per_gpu"]
-        ),
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": verl.tensor_parallel_size,
+        "actor_rollout_ref.rollout.gpu_memory_utilization": verl.gpu_memory_utilization,
+        "actor_rollout_ref.rollout.max_num_seqs": verl.max_num_seqs,
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": log_prob_micro_batch,
         "actor_rollout_ref.rollout.agent.default_agent_loop": (
             AGENT_LOOP_NAME if spec.use_neighbours else "single_turn_agent"
         ),
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": int(
-            verl["log_prob_micro_batch_size_per_gpu"]
-        ),
-        "actor_rollout_ref.ref.fsdp_config.param_offload": bool(verl["ref_param_offload"]),
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": log_prob_micro_batch,
+        "actor_rollout_ref.ref.fsdp_config.param_offload": verl.ref_param_offload,
         "reward.custom_reward_function.path": REWARD_MODULE,
         "reward.custom_reward_function.name": "compute_score",
         "trainer.use_v1": True,
         "trainer.v1.trainer_mode": TRAINER_MODE,
-        "trainer.total_epochs": int(params["epochs"]),
-        "trainer.n_gpus_per_node": int(verl["n_gpus_per_node"]),
-        "trainer.nnodes": int(verl["nnodes"]),
+        "trainer.total_epochs": int(train.epochs),
+        "trainer.n_gpus_per_node": verl.n_gpus_per_node,
+        "trainer.nnodes": verl.nnodes,
         "trainer.logger": ["console", "file", *(["mlflow"] if run.tracking else [])],
         "trainer.project_name": run.experiment,
         "trainer.experiment_name": f"train-{run.policy}",
@@ -245,21 +234,20 @@ def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
         "trainer.test_freq": -1,  # evaluation is the evaluate stage's (vLLM, pass@k)
         # verl is asked every step; the tagrpo_sync trainer keeps the 25/50/75/100% steps.
         "trainer.save_freq": 1,
-        "trainer.max_actor_ckpt_to_keep": int(verl["max_ckpt_to_keep"]),
+        "trainer.max_actor_ckpt_to_keep": verl.max_ckpt_to_keep,
         "trainer.default_local_dir": str(paths.checkpoint_dir),
-        "trainer.resume_mode": "auto" if verl["resume"] else "disable",
+        "trainer.resume_mode": "auto" if verl.resume else "disable",
         "trainer.rollout_data_dir": str(paths.rollout_dir),
     }
     if spec.anchor == "original":
         # vLLM's log-probs of neighbour responses are under q^n, not the q0 the ratios use.
         values["actor_rollout_ref.rollout.calculate_log_probs"] = False
     if spec.dynamic_sampling:
-        values["algorithm.filter_groups.metric"] = verl["ds_metric"]
-        values["algorithm.filter_groups.max_inflight_gen_batches"] = int(
-            verl["max_inflight_gen_batches"]
-        )
-    if params.get("steps"):
-        values["trainer.total_training_steps"] = int(params["steps"])
+        values["algorithm.filter_groups.metric"] = verl.ds_metric
+        inflight = verl.max_inflight_gen_batches
+        values["algorithm.filter_groups.max_inflight_gen_batches"] = inflight
+    if train.steps:
+        values["trainer.total_training_steps"] = train.steps
     device_overrides = None
     if device == "cpu":
         device_overrides = cpu_overrides(verl)
@@ -276,12 +264,10 @@ def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
             if k != spec.estimator
         },
         "trainer.tagrpo.export_dir": str(paths.export_dir),
-        "trainer.tagrpo.checkpoints": [
-            float(x) for x in params.get("checkpoints", [0.25, 0.5, 0.75, 1.0])
-        ],
-        "reward.custom_reward_function.reward_kwargs.grading_workers": int(verl["grading_workers"]),
-        "reward.custom_reward_function.reward_kwargs.item_timeout_s": float(
-            (common.get("grading") or {}).get("item_timeout_s", 5.0)
+        "trainer.tagrpo.checkpoints": list(train.checkpoints),
+        "reward.custom_reward_function.reward_kwargs.grading_workers": verl.grading_workers,
+        "reward.custom_reward_function.reward_kwargs.item_timeout_s": (
+            common.grading.item_timeout_s
         ),
     }
     if settings.estimator_config is not None:
@@ -291,17 +277,17 @@ def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
                 for k, v in settings.estimator_config.model_dump().items()
             }
         )
-    for key, value in (common.get("chat_template_kwargs") or {}).items():
+    for key, value in common.chat_template_kwargs.items():
         added[f"data.apply_chat_template_kwargs.{key}"] = value
     if device_overrides is not None:
         added.update(device_overrides.added)
     if paths.temp_dir is not None:
         # Ray's sessions (sockets, logs, spilled objects) in the run's own temp dir.
         added["ray_kwargs.ray_init._temp_dir"] = str(paths.temp_dir / "ray")
-    env = {**device_env(device, int(common.get("torch_threads", 2))), **run.env}
+    env = {**device_env(device, common.torch_threads), **run.env}
     for key, value in env.items():
         added[f"ray_kwargs.ray_init.runtime_env.env_vars.{key}"] = str(value)
     # `++` adds a key or overrides it: these keys are not in verl's default config.
     overrides += [f"++{key}={hydra_value(value)}" for key, value in added.items()]
-    overrides += [str(item) for item in verl["extra_overrides"]]
+    overrides += [str(item) for item in verl.extra_overrides]
     return overrides

@@ -20,7 +20,6 @@ from tagrpo.algorithms.estimators import get_estimator
 from tagrpo.verl_ext import AGENT_LOOP_NAME
 
 CONFIG_SECTION = "tagrpo"
-DEFAULT_CHECKPOINTS = (0.25, 0.5, 0.75, 1.0)
 
 
 def section(config: Any, key: str) -> Mapping[str, Any]:
@@ -42,6 +41,17 @@ def section(config: Any, key: str) -> Mapping[str, Any]:
     raise TypeError(f"config section {key!r} is a {type(value).__name__}, not a mapping")
 
 
+def _written(settings: Mapping[str, Any], key: str, parent: str) -> Any:
+    """``<parent>.tagrpo.<key>`` as the launcher wrote it; a clear error when it is missing."""
+    value = settings.get(key, None)
+    if value is None:
+        raise ValueError(
+            f"{parent}.{CONFIG_SECTION}.{key} is not set: build the command with "
+            "tagrpo.verl_ext.overrides (python -m stages.train --method M --dry-run)"
+        )
+    return value
+
+
 @dataclass(frozen=True)
 class MethodSettings:
     """What a verl process needs to know about the method of the run.
@@ -53,8 +63,8 @@ class MethodSettings:
     """
 
     method: str
-    group_size: int = 8
-    n_neighbours: int = 3
+    group_size: int
+    n_neighbours: int
     # The settings of the method's advantage estimator (its registered settings model; None
     # for an estimator without settings, e.g. grpo): ``algorithm.tagrpo.<estimator>``.
     estimator_config: Any = None
@@ -63,10 +73,13 @@ class MethodSettings:
         get_method(self.method)
         if self.group_size < 1 or self.n_neighbours < 0:
             raise ValueError("group_size must be >= 1 and n_neighbours >= 0")
-        if self.estimator_config is None:
-            model = get_estimator(self.spec.estimator).config_model
-            if model is not None:
-                object.__setattr__(self, "estimator_config", model())
+        estimator = get_estimator(self.spec.estimator)
+        if (self.estimator_config is None) != (estimator.config_model is None):
+            raise ValueError(
+                f"{self.method}'s estimator {estimator.name} takes "
+                + ("no settings" if estimator.config_model is None else "its settings")
+                + f" (train.estimators.{estimator.name}), got {self.estimator_config!r}"
+            )
 
     @property
     def spec(self) -> MethodSpec:
@@ -98,24 +111,18 @@ class MethodSettings:
 
     @classmethod
     def from_algorithm(cls, algorithm: Any) -> MethodSettings:
-        """Read ``algorithm.tagrpo`` (raises if the run was not configured by the launcher)."""
+        """Read ``algorithm.tagrpo`` (raises, naming the key, if the launcher did not write it)."""
         settings = section(algorithm, CONFIG_SECTION)
-        if not settings or "method" not in settings:
-            raise ValueError(
-                "algorithm.tagrpo.method is not set: build the command with "
-                "tagrpo.verl_ext.overrides (python -m stages.train --method M --dry-run)"
-            )
-        method = str(settings["method"])
+        method = str(_written(settings, "method", "algorithm"))
         estimator = get_estimator(get_method(method).estimator)
         config = None
         if estimator.config_model is not None:
-            given = dict(settings.get(estimator.name, None) or {})
-            names = set(estimator.config_model.model_fields)
-            config = estimator.config_model(**{k: v for k, v in given.items() if k in names})
+            given = _written(settings, estimator.name, "algorithm")
+            config = estimator.config_model.model_validate(dict(given))
         return cls(
             method=method,
-            group_size=int(settings.get("group_size", 8)),
-            n_neighbours=int(settings.get("n_neighbours", 3)),
+            group_size=int(_written(settings, "group_size", "algorithm")),
+            n_neighbours=int(_written(settings, "n_neighbours", "algorithm")),
             estimator_config=config,
         )
 
@@ -208,6 +215,7 @@ def validate_run(config: Any) -> MethodSettings:
 
 
 def checkpoint_fractions(trainer: Any) -> tuple[float, ...]:
-    """Fractions of training at which the trainer dumps rollouts and exports the policy."""
-    values = section(trainer, CONFIG_SECTION).get("checkpoints", None)
-    return tuple(float(x) for x in values) if values else DEFAULT_CHECKPOINTS
+    """Fractions of training at which the trainer dumps rollouts and exports the policy
+    (``train.checkpoints``, which the launcher writes as ``trainer.tagrpo.checkpoints``)."""
+    values = _written(section(trainer, CONFIG_SECTION), "checkpoints", "trainer")
+    return tuple(float(x) for x in values)
