@@ -444,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show", type=int, default=10, help="disagreements listed per grader")
     args = parser.parse_args(argv)
 
-    from tagrpo.paths import shared_data_dir
+    from tagrpo.pipeline.paths import shared_data_dir
 
     data_dir = args.data_dir.expanduser().resolve() if args.data_dir else shared_data_dir()
     per_source = QUICK_PER_SOURCE if args.quick else args.per_source

@@ -10,6 +10,6 @@ __version__ = "0.1.0"
 # The one place the offline / no-telemetry environment defaults are applied: every entry point
 # (stages, flows, the CLI, tests) imports this package before mlflow, prefect or transformers,
 # which read these variables when they are imported. Users' own values win (setdefault).
-from tagrpo.env import apply_offline_defaults
+from tagrpo.pipeline.env import apply_offline_defaults
 
 apply_offline_defaults()

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from tagrpo.data.prompts import CHOICE_LETTERS
 from tagrpo.data.sources import LOCAL_SOURCES, SOURCE_FILES, load_local
-from tagrpo.paths import shared_data_dir
-from tagrpo.prompts import CHOICE_LETTERS
+from tagrpo.pipeline.paths import shared_data_dir
 
 pytestmark = pytest.mark.shared_data
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tagrpo.data.prompts import CHOICE_LETTERS
 from tagrpo.data.schema import LoadResult, Question, Rejection
 from tagrpo.data.sources import (
     EVAL_SOURCES,
@@ -25,7 +26,6 @@ from tagrpo.data.sources import (
     normalise_olympiadbench,
 )
 from tagrpo.data.sources.local import GPQA_OPTION_FIELDS, numeric_answer, strip_math_delimiters
-from tagrpo.prompts import CHOICE_LETTERS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
 

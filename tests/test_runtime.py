@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from tagrpo.config.params import Params, config_with
-from tagrpo.layout import Outputs
-from tagrpo.paths import project_root
-from tagrpo.runtime import StageBusyError, StageLock, running_stage
+from tagrpo.pipeline.layout import Outputs
+from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.runtime import StageBusyError, StageLock, running_stage
 
 SOURCE = project_root()
 
@@ -118,8 +118,8 @@ STAGE = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from tagrpo.config.params import load_config
-    from tagrpo.layout import Outputs
-    from tagrpo.runtime import running_stage
+    from tagrpo.pipeline.layout import Outputs
+    from tagrpo.pipeline.runtime import running_stage
 
     outputs = Outputs({"table": Path("out/table.csv")}, Path("m/p.json"))
     with running_stage("slow", outputs, load_config()) as ctx:
@@ -193,7 +193,7 @@ def test_killing_dvc_stops_the_stage_and_its_run_ends_killed(project: Path, shel
     experiment = client.get_experiment_by_name("runtime-test")
     runs = client.search_runs([experiment.experiment_id], "tags.stage != 'pipeline'")
     assert [run.info.status for run in runs] == ["KILLED"]
-    # dvc's parent run (tagrpo.pipeline_run) is ended KILLED by its watcher.
+    # dvc's parent run (tagrpo.pipeline.parent_run) is ended KILLED by its watcher.
     (parent,) = client.search_runs([experiment.experiment_id], "tags.stage = 'pipeline'")
     assert runs[0].data.tags["mlflow.parentRunId"] == parent.info.run_id
     assert _wait(lambda: client.get_run(parent.info.run_id).info.status == "KILLED")

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tagrpo.config.params import config_with
-from tagrpo.paths import project_root
-from tagrpo.tracking import (
+from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.tracking import (
     KEY_PARAMS,
     PARAMS_ARTIFACT,
     PARENT_RUN_ENV,

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.config.params import Params, merged_with_profile, validate_params
-from tagrpo.paths import project_root
+from tagrpo.pipeline.paths import project_root
 from tagrpo.training.run import legacy_train_params
 from tagrpo.verl_ext.overrides import RunPaths, VerlRun
 

@@ -132,7 +132,7 @@ class Params(ConfigModel):
 
 
 def default_params_path() -> Path:
-    from tagrpo.paths import project_root
+    from tagrpo.pipeline.paths import project_root
 
     return project_root() / "params.yaml"
 

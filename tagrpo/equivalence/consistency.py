@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tagrpo.config.equivalence import ConsistencyConfig, ConsistencySettings
-from tagrpo.prompts import chat_messages
+from tagrpo.data.prompts import chat_messages
 
 if TYPE_CHECKING:
     from tagrpo.backends.base import GenerationBackend
@@ -158,7 +158,7 @@ class LocalSolver:
         import torch
 
         from tagrpo.backends.hf import HFBackend
-        from tagrpo.models import load_causal_lm
+        from tagrpo.backends.models import load_causal_lm
 
         if torch_threads:
             torch.set_num_threads(torch_threads)

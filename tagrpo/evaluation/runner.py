@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 
 from tagrpo.backends.base import GenerationBackend, SamplingParams
+from tagrpo.data.prompts import authors_prompt_text, chat_messages
 from tagrpo.data.schema import Question
 from tagrpo.metrics.passk import pass_at_k_table
-from tagrpo.progress import labelled
-from tagrpo.prompts import authors_prompt_text, chat_messages
+from tagrpo.pipeline.progress import labelled
 
 if TYPE_CHECKING:
     from tagrpo.backends.sample_store import SampleStore

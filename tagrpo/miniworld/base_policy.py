@@ -61,7 +61,7 @@ def warm_start_policy(
 
 def external_policy(config: Params, out_dir: Path, sft_plot: Path) -> dict[str, float]:
     """A packaged, hub or local model as the base policy (no SFT: an empty loss curve)."""
-    from tagrpo.models import ModelSource, materialise
+    from tagrpo.backends.models import ModelSource, materialise
 
     kind = config.base_model.kind
     settings = getattr(config.base_model, kind).model_dump()
@@ -82,12 +82,12 @@ def probe_phrasings(
 
     from tagrpo.backends.base import SamplingParams
     from tagrpo.backends.hf import HFBackend
+    from tagrpo.backends.models import load_causal_lm
     from tagrpo.data.schema import read_questions
     from tagrpo.evaluation.grader import grade_fn_for
     from tagrpo.evaluation.phrasing import PhrasedQuestion, phrasing_summary, sample_phrasings
     from tagrpo.miniworld.dataset import problem_from_meta
     from tagrpo.miniworld.tasks import PHRASING_FAMILIES, render
-    from tagrpo.models import load_causal_lm
 
     probe = config.base_model.probe
     torch.set_num_threads(config.common.torch_threads)

@@ -24,7 +24,7 @@ from tagrpo.rephrase.templates import RephraseTemplate
 
 def model_fingerprint(source: Any) -> str:
     """sha256 over a model folder's files (names and bytes), or the hub id and revision."""
-    from tagrpo.models import resolve
+    from tagrpo.backends.models import resolve
 
     resolved = resolve(source)
     if resolved.kind != "local":
@@ -100,7 +100,7 @@ class HFRephraser:
     def _generator(self) -> Any:
         if self._backend is None:
             from tagrpo.backends.hf import HFBackend
-            from tagrpo.models import load_causal_lm
+            from tagrpo.backends.models import load_causal_lm
 
             model, tokenizer = load_causal_lm(self.model_dir)
             self._backend = HFBackend(model, tokenizer, self.max_batch_sequences)

@@ -112,7 +112,7 @@ def passk_curves(
     the chance floor of a multiple-choice benchmark, or of a group holding one, dashed."""
     from matplotlib.lines import Line2D
 
-    from tagrpo.palette import method_colour, seed_style
+    from tagrpo.report.palette import method_colour, seed_style
     from tagrpo.report.plot_data import split_policy
     from tagrpo.report.style import (
         CHANCE_SHADED_LABEL,

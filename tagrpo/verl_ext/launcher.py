@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tagrpo.paths import project_root
+from tagrpo.pipeline.paths import project_root
 from tagrpo.verl_ext.device import device_env, run_device
 from tagrpo.verl_ext.overrides import RunPaths, VerlRun, build_overrides, verl_settings
 from tagrpo.verl_ext.process import private_temp_dir, remove_temp_dir, run_isolated
@@ -76,7 +76,7 @@ def resolve_model(params: Mapping[str, Any], root: Path) -> str:
     configured = verl_settings(params).get("model")
     if configured:
         return str(configured)
-    from tagrpo.models import resolve
+    from tagrpo.backends.models import resolve
 
     source = resolve(root / str(params["model"]))
     if source.kind == "hub":
@@ -96,7 +96,7 @@ def planned_model(params: Mapping[str, Any], root: Path, base: Mapping[str, Any]
     the local folder, or a folder of weights written there (warm start, GGUF). ValueError names
     the stage to run first for any other ``train.model``.
     """
-    from tagrpo.models import resolve
+    from tagrpo.backends.models import resolve
 
     if verl_settings(params).get("model"):
         return None
@@ -120,7 +120,7 @@ def planned_model(params: Mapping[str, Any], root: Path, base: Mapping[str, Any]
 
 def tracking_settings(params: Mapping[str, Any]) -> tuple[bool, str, str]:
     """(enabled, absolute tracking URI, experiment) from ``common.tracking``."""
-    from tagrpo.tracking import DEFAULT_EXPERIMENT, tracking_uri
+    from tagrpo.pipeline.tracking import DEFAULT_EXPERIMENT, tracking_uri
 
     settings = (params.get("common") or {}).get("tracking") or {}
     enabled = settings.get("enabled", True) is not False
@@ -239,7 +239,7 @@ def run_training(
         print(command.shell())
         return {}
     from tagrpo.algorithms import get_method
-    from tagrpo.tracking import log_metrics
+    from tagrpo.pipeline.tracking import log_metrics
     from tagrpo.training.outputs import write_history_csv
     from tagrpo.verl_ext.data import (
         chat_template_counter,

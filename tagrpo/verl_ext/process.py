@@ -110,9 +110,9 @@ def _group_alive(process_group: int) -> bool:
 def _terminate_on_sigterm() -> Iterator[None]:
     """Turn SIGTERM (a stopped DVC stage) into an exception, so that cleanup runs.
 
-    Once, as :func:`tagrpo.runtime.die_with_parent`'s handler: after the first SIGTERM further
-    ones are ignored (the clean-up after this block must not be interrupted), and the previous
-    handler is restored only if none came.
+    Once, as :func:`tagrpo.pipeline.runtime.die_with_parent`'s handler: after the first SIGTERM
+    further ones are ignored (the clean-up after this block must not be interrupted), and the
+    previous handler is restored only if none came.
     """
     received = []
 

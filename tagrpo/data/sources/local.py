@@ -23,10 +23,10 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from tagrpo.data.prompts import CHOICE_LETTERS
 from tagrpo.data.schema import LoadResult, Question, Rejection
 from tagrpo.grading.extract import last_boxed
-from tagrpo.paths import shared_data_dir
-from tagrpo.prompts import CHOICE_LETTERS
+from tagrpo.pipeline.paths import shared_data_dir
 
 # Reason codes written to Rejection.reason (short, machine-readable, stable).
 REJECTION_REASONS: dict[str, str] = {
@@ -87,7 +87,7 @@ GPQA_OPTION_FIELDS = (
 
 DATA_DIR_HINT = (
     "set the TAGRPO_DATA_DIR environment variable (or the shared data directory in params.yaml, "
-    "resolved by tagrpo.paths.shared_data_dir) to the folder holding the benchmark files "
+    "resolved by tagrpo.pipeline.paths.shared_data_dir) to the folder holding the benchmark files "
     "described in SOURCES.md"
 )
 
@@ -776,7 +776,8 @@ def load_local(
     max_problem_chars: int | None = None,
     **options: Any,
 ) -> LoadResult:
-    """Load one source by name from ``data_dir`` (default: :func:`tagrpo.paths.shared_data_dir`)."""
+    """Load one source by name from ``data_dir`` (default:
+    :func:`tagrpo.pipeline.paths.shared_data_dir`)."""
     if name not in LOCAL_SOURCES:
         raise KeyError(f"unknown source {name!r}; known: {sorted(LOCAL_SOURCES)}")
     directory = Path(data_dir) if data_dir is not None else shared_data_dir()

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from tagrpo.paths import project_root
-from tagrpo.tracking import tracking_errors
+from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.tracking import tracking_errors
 
 # Above this size a policy is linked (an external logged model pointing at its DVC output)
 # instead of copied into the artifact store: the paper's 1.7B-4B policies are 3-8 GB each.

@@ -1,5 +1,5 @@
 """The one palette of every figure: the report's PNGs (:mod:`tagrpo.report`) and the DVC plot
-templates (:mod:`tagrpo.plots`) both take their colours and line styles from here.
+templates (:mod:`tagrpo.pipeline.plots`) both take their colours and line styles from here.
 
 Methods are told apart by colour (TA-GRPO red, as in the paper; the base policy black, drawn
 apart from every trained method), seeds by line style, and a multiple-choice benchmark's

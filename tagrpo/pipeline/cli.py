@@ -300,9 +300,9 @@ def _cmd_params_explain(args: argparse.Namespace) -> int:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from tagrpo.config.params import ConfigError
-    from tagrpo.paths import project_root
-    from tagrpo.plan import plan_rerun, render_plan
-    from tagrpo.rerun import RerunRequest
+    from tagrpo.pipeline.paths import project_root
+    from tagrpo.pipeline.plan import plan_rerun, render_plan
+    from tagrpo.pipeline.rerun import RerunRequest
 
     request = RerunRequest(profile=args.profile, overrides=list(args.overrides))
     try:
@@ -328,8 +328,14 @@ def _checkout_config() -> Any:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from tagrpo.compare import ALL_CHECKOUTS, by_checkout, compare, latest_evaluations, render
-    from tagrpo.tracking import checkout_id, tracking_uri
+    from tagrpo.pipeline.compare import (
+        ALL_CHECKOUTS,
+        by_checkout,
+        compare,
+        latest_evaluations,
+        render,
+    )
+    from tagrpo.pipeline.tracking import checkout_id, tracking_uri
 
     config = _checkout_config()
     settings = config.common.tracking if config is not None else None
@@ -373,7 +379,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_plots(args: argparse.Namespace) -> int:
-    from tagrpo.plots import dvc_plots
+    from tagrpo.pipeline.plots import dvc_plots
 
     try:
         return dvc_plots([args.action, *args.dvc_args])
@@ -386,8 +392,8 @@ def _cmd_plots(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from tagrpo.paths import project_root
-    from tagrpo.verify import verify_outputs
+    from tagrpo.pipeline.paths import project_root
+    from tagrpo.pipeline.verify import verify_outputs
 
     root = project_root()
     try:

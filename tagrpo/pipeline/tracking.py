@@ -6,7 +6,7 @@ orchestrates ``dvc repro`` it opens a parent run and passes its id in
 ``TAGRPO_PARENT_RUN_ID``; stage runs then nest under it across processes.
 
 A plain ``dvc repro`` gets a parent run too: the first stage opens one keyed by the dvc
-process and later stages nest under it (:mod:`tagrpo.pipeline_run`).
+process and later stages nest under it (:mod:`tagrpo.pipeline.parent_run`).
 
 Each run carries what ties it to its DVC outputs (``tagrpo.dvc_stage``, the DVC name such as
 ``train@grpo-0``, and ``tagrpo.deps_hash``, a hash of the stage's dependencies and params) and
@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.config.model import looks_like_secret
-from tagrpo.paths import checkout_root, home_root, project_root, resolve_path
+from tagrpo.pipeline.paths import checkout_root, home_root, project_root, resolve_path
 
 PARENT_RUN_ENV = "TAGRPO_PARENT_RUN_ID"
 DEFAULT_EXPERIMENT = "tagrpo"
@@ -261,7 +261,7 @@ def git_state(cwd: Path | None = None) -> dict[str, str]:
     writes (``dvc.lock`` and the outputs dvc.yaml declares, e.g. committed metrics) does not
     count: a stage runs while earlier stages of the same ``dvc repro`` are rewriting them.
     """
-    from tagrpo.dvc_stages import pipeline_outputs
+    from tagrpo.pipeline.dvc_stages import pipeline_outputs
 
     where = cwd or home_root()
     try:
@@ -376,7 +376,7 @@ def deps_hash(dvc_name: str, root: Path | None = None) -> str:
     """
     import yaml
 
-    from tagrpo.dvc_stages import load_stages
+    from tagrpo.pipeline.dvc_stages import load_stages
 
     root = root or project_root()
     try:
@@ -493,7 +493,7 @@ def stage_run(
             **git_state(),
             **(tags or {}),
         }
-        from tagrpo.pipeline_run import parent_run_for_stage
+        from tagrpo.pipeline.parent_run import parent_run_for_stage
 
         parent = parent_run_for_stage(client, experiment.experiment_id, config)
         run = mlflow.start_run(run_name=run_name or dvc_key, parent_run_id=parent, tags=run_tags)

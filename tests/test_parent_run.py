@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tagrpo.pipeline_run import dvc_ancestor, dvc_arguments, process_alive
-from tagrpo.tracking import PARENT_RUN_ENV
+from tagrpo.pipeline.parent_run import dvc_ancestor, dvc_arguments, process_alive
+from tagrpo.pipeline.tracking import PARENT_RUN_ENV
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -27,7 +27,7 @@ STAGE = textwrap.dedent(
     """
     import sys
     from tagrpo.config.params import config_with
-    from tagrpo.tracking import stage_run
+    from tagrpo.pipeline.tracking import stage_run
     config = config_with({"common.tracking.experiment": "parents", "common.profile": "smoke"})
     with stage_run(sys.argv[1], config) as run:
         print(run.info.run_id, flush=True)
