@@ -18,12 +18,12 @@ from tagrpo.pipeline.compare import (
     parse_metrics,
     render,
 )
+from tagrpo.pipeline.stage_run import stage_run
 from tagrpo.pipeline.tracking import (
     PARENT_RUN_ENV,
     checkout_id,
     log_metrics,
     metric_name,
-    stage_run,
 )
 from tagrpo.pipeline.tracking_assets import log_passk_intervals
 

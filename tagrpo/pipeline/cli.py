@@ -14,7 +14,8 @@
 
 Adding a command: write ``_cmd_<name>(args) -> int`` (the exit status) and one ``add_parser``
 block in :func:`build_parser` that ends with ``set_defaults(handler=_cmd_<name>)``. Import heavy
-modules inside the command function so that ``tagrpo --help`` stays fast.
+modules (pydantic's typed params, numpy, mlflow, dvc) inside the command function so that
+``tagrpo --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tagrpo.grading.kinds import ANSWER_KINDS, answer_kind_for
+from tagrpo.grading.pool import GradeItem, GradingPool
+from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.plots import dvc_plots
+from tagrpo.pipeline.verify import verify_outputs
 
 # --- grade -----------------------------------------------------------------------------------
 
@@ -85,8 +92,6 @@ def _id_key(record_id: Any) -> tuple[str, Any]:
 
 def _parse_grade_line(number: int, line: str) -> _GradeRequest | _Rejection:
     """One decoded input line -> a request, or a rejection that says what is wrong with it."""
-    from tagrpo.grading.kinds import ANSWER_KINDS, answer_kind_for
-
     if not line.strip():
         return _Rejection(number, None, "empty line")
     try:
@@ -208,8 +213,6 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     results = []
     restarts = 0
     if requests:  # the pool (and its processes) start only when there is something to grade
-        from tagrpo.grading.pool import GradeItem, GradingPool
-
         items = [GradeItem(r.response, r.answer, r.answer_kind) for r in requests]
         with GradingPool(
             workers=min(args.workers, len(items)),
@@ -257,6 +260,8 @@ def _cmd_grade(args: argparse.Namespace) -> int:
 
 
 def _cmd_params_apply(args: argparse.Namespace) -> int:
+    # Here and below: the typed params (pydantic), the method registry (numpy) and mlflow load
+    # only in the command that needs them, so that ``tagrpo --help`` stays fast.
     from tagrpo.config.params import ConfigError, apply_profile
 
     try:
@@ -300,7 +305,6 @@ def _cmd_params_explain(args: argparse.Namespace) -> int:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from tagrpo.config.params import ConfigError
-    from tagrpo.pipeline.paths import project_root
     from tagrpo.pipeline.plan import plan_rerun, render_plan
     from tagrpo.pipeline.rerun import RerunRequest
 
@@ -379,8 +383,6 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_plots(args: argparse.Namespace) -> int:
-    from tagrpo.pipeline.plots import dvc_plots
-
     try:
         return dvc_plots([args.action, *args.dvc_args])
     except (FileNotFoundError, ValueError) as error:
@@ -392,9 +394,6 @@ def _cmd_plots(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from tagrpo.pipeline.paths import project_root
-    from tagrpo.pipeline.verify import verify_outputs
-
     root = project_root()
     try:
         checked, mismatches = verify_outputs(root, args.paths or None)

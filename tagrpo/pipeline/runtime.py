@@ -40,8 +40,11 @@ from typing import Any
 
 from tagrpo.config.params import Params
 from tagrpo.pipeline.layout import Outputs
+from tagrpo.pipeline.parent_run import dvc_arguments
 from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.procfs import proc_stat, process_alive
+from tagrpo.pipeline.stage_run import stage_run
+from tagrpo.pipeline.tracking import TrackingError, log_metrics
 
 STATE_DIR = ".tagrpo"
 _PR_SET_PDEATHSIG = 1
@@ -100,8 +103,6 @@ def _launcher_beyond_shells(pid: int) -> tuple[int, int] | None:
 
 def _dvc_exited() -> bool:
     """dvc started this stage (it sets ``DVC_STAGE``) but init now stands where dvc stood."""
-    from tagrpo.pipeline.parent_run import dvc_arguments
-
     if "DVC_STAGE" not in os.environ:
         return False  # started by hand: init may be its launcher (a service, a container)
     try:
@@ -217,8 +218,6 @@ class StageContext:
         return self.root / self.outputs[role]
 
     def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        from tagrpo.pipeline.tracking import log_metrics
-
         log_metrics(metrics, step=step)
 
     def set_metrics(self, metrics: Mapping[str, Any]) -> None:
@@ -277,8 +276,6 @@ def running_stage(
     The metrics file's numbers are also logged to MLflow, under ``metrics_prefix`` (the train
     stage uses ``summary/``: its per-step metrics have the same names).
     """
-    from tagrpo.pipeline.tracking import TrackingError, stage_run
-
     die_with_parent()
     root = project_root()
     name = f"{stage}@{key}" if key else stage

@@ -31,6 +31,7 @@ SEED_STYLES = ("-", "--", ":", "-.")
 def method_colours() -> dict[str, str]:
     """``base`` black, then every registered method (:data:`tagrpo.algorithms.METHODS`) its own
     colour; an error when the methods outnumber the colours."""
+    # The method registry loads numpy and pydantic; building the plots page needs neither.
     from tagrpo.algorithms import METHODS
 
     colours = {"base": BASE_COLOUR}
