@@ -19,6 +19,7 @@ import yaml
 from tagrpo.config.params import Params, config_with
 from tagrpo.pipeline.layout import Outputs
 from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.procfs import proc_stat
 from tagrpo.pipeline.runtime import StageBusyError, StageLock, running_stage
 
 SOURCE = project_root()
@@ -145,8 +146,8 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     # A zombie (exited, not yet reaped by its dead parent's adopter) counts as gone.
-    status = Path(f"/proc/{pid}/status")
-    return not (status.exists() and "State:\tZ" in status.read_text())
+    stat = proc_stat(pid)
+    return not (stat is not None and stat.zombie)
 
 
 @pytest.mark.slow

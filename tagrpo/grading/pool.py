@@ -60,6 +60,7 @@ from typing import Any, NamedTuple
 
 from tagrpo.grading.kinds import ANSWER_KINDS
 from tagrpo.grading.verify import WARM_UP_ON_IMPORT_ENV, GradeResult
+from tagrpo.pipeline.procfs import proc_stat
 
 _PRELOAD = ["tagrpo.grading.verify"]
 # Test-only answer kinds, honoured only by pools built with ``enable_test_hooks=True``:
@@ -75,7 +76,6 @@ _MAX_WAIT_S = 0.25  # the watchdog's polling period while items are in flight
 _MEMO_LIMIT = 10_000  # remembered timeouts per worker (and in the parent)
 _ENV_LOCK = threading.Lock()
 _PLAIN_INTEGER = re.compile(r"-?\d+")
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class GradeItem(NamedTuple):
@@ -96,12 +96,8 @@ def _cpu_clock() -> float:
 
 def process_cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds of a live process from ``/proc`` (Linux); None if unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-    except (OSError, IndexError, ValueError):
-        return None
+    stat = proc_stat(pid)
+    return None if stat is None else stat.cpu_seconds
 
 
 def _item_key(item: tuple[str, str, str]) -> tuple[str, str, str]:
