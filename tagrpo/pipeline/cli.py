@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tagrpo.grading import pool as grading_pool
 from tagrpo.grading.kinds import ANSWER_KINDS, answer_kind_for
-from tagrpo.grading.pool import GradeItem, GradingPool
 from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.plots import dvc_plots
 from tagrpo.pipeline.verify import verify_outputs
@@ -213,8 +213,8 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     results = []
     restarts = 0
     if requests:  # the pool (and its processes) start only when there is something to grade
-        items = [GradeItem(r.response, r.answer, r.answer_kind) for r in requests]
-        with GradingPool(
+        items = [grading_pool.GradeItem(r.response, r.answer, r.answer_kind) for r in requests]
+        with grading_pool.GradingPool(
             workers=min(args.workers, len(items)),
             item_timeout_s=args.item_timeout,
             warm_up=len(items) >= _WARM_POOL_MIN_ITEMS,
