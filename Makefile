@@ -51,7 +51,7 @@ $(STAMP): requirements/cpu-lock.txt pyproject.toml
 	touch $(STAMP)
 
 # The charting libraries of the offline `dvc plots show` page: npm packages pinned and checked
-# by package-lock.json, inlined into the page template (tagrpo/plots.py).
+# by package-lock.json, inlined into the page template (tagrpo/pipeline/plots.py).
 # Without npm (and no root to install it) everything else still works: the plot-page tests
 # then skip with a NOT TESTED reason and `dvc plots show` needs `make install` on a machine
 # with npm.
@@ -61,8 +61,8 @@ $(NPM_STAMP): package.json package-lock.json
 	  echo "WARNING: npm not installed (needs root and apt): no offline DVC plots page"
 	if command -v npm >/dev/null; then npm ci --no-audit --no-fund --ignore-scripts --loglevel=error; fi
 
-$(PLOTS_PAGE): $(NPM_STAMP) tagrpo/plots.py $(STAMP)
-	if [ -d node_modules/vega-embed ]; then $(BIN)/python -m tagrpo.plots offline-template; fi
+$(PLOTS_PAGE): $(NPM_STAMP) tagrpo/pipeline/plots.py $(STAMP)
+	if [ -d node_modules/vega-embed ]; then $(BIN)/python -m tagrpo.pipeline.plots offline-template; fi
 
 # Headless Chromium for the tests that render the plots page (Debian's package). Without root
 # or apt the test says NOT TESTED and skips; everything else runs.

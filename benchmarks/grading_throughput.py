@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
+from tagrpo.pipeline.procfs import proc_stat
+
 TARGET_CPU_RATIO = 1.5  # tagrpo (1 process) vs plain math-verify, answers per CPU-second
 TARGET_SPEEDUP = 1.8  # 2 processes vs 1, answers/s
 ITEM_LIMIT_S = 5.0  # tagrpo's per-item limit in this benchmark (the project default)
@@ -241,12 +243,8 @@ def build_pairs(positives: list[Pair], seed: int) -> list[Pair]:
 
 def process_cpu_s(pid: int) -> float | None:
     """User + system CPU seconds of a live process (Linux /proc), None if unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    stat = proc_stat(pid)
+    return None if stat is None else stat.cpu_seconds
 
 
 def _cpu_of(pids: Sequence[int]) -> dict[int, float]:
@@ -445,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show", type=int, default=10, help="disagreements listed per grader")
     args = parser.parse_args(argv)
 
-    from tagrpo.paths import shared_data_dir
+    from tagrpo.pipeline.paths import shared_data_dir
 
     data_dir = args.data_dir.expanduser().resolve() if args.data_dir else shared_data_dir()
     per_source = QUICK_PER_SOURCE if args.quick else args.per_source

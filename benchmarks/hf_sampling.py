@@ -59,7 +59,7 @@ def benchmark_policy(model: str | None):
     """``(model, tokenizer)``: the policy folder ``model``, or a random one of the mini world's
     shape."""
     if model:
-        from tagrpo.models import load_causal_lm
+        from tagrpo.backends.models import load_causal_lm
 
         return load_causal_lm(model)
     return tiny_random_policy()

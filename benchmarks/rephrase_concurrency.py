@@ -58,11 +58,10 @@ def start_server(latency_ms: float, workdir: Path) -> tuple[subprocess.Popen, st
 
 def process_cpu_seconds(pid: int) -> float | None:
     """User + system CPU time of another process (Linux ``/proc``; None elsewhere)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    from tagrpo.pipeline.procfs import proc_stat  # main() puts this checkout on sys.path first
+
+    stat = proc_stat(pid)
+    return None if stat is None else stat.cpu_seconds
 
 
 def server_received(root_url: str) -> int:

@@ -2,8 +2,8 @@
 methods and seeds, and validated ``key=value`` overrides, from the Prefect UI or a schedule.
 
 DVC stays the owner of the DAG and the cache. The flow resolves the parameters into a complete
-params file (:mod:`tagrpo.rerun`; an invalid override stops the run before anything runs) and
-never edits the checkout's params.yaml:
+params file (:mod:`tagrpo.pipeline.rerun`; an invalid override stops the run before anything
+runs) and never edits the checkout's params.yaml:
 
 * ``mode: scratch`` (default): the DAG runs in a copy under ``.tagrpo/runs/<name>`` holding the
   checkout's outputs, so DVC reruns only what the new params change; one Prefect task per DVC
@@ -49,8 +49,8 @@ from pydantic import Field, StringConstraints
 
 from tagrpo.algorithms import METHODS
 from tagrpo.config.params import validate_params
-from tagrpo.paths import project_root
-from tagrpo.rerun import (
+from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.rerun import (
     RUNS_DIR,
     RerunRequest,
     changed_leaves,
@@ -62,7 +62,7 @@ from tagrpo.rerun import (
     set_param_arguments,
     stage_graph,
 )
-from tagrpo.tracking import (
+from tagrpo.pipeline.tracking import (
     PARENT_RUN_ENV,
     checkout_experiment,
     open_store,
@@ -261,7 +261,7 @@ def _open_parent_run(
     request: RerunRequest, mode: str, resolved: dict[str, Any], changes: dict[str, Any]
 ) -> tuple[Any, str]:
     """The flow's MLflow parent run, with the request and the exact resolved params."""
-    from tagrpo.pipeline_run import pipeline_tags
+    from tagrpo.pipeline.parent_run import pipeline_tags
 
     config = validate_params(resolved, "resolved params")
     settings = config.common.tracking
@@ -293,7 +293,7 @@ def _open_parent_run(
 
 def _finish_parent(client: Any, run_id: str, root: Path, status: str) -> dict[str, float]:
     """Headline metrics, dvc.lock and the report on the parent run; then its end state."""
-    from tagrpo.tracking import flatten_numbers, metric_batch
+    from tagrpo.pipeline.tracking import flatten_numbers, metric_batch
 
     metrics: dict[str, float] = {}
     report_metrics = root / "metrics" / "report.json"

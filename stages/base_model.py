@@ -11,15 +11,15 @@ import argparse
 import time
 
 from tagrpo.config.params import load_config
-from tagrpo.layout import base_model_outputs
-from tagrpo.paths import project_root
-from tagrpo.runtime import require_inputs, running_stage
+from tagrpo.pipeline.layout import base_model_outputs
+from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.runtime import require_inputs, running_stage
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
-    from tagrpo.layout import data_outputs
     from tagrpo.miniworld import base_policy
+    from tagrpo.pipeline.layout import data_outputs
 
     config = load_config()
     train_path = data_outputs()["processed"] / "train.parquet"

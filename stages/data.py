@@ -15,9 +15,9 @@ from typing import Any
 
 from tagrpo.config.params import load_config
 from tagrpo.data.build import count_table, load_sources, write_processed
-from tagrpo.layout import data_outputs
-from tagrpo.runtime import running_stage
-from tagrpo.tracking_assets import log_datasets
+from tagrpo.pipeline.layout import data_outputs
+from tagrpo.pipeline.runtime import running_stage
+from tagrpo.pipeline.tracking_assets import log_datasets
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

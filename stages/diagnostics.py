@@ -15,9 +15,9 @@ from typing import Any
 from tagrpo.backends.sample_store import SampleStore, default_store_dir
 from tagrpo.config.params import load_config
 from tagrpo.evaluation.diagnostics_stage import checkpoints_to_probe, run_diagnostics
-from tagrpo.layout import diagnostics_outputs
-from tagrpo.paths import project_root
-from tagrpo.runtime import running_stage
+from tagrpo.pipeline.layout import diagnostics_outputs
+from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.runtime import running_stage
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

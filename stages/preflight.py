@@ -20,8 +20,8 @@ from typing import Any
 
 from tagrpo.config.params import ConfigError, load_config
 from tagrpo.data.inputs import input_manifest
-from tagrpo.layout import preflight_outputs
-from tagrpo.paths import project_root
+from tagrpo.pipeline.layout import preflight_outputs
+from tagrpo.pipeline.paths import project_root
 
 PARAMS_OK = (
     "params.yaml validated. Every stage depends on this file: when the params do not validate, "

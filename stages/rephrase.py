@@ -18,10 +18,10 @@ import argparse
 from typing import Any
 
 from tagrpo.config.params import load_config
-from tagrpo.layout import data_outputs, rephrase_outputs
-from tagrpo.paths import project_root
+from tagrpo.pipeline.layout import data_outputs, rephrase_outputs
+from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.runtime import require_inputs, running_stage
 from tagrpo.rephrase.rephrase_stage import rephrase_training_set
-from tagrpo.runtime import require_inputs, running_stage
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -11,12 +11,12 @@ import argparse
 from typing import Any
 
 from tagrpo.config.params import load_config
-from tagrpo.layout import data_outputs, evaluate_outputs, report_outputs
-from tagrpo.paths import project_root
+from tagrpo.pipeline.layout import data_outputs, evaluate_outputs, report_outputs
+from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.runtime import require_inputs, running_stage
+from tagrpo.pipeline.tracking import git_state
 from tagrpo.report.build import build_report
 from tagrpo.report.plot_data import PLOT_DATA_ROLES, write_plot_data
-from tagrpo.runtime import require_inputs, running_stage
-from tagrpo.tracking import git_state
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

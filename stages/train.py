@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 
 from tagrpo.config.params import load_config
-from tagrpo.layout import data_outputs, dvc_stage_name, policy_name, train_outputs
-from tagrpo.runtime import running_stage
-from tagrpo.tracking import model_label
-from tagrpo.tracking_assets import log_datasets, log_policy_model
+from tagrpo.pipeline.layout import data_outputs, dvc_stage_name, policy_name, train_outputs
+from tagrpo.pipeline.runtime import running_stage
+from tagrpo.pipeline.tracking import model_label
+from tagrpo.pipeline.tracking_assets import log_datasets, log_policy_model
 from tagrpo.training.run import plan_training, run_summary, train_local
 
 
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             parser.error("--dry-run applies to train.backend: verl")
         import sys
 
-        from tagrpo.paths import project_root
+        from tagrpo.pipeline.paths import project_root
         from tagrpo.verl_ext.dry_run import evaluation_lines
         from tagrpo.verl_ext.launcher import planned_model, run_training
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import yaml
 
 from tagrpo.config.params import repo_params
-from tagrpo.dvc_stages import pipeline_outputs
-from tagrpo.paths import project_root
+from tagrpo.pipeline.dvc_stages import pipeline_outputs
+from tagrpo.pipeline.paths import project_root
 
 ROOT = project_root()
 EMPTY_PROJECT_EXPERIMENT = "test-project"
@@ -75,7 +75,7 @@ def scratch_project(target: Path, profile: str | None = None) -> dict[str, str]:
         else:
             path.unlink(missing_ok=True)
     # The user's tracking, DVC and tagrpo settings stay out; where the npm packages of the plots
-    # page live (TAGRPO_NODE_MODULES, tagrpo/plots.py) is the machine's, not the project's.
+    # page live (TAGRPO_NODE_MODULES, tagrpo/pipeline/plots.py) is the machine's, not the project's.
     env = {
         key: value
         for key, value in os.environ.items()
@@ -88,7 +88,9 @@ def scratch_project(target: Path, profile: str | None = None) -> dict[str, str]:
     git = ["git", "-c", "user.name=scratch", "-c", "user.email=scratch@example.invalid"]
     run_checked([*git, "init", "-q"], target, env)
     if profile is not None:
-        run_checked([sys.executable, "-m", "tagrpo.cli", "params", "apply", profile], target, env)
+        run_checked(
+            [sys.executable, "-m", "tagrpo.pipeline.cli", "params", "apply", profile], target, env
+        )
     run_checked([*git, "add", "-A"], target, env)
     run_checked([*git, "commit", "-q", "-m", "scratch"], target, env)
     return env

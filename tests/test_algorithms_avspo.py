@@ -122,7 +122,7 @@ def test_estimators_are_registered_beside_the_registry_not_on_import() -> None:
     import subprocess
     import sys
 
-    from tagrpo.paths import project_root
+    from tagrpo.pipeline.paths import project_root
 
     code = (
         "import json, sys\n"

@@ -12,8 +12,8 @@ from tiny_policy import save_chat_policy
 from tagrpo.backends.attention import ATTENTION, use_gqa_attention
 from tagrpo.backends.base import SamplingParams
 from tagrpo.backends.hf import HFBackend, left_padded
-from tagrpo.models import load_causal_lm
-from tagrpo.prompts import chat_messages
+from tagrpo.backends.models import load_causal_lm
+from tagrpo.data.prompts import chat_messages
 
 PROBLEMS = ["What is 1 plus 2?", "Compute 7 - 3.", "Ana has 4 apples and gets 5 more."]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tagrpo.cli import build_parser, main
+from tagrpo.pipeline.cli import build_parser, main
 
 ROWS = [
     {"id": "q1-0", "response": "so $\\boxed{\\dfrac{1}{2}}$", "answer": "0.5"},
@@ -121,7 +121,7 @@ def test_option_values_are_checked(argv):
 def test_console_script_end_to_end(tmp_path):
     source = write_lines(tmp_path / "in.jsonl", [json.dumps(row) for row in ROWS])
     target = tmp_path / "out.jsonl"
-    command = [sys.executable, "-m", "tagrpo.cli", "grade", "--input", str(source),
+    command = [sys.executable, "-m", "tagrpo.pipeline.cli", "grade", "--input", str(source),
                "--output", str(target), "--workers", "2"]  # fmt: skip
     finished = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert finished.returncode == 0, finished.stderr

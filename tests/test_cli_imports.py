@@ -11,14 +11,14 @@ import sys
 
 import pytest
 
-from tagrpo.paths import project_root
+from tagrpo.pipeline.paths import project_root
 
 ROOT = project_root()
 HEAVY = ("torch", "pandas", "transformers", "mlflow", "sympy", "math_verify", "dvc", "prefect")
 
 CHECK = """
 import contextlib, io, json, sys
-from tagrpo.cli import main
+from tagrpo.pipeline.cli import main
 with contextlib.redirect_stdout(io.StringIO()) as shown:
     status = main(["params", "check", sys.argv[1]])
 loaded = sorted({m.split(".")[0] for m in sys.modules} & set(json.loads(sys.argv[2])))

@@ -8,8 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tagrpo.cli import build_parser, main
-from tagrpo.compare import (
+from tagrpo.config.params import config_with
+from tagrpo.pipeline.cli import build_parser, main
+from tagrpo.pipeline.compare import (
     by_checkout,
     combine,
     compare,
@@ -17,9 +18,14 @@ from tagrpo.compare import (
     parse_metrics,
     render,
 )
-from tagrpo.config.params import config_with
-from tagrpo.tracking import PARENT_RUN_ENV, checkout_id, log_metrics, metric_name, stage_run
-from tagrpo.tracking_assets import log_passk_intervals
+from tagrpo.pipeline.stage_run import stage_run
+from tagrpo.pipeline.tracking import (
+    PARENT_RUN_ENV,
+    checkout_id,
+    log_metrics,
+    metric_name,
+)
+from tagrpo.pipeline.tracking_assets import log_passk_intervals
 
 COMMIT = "a" * 40
 

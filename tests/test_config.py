@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 import yaml
 
-from tagrpo.cli import main as cli
 from tagrpo.config.model import ConfigModel
 from tagrpo.config.params import (
     ConfigError,
@@ -27,7 +26,8 @@ from tagrpo.config.params import (
     repo_params,
     validate_params,
 )
-from tagrpo.paths import project_root
+from tagrpo.pipeline.cli import main as cli
+from tagrpo.pipeline.paths import project_root
 
 ROOT = project_root()
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tagrpo.data.prompts import CHOICE_LETTERS
 from tagrpo.data.schema import LoadResult, Question, Rejection
 from tagrpo.data.sources import gpqa_diamond, hendrycks_math, olympiadbench
 from tagrpo.data.sources.base import (
@@ -25,7 +26,6 @@ from tagrpo.data.sources.base import (
 from tagrpo.data.sources.hub import hub_spec, load_hub
 from tagrpo.data.sources.local import load_local
 from tagrpo.data.sources.registry import SOURCES, answer_kind_for, is_multiple_choice
-from tagrpo.prompts import CHOICE_LETTERS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
 
@@ -540,7 +540,7 @@ def test_loader_options_are_the_row_builders_keywords() -> None:
 def test_file_and_group_of_each_benchmark() -> None:
     """The paper's Table 1 groups, as the paper and local profiles average them."""
     from tagrpo.config.params import read_yaml_mapping
-    from tagrpo.paths import project_root
+    from tagrpo.pipeline.paths import project_root
 
     assert {n: s.file for n, s in SOURCES.items()} == {
         name: f"{name}/{SOURCES[name].split}.jsonl" for name in SOURCES

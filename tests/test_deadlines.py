@@ -29,12 +29,12 @@ from typing import ClassVar
 import pytest
 from openai_fake_server import FakeOpenAIServer, Fault
 
-from tagrpo import pipeline_run
 from tagrpo.backends.base import SamplingParams
 from tagrpo.backends.vllm_backend import VLLMServerBackend, server_client
 from tagrpo.config.engines import VLLMEngineSettings
 from tagrpo.config.params import embedded
-from tagrpo.procfs import proc_stat
+from tagrpo.pipeline import parent_run
+from tagrpo.pipeline.procfs import proc_stat
 from tagrpo.rephrase import cache as cache_module
 from tagrpo.rephrase.cache import ReplyCache
 from tagrpo.rephrase.openai_backend import ChatRequest, ChatRunner, EndpointConfig
@@ -175,7 +175,7 @@ def test_cache_write_fails_when_the_lock_is_never_released(
 
 @dataclass
 class _Run:
-    """The few fields of an MLflow run that tagrpo.pipeline_run reads."""
+    """The few fields of an MLflow run that tagrpo.pipeline.parent_run reads."""
 
     run_id: str
     tags: dict[str, str]
@@ -192,8 +192,8 @@ class _Run:
 
 
 class _Tracking:
-    """An in-memory MLflow client with the calls and the two queries pipeline_run makes (a
-    real store costs seconds to open here; tests/test_pipeline_run.py uses one)."""
+    """An in-memory MLflow client with the calls and the two queries parent_run makes (a
+    real store costs seconds to open here; tests/test_parent_run.py uses one)."""
 
     def __init__(self, *runs: _Run) -> None:
         self.runs = {run.run_id: run for run in runs}
@@ -210,7 +210,7 @@ class _Tracking:
         return [
             r
             for r in self.runs.values()
-            if r.status == "RUNNING" and r.tags.get(pipeline_run.ORIGIN_TAG) == "dvc"
+            if r.status == "RUNNING" and r.tags.get(parent_run.ORIGIN_TAG) == "dvc"
         ]
 
     def set_terminated(self, run_id: str, status: str) -> None:
@@ -245,12 +245,12 @@ def live_stage() -> subprocess.Popen:
 def _pipeline(dvc_key: str, stage_pid: int, watcher: str | None = None) -> _Tracking:
     host = socket.gethostname()
     parent_tags = {
-        pipeline_run.ORIGIN_TAG: "dvc",
+        parent_run.ORIGIN_TAG: "dvc",
         "tagrpo.host": host,
-        pipeline_run.PIPELINE_KEY_TAG: f"{host}:{dvc_key}",
+        parent_run.PIPELINE_KEY_TAG: f"{host}:{dvc_key}",
     }
     if watcher is not None:
-        parent_tags[pipeline_run.WATCHER_TAG] = watcher
+        parent_tags[parent_run.WATCHER_TAG] = watcher
     child_tags = {"mlflow.parentRunId": "parent", "tagrpo.host": host, "tagrpo.pid": str(stage_pid)}
     return _Tracking(_Run("parent", parent_tags), _Run("stage", child_tags))
 
@@ -261,12 +261,12 @@ def test_orphan_sweep_does_not_wait_for_another_invocations_stages(
     """dvc and its watcher are gone; a stage of that invocation still runs. The sweep (in a
     new stage, holding the pipeline lock) ends the orphan KILLED at once: the grace was dvc's
     exit + grace, long past, not 'now + grace'."""
-    monkeypatch.setattr(pipeline_run, "_CHILD_GRACE_SECONDS", 3.0)
-    monkeypatch.setattr(pipeline_run, "_POLL_SECONDS", 0.05)
+    monkeypatch.setattr(parent_run, "_CHILD_GRACE_SECONDS", 3.0)
+    monkeypatch.setattr(parent_run, "_POLL_SECONDS", 0.05)
     gone = f"{os.getpid()}:1"  # this pid with another start time: a process that has exited
     tracking = _pipeline(gone, live_stage.pid, watcher=gone)
     started = time.monotonic()
-    assert pipeline_run.finish_orphaned_runs(tracking, "0") == 1
+    assert parent_run.finish_orphaned_runs(tracking, "0") == 1
     assert time.monotonic() - started < 1.5
     assert tracking.runs["parent"].status == "KILLED"  # a stage outlived dvc
     assert tracking.runs["stage"].status == "RUNNING"  # its process lives: not ours to end
@@ -275,7 +275,7 @@ def test_orphan_sweep_does_not_wait_for_another_invocations_stages(
 def test_orphan_sweep_leaves_a_run_to_its_live_watcher(live_stage: subprocess.Popen) -> None:
     watcher = f"{os.getpid()}:{_start_ticks(os.getpid())}"
     tracking = _pipeline(f"{os.getpid()}:1", live_stage.pid, watcher=watcher)
-    assert pipeline_run.finish_orphaned_runs(tracking, "0") == 0
+    assert parent_run.finish_orphaned_runs(tracking, "0") == 0
     assert tracking.runs["parent"].status == "RUNNING"
 
 
@@ -300,8 +300,8 @@ def test_watcher_grace_starts_at_dvc_exit_not_at_the_watchers_start(
 ) -> None:
     """dvc runs 2 s (longer than the 1.5 s grace); its last stage ends its run 0.4 s after
     dvc exits: within the grace, so the parent run ends FINISHED."""
-    monkeypatch.setattr(pipeline_run, "_CHILD_GRACE_SECONDS", 1.5)
-    monkeypatch.setattr(pipeline_run, "_POLL_SECONDS", 0.05)
+    monkeypatch.setattr(parent_run, "_CHILD_GRACE_SECONDS", 1.5)
+    monkeypatch.setattr(parent_run, "_POLL_SECONDS", 0.05)
     dvc, reaper = _dvc_for(2.0)
     tracking = _pipeline(f"{dvc.pid}:{_start_ticks(dvc.pid)}", live_stage.pid)
 
@@ -312,7 +312,7 @@ def test_watcher_grace_starts_at_dvc_exit_not_at_the_watchers_start(
 
     ender = threading.Thread(target=stage_ends_after_dvc, daemon=True)
     ender.start()
-    assert pipeline_run.watch("parent", dvc.pid, _start_ticks(dvc.pid), client=tracking) == (
+    assert parent_run.watch("parent", dvc.pid, _start_ticks(dvc.pid), client=tracking) == (
         "FINISHED"
     )
     ender.join()
@@ -337,13 +337,13 @@ def test_watcher_grace_is_not_extended_by_a_slow_tracking_store(
 ) -> None:
     """The grace (2 s) runs from dvc's exit: a store read taking 2.5 s after the exit uses it
     all up, and the run ends right after that read (old code: 2 s more, from the read)."""
-    monkeypatch.setattr(pipeline_run, "_CHILD_GRACE_SECONDS", 2.0)
-    monkeypatch.setattr(pipeline_run, "_POLL_SECONDS", 0.05)
+    monkeypatch.setattr(parent_run, "_CHILD_GRACE_SECONDS", 2.0)
+    monkeypatch.setattr(parent_run, "_POLL_SECONDS", 0.05)
     dvc, reaper = _dvc_for(0.2)
     ticks = _start_ticks(dvc.pid)
     plain = _pipeline(f"{dvc.pid}:{ticks}", live_stage.pid)
     tracking = _SlowFirstRead(2.5, *plain.runs.values())
-    assert pipeline_run.watch("parent", dvc.pid, ticks, client=tracking) == "KILLED"
+    assert parent_run.watch("parent", dvc.pid, ticks, client=tracking) == "KILLED"
     reaper.join()
     exited = _exit_times[dvc.pid]
     ((_, _, ended),) = tracking.terminated
@@ -353,24 +353,22 @@ def test_watcher_grace_is_not_extended_by_a_slow_tracking_store(
 def test_watcher_grace_fires_when_a_stage_never_ends_its_run(
     live_stage: subprocess.Popen, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pipeline_run, "_CHILD_GRACE_SECONDS", 0.5)
-    monkeypatch.setattr(pipeline_run, "_POLL_SECONDS", 0.05)
+    monkeypatch.setattr(parent_run, "_CHILD_GRACE_SECONDS", 0.5)
+    monkeypatch.setattr(parent_run, "_POLL_SECONDS", 0.05)
     dvc, reaper = _dvc_for(0.3)
     tracking = _pipeline(f"{dvc.pid}:{_start_ticks(dvc.pid)}", live_stage.pid)
-    assert pipeline_run.watch("parent", dvc.pid, _start_ticks(dvc.pid), client=tracking) == (
-        "KILLED"
-    )
+    assert parent_run.watch("parent", dvc.pid, _start_ticks(dvc.pid), client=tracking) == ("KILLED")
     reaper.join()
     (ended,) = tracking.terminated
     assert ended[:2] == ("parent", "KILLED")
 
 
-# -- the stage's watch on its launcher (tagrpo.runtime.die_with_parent) ---------------------
+# -- the stage's watch on its launcher (tagrpo.pipeline.runtime.die_with_parent) --------------
 
 _WATCHED_STAGE = """
 import sys, time
 time.sleep(float(sys.argv[1]))  # a stage slow to start (imports, a loaded machine)
-from tagrpo.runtime import die_with_parent
+from tagrpo.pipeline.runtime import die_with_parent
 try:
     die_with_parent()
     print("watching", flush=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tagrpo.paths import project_root
+from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.stage_deps import (
     ImportGraph,
     check_stages,

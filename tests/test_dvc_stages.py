@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tagrpo.dvc_stages import expand_stages, load_stages, pipeline_outputs
-from tagrpo.layout import stage_outputs
-from tagrpo.paths import project_root
-from tagrpo.tracking import git_state
+from tagrpo.pipeline.dvc_stages import expand_stages, load_stages, pipeline_outputs
+from tagrpo.pipeline.layout import stage_outputs
+from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.tracking import git_state
 
 
 def test_stages_expand_matrices_from_params_as_dvc_names_them() -> None:
@@ -42,7 +42,8 @@ def test_stages_expand_matrices_from_params_as_dvc_names_them() -> None:
 
 
 def test_dvc_yaml_declares_exactly_the_outputs_the_stages_write() -> None:
-    """dvc.yaml and tagrpo/layout.py: one set of paths, checked for every expanded stage."""
+    """dvc.yaml and tagrpo/pipeline/layout.py: one set of paths, checked for every expanded
+    stage."""
     stages = load_stages(project_root())
     assert stages
     for stage in stages.values():
@@ -53,7 +54,8 @@ def test_dvc_yaml_declares_exactly_the_outputs_the_stages_write() -> None:
 
 
 def test_dvc_yaml_plots_read_outputs_of_the_layout() -> None:
-    """Every file a dvc.yaml plot draws is an output some stage writes (tagrpo/layout.py)."""
+    """Every file a dvc.yaml plot draws is an output some stage writes
+    (tagrpo/pipeline/layout.py)."""
     import yaml
 
     root = project_root()

@@ -20,7 +20,7 @@ from tagrpo.data.schema import Question
 from tagrpo.evaluation.runner import evaluate, sample_benchmarks
 from tagrpo.miniworld.tokenizer import train_tokenizer
 from tagrpo.miniworld.warmstart import TinyModelConfig, build_model
-from tagrpo.paths import project_root
+from tagrpo.pipeline.paths import project_root
 from tagrpo.verl_ext.data import chat_template_counter
 
 SOURCE = project_root()

@@ -18,11 +18,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "tagrpo"
 
-# Cycles being removed on another branch, each as its sorted modules. The `pipeline` branch
-# (issue 20) moves these two into tagrpo/pipeline/ and breaks their cycle: delete the entry
-# when that branch is merged.
-KNOWN_CYCLES: set[tuple[str, ...]] = {("tagrpo.pipeline_run", "tagrpo.tracking")}
-
 
 def project_modules(root: Path = ROOT) -> dict[str, tuple[Path, bool]]:
     """Dotted name -> (file, is a package ``__init__``) for every module under ``tagrpo/``."""
@@ -112,15 +107,8 @@ def cycles(graph: dict[str, set[str]]) -> list[tuple[str, ...]]:
 
 
 def test_the_project_has_no_import_cycles() -> None:
-    found = set(cycles(import_graph(project_modules())))
-    new = sorted(found - KNOWN_CYCLES)
-    assert not new, "import cycles: " + "; ".join(" <-> ".join(cycle) for cycle in new)
-
-
-def test_known_cycles_still_exist() -> None:
-    """An entry of KNOWN_CYCLES that is gone must leave the list (it would hide a new one)."""
-    found = set(cycles(import_graph(project_modules())))
-    assert found >= KNOWN_CYCLES, f"no longer cycles: {sorted(KNOWN_CYCLES - found)}"
+    found = cycles(import_graph(project_modules()))
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(cycle) for cycle in found)
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tagrpo.config.params import deep_merge, read_yaml_mapping, validate_params
-from tagrpo.paths import project_root
+from tagrpo.pipeline.paths import project_root
 from tagrpo.verl_ext.dry_run import dry_run_text
 
 SOURCE = project_root()

@@ -28,9 +28,9 @@ from prefect_server import prefect_server
 from scratch_project import ROOT, SmokeRun, run_checked
 from test_plots import check_rendered, vega_libraries
 
-from tagrpo.compare import method_order
-from tagrpo.rerun import stage_order
-from tagrpo.tracking_assets import file_md5
+from tagrpo.pipeline.compare import method_order
+from tagrpo.pipeline.rerun import stage_order
+from tagrpo.pipeline.tracking_assets import file_md5
 
 pytestmark = pytest.mark.slow
 
@@ -140,7 +140,7 @@ def test_dvc_repro_runs_every_stage_and_reconciles(smoke_run: SmokeRun) -> None:
 
     # tagrpo compare reads that store: every method's pass@k with its interval.
     compared = run_checked(
-        [sys.executable, "-m", "tagrpo.cli", "compare", "--k", "4"], checkout, env
+        [sys.executable, "-m", "tagrpo.pipeline.cli", "compare", "--k", "4"], checkout, env
     )
     header = next(line for line in compared.splitlines() if line.startswith("benchmark"))
     runs = yaml.safe_load((checkout / "params.yaml").read_text())["runs"]
@@ -174,7 +174,7 @@ def test_dvc_plots_page_of_the_run_renders_offline(smoke_run: SmokeRun) -> None:
     """`tagrpo plots show` on the run's outputs: one self-contained page, every plot drawn."""
     checkout, env = smoke_run.checkout, smoke_run.env
     vega_libraries()
-    run_checked([sys.executable, "-m", "tagrpo.cli", "plots", "show"], checkout, env)
+    run_checked([sys.executable, "-m", "tagrpo.pipeline.cli", "plots", "show"], checkout, env)
     plots = len(yaml.safe_load((checkout / "dvc.yaml").read_text())["plots"])
     shots = os.environ.get("TAGRPO_SCREENSHOTS")
     shot = Path(shots) / "dvc-plots-smoke.png" if shots else None

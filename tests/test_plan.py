@@ -16,9 +16,9 @@ import yaml
 from scratch_project import run_checked
 
 from tagrpo.config.params import ConfigError
-from tagrpo.paths import project_root
-from tagrpo.plan import plan_rerun, render_plan
-from tagrpo.rerun import RerunRequest, dvc_binary, resolve_params
+from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.plan import plan_rerun, render_plan
+from tagrpo.pipeline.rerun import RerunRequest, dvc_binary, resolve_params
 
 ROOT = project_root()
 
@@ -203,7 +203,7 @@ def test_params_are_compared_with_the_last_run_not_with_params_yaml(reproduced: 
 def test_the_command_refuses_an_unknown_key_and_prints_the_plan(reproduced: Path) -> None:
     with pytest.raises(ConfigError, match=r"train\.lerning_rate: not a params key"):
         plan_rerun(reproduced, RerunRequest(overrides=["train.lerning_rate=2e-4"]))
-    command = [sys.executable, "-m", "tagrpo.cli", "plan"]
+    command = [sys.executable, "-m", "tagrpo.pipeline.cli", "plan"]
     env = {**_env(), "PYTHONPATH": str(ROOT)}
     typo = subprocess.run(
         [*command, "-S", "train.lerning_rate=2e-4"],

@@ -19,11 +19,10 @@ import yaml
 from browser import dump_dom, screenshot
 
 from tagrpo.config.params import config_with
-from tagrpo.layout import report_outputs
 from tagrpo.metrics.compare import chance_pass_at_k
-from tagrpo.palette import method_colours
-from tagrpo.paths import project_root
-from tagrpo.plots import (
+from tagrpo.pipeline.layout import report_outputs
+from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.plots import (
     OFFLINE_TEMPLATE,
     TEMPLATE_DIR,
     node_modules,
@@ -31,6 +30,7 @@ from tagrpo.plots import (
     template_text,
     templates,
 )
+from tagrpo.report.palette import method_colours
 from tagrpo.report.plot_data import PLOT_DATA_ROLES, split_policy, write_plot_data
 
 ROOT = project_root()
@@ -39,7 +39,7 @@ ROOT = project_root()
 def test_committed_templates_are_the_generated_ones() -> None:
     for name, spec in templates().items():
         path = ROOT / TEMPLATE_DIR / f"{name}.json"
-        assert path.is_file(), f"{path} missing: run python -m tagrpo.plots templates"
+        assert path.is_file(), f"{path} missing: run python -m tagrpo.pipeline.plots templates"
         assert path.read_text() == template_text(spec), f"{path} is stale: regenerate it"
     used = {
         entry.get("template")
@@ -220,7 +220,7 @@ def test_plot_data_is_long_form_with_method_and_seed(plots_project: Path) -> Non
 
 def _plots_page(root: Path) -> Path:
     result = subprocess.run(
-        [sys.executable, "-m", "tagrpo.cli", "plots", "show"],
+        [sys.executable, "-m", "tagrpo.pipeline.cli", "plots", "show"],
         cwd=root,
         env=_env(),
         capture_output=True,

@@ -3,10 +3,10 @@ are ("sampling mini_arith (1 of 2)"): the sampler's bar used to say only "sampli
 
 from __future__ import annotations
 
-from tagrpo import progress
 from tagrpo.backends.base import Completion, SamplingParams
 from tagrpo.data.schema import Question
 from tagrpo.evaluation.runner import sample_benchmarks
+from tagrpo.pipeline import progress
 
 
 class RecordingBackend:

@@ -25,7 +25,7 @@ from openai_fake_server import FakeOpenAIServer, Fault
 
 from tagrpo.config.params import embedded
 from tagrpo.data.schema import Question
-from tagrpo.paths import project_root
+from tagrpo.pipeline.paths import project_root
 from tagrpo.rephrase.cache import ReplyCache
 from tagrpo.rephrase.generate import OpenAIRephraser
 from tagrpo.rephrase.openai_backend import (

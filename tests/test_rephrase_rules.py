@@ -9,7 +9,7 @@ from tagrpo.data.schema import Question
 from tagrpo.equivalence.structural import StructuralConfig, check_structural, extract_numbers
 from tagrpo.miniworld.dataset import problem_meta
 from tagrpo.miniworld.tasks import HELD_OUT_FAMILY, MiniProblem, render
-from tagrpo.paths import shared_data_dir
+from tagrpo.pipeline.paths import shared_data_dir
 from tagrpo.rephrase.generate import RulesRephraser
 from tagrpo.rephrase.rules import (
     WRAPPERS,

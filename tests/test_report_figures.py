@@ -17,10 +17,10 @@ from matplotlib.figure import Figure
 
 from tagrpo.config.params import config_with, load_config
 from tagrpo.metrics.compare import chance_pass_at_k
-from tagrpo.palette import CHANCE_COLOUR
 from tagrpo.report import paper
 from tagrpo.report.chance import multiple_choice_options, uninformative_from
 from tagrpo.report.markdown import passk_curves, passk_long_table, table1
+from tagrpo.report.palette import CHANCE_COLOUR
 
 KS = (1, 2, 4, 8, 16, 32)
 OPTIONS = {"choice": 20}
@@ -96,11 +96,11 @@ def _legends(figure: Figure) -> list[Any]:
 
 
 def test_report_and_dvc_plots_share_one_palette(tmp_path: Path, saved: list[Figure]) -> None:
-    import tagrpo.palette
-    import tagrpo.plots
+    import tagrpo.pipeline.plots
+    import tagrpo.report.palette
 
-    assert tagrpo.plots.method_colours is tagrpo.palette.method_colours
-    scale = tagrpo.plots.passk_template()["spec"]["layer"][0]["encoding"]["color"]["scale"]
+    assert tagrpo.pipeline.plots.method_colours is tagrpo.report.palette.method_colours
+    scale = tagrpo.pipeline.plots.passk_template()["spec"]["layer"][0]["encoding"]["color"]["scale"]
     dvc_colours = dict(zip(scale["domain"], scale["range"], strict=True))
     methods = ("base", "grpo", "grpo_ds", "ta_grpo")
     paper.curves_figure(_method_frame(methods, ("arith",)), ["arith"], tmp_path / "f5.png", {})
@@ -111,7 +111,7 @@ def test_report_and_dvc_plots_share_one_palette(tmp_path: Path, saved: list[Figu
 
 def test_every_method_its_own_colour_and_the_base_apart() -> None:
     from tagrpo.algorithms import METHODS
-    from tagrpo.palette import method_colours
+    from tagrpo.report.palette import method_colours
 
     colours = method_colours()
     assert set(colours) == {"base", *METHODS}

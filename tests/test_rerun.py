@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from tagrpo.config.params import ConfigError
-from tagrpo.dvc_stages import load_stages
-from tagrpo.paths import project_root
-from tagrpo.rerun import (
+from tagrpo.pipeline.dvc_stages import load_stages
+from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.rerun import (
     RerunRequest,
     changed_leaves,
     hydra_value,

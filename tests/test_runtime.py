@@ -17,9 +17,10 @@ import pytest
 from scratch_project import EMPTY_PROJECT_EXPERIMENT
 
 from tagrpo.config.params import Params, config_with
-from tagrpo.layout import Outputs
-from tagrpo.paths import project_root
-from tagrpo.runtime import StageBusyError, StageLock, running_stage
+from tagrpo.pipeline.layout import Outputs
+from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.procfs import proc_stat
+from tagrpo.pipeline.runtime import StageBusyError, StageLock, running_stage
 
 SOURCE = project_root()
 
@@ -107,8 +108,8 @@ STAGE = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from tagrpo.config.params import load_config
-    from tagrpo.layout import Outputs
-    from tagrpo.runtime import running_stage
+    from tagrpo.pipeline.layout import Outputs
+    from tagrpo.pipeline.runtime import running_stage
 
     outputs = Outputs({"table": Path("out/table.csv")}, Path("m/p.json"))
     with running_stage("slow", outputs, load_config()) as ctx:
@@ -134,8 +135,8 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     # A zombie (exited, not yet reaped by its dead parent's adopter) counts as gone.
-    status = Path(f"/proc/{pid}/status")
-    return not (status.exists() and "State:\tZ" in status.read_text())
+    stat = proc_stat(pid)
+    return not (stat is not None and stat.zombie)
 
 
 @pytest.mark.slow
@@ -188,7 +189,7 @@ def test_killing_dvc_stops_the_stage_and_its_run_ends_killed(
     experiment = client.get_experiment_by_name(EMPTY_PROJECT_EXPERIMENT)
     runs = client.search_runs([experiment.experiment_id], "tags.stage != 'pipeline'")
     assert [run.info.status for run in runs] == ["KILLED"]
-    # dvc's parent run (tagrpo.pipeline_run) is ended KILLED by its watcher.
+    # dvc's parent run (tagrpo.pipeline.parent_run) is ended KILLED by its watcher.
     (parent,) = client.search_runs([experiment.experiment_id], "tags.stage = 'pipeline'")
     assert runs[0].data.tags["mlflow.parentRunId"] == parent.info.run_id
     assert _wait(lambda: client.get_run(parent.info.run_id).info.status == "KILLED")

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from tagrpo.config.params import config_with
-from tagrpo.paths import project_root
-from tagrpo.tracking import (
+from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.stage_run import stage_run
+from tagrpo.pipeline.tracking import (
     KEY_PARAMS,
     PARAMS_ARTIFACT,
     PARENT_RUN_ENV,
@@ -20,7 +21,6 @@ from tagrpo.tracking import (
     log_metrics,
     mark_stale_runs_killed,
     redact_tree,
-    stage_run,
 )
 
 

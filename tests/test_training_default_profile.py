@@ -17,7 +17,7 @@ import pytest
 from scratch_project import run_checked, scratch_project
 
 from tagrpo.config.params import load_config
-from tagrpo.paths import project_root
+from tagrpo.pipeline.paths import project_root
 
 pytestmark = pytest.mark.slow
 
@@ -39,8 +39,8 @@ def default_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _rates(method: str, config, grade, root: Path) -> list[dict[str, float]]:
+    from tagrpo.backends.models import load_causal_lm
     from tagrpo.data.training_set import load_training_questions
-    from tagrpo.models import load_causal_lm
     from tagrpo.training.trainer import TrainConfig, Trainer
 
     train = config.train

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tagrpo.layout import policy_name
+from tagrpo.pipeline.layout import policy_name
 from tagrpo.report.training import load_training_summaries, training_section
 from tagrpo.training.run import run_summary
 

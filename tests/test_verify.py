@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tagrpo.cli import main as cli
-from tagrpo.paths import project_root
-from tagrpo.verify import OutputCorruptedError, check_against_lock, dvc_md5, verify_outputs
+from tagrpo.pipeline.cli import main as cli
+from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.verify import OutputCorruptedError, check_against_lock, dvc_md5, verify_outputs
 
 pytestmark = pytest.mark.skipif(shutil.which("dvc") is None, reason="dvc is not installed")
 
@@ -107,7 +107,7 @@ def test_a_retrained_model_is_checked_against_its_new_lock_entry(
     (tmp_path / "size.txt").write_text("64")
     write = _WRITE_MODEL.replace("* 64", "* int(pathlib.Path('size.txt').read_text())")
     check = (
-        "from pathlib import Path; from tagrpo.verify import check_against_lock; "
+        "from pathlib import Path; from tagrpo.pipeline.verify import check_against_lock; "
         "assert check_against_lock(Path.cwd(), 'models/base'); Path('checked').write_text('ok')"
     )
     stages = {

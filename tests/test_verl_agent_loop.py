@@ -21,9 +21,9 @@ from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentL
 from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.workers.rollout.replica import TokenOutput
 
+from tagrpo.data.prompts import chat_messages
 from tagrpo.data.schema import QUESTION_SCHEMA, Question
 from tagrpo.miniworld.tokenizer import train_tokenizer
-from tagrpo.prompts import chat_messages
 from tagrpo.verl_ext.agent_loop import TAAgentLoop
 from tagrpo.verl_ext.data import chat_template_counter, prepare_training_parquet
 

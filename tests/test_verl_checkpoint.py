@@ -9,10 +9,10 @@ import torch
 from omegaconf import OmegaConf
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
+from tagrpo.backends.models import load_causal_lm
 from tagrpo.config.params import embedded
 from tagrpo.miniworld.tokenizer import train_tokenizer
 from tagrpo.miniworld.warmstart import TinyModelConfig, build_model
-from tagrpo.models import load_causal_lm
 from tagrpo.verl_ext.checkpoint import (
     actor_dir,
     export_checkpoint,

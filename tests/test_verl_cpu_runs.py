@@ -39,9 +39,9 @@ import yaml
 from scratch_project import run_checked, scratch_project
 
 from tagrpo.algorithms import AVSPOConfig, avspo_advantages, group_ids, grpo_advantages
+from tagrpo.backends.models import load_causal_lm
 from tagrpo.data.schema import QUESTION_SCHEMA, read_questions
 from tagrpo.data.training_set import load_training_questions, miniworld_neighbours
-from tagrpo.models import load_causal_lm
 from tagrpo.training.scoring import build_scoring_batch, score_log_probs
 from tagrpo.verl_ext.process import processes_marked
 
@@ -143,7 +143,9 @@ def verl_project(tmp_path_factory: pytest.TempPathFactory) -> Project:
     env = scratch_project(root, "profiles/verl-cpu.yaml")
     (root / "verl-cpu-test.yaml").write_text(yaml.safe_dump(TEST_PROFILE))
     python = sys.executable
-    run_checked([python, "-m", "tagrpo.cli", "params", "apply", "verl-cpu-test.yaml"], root, env)
+    run_checked(
+        [python, "-m", "tagrpo.pipeline.cli", "params", "apply", "verl-cpu-test.yaml"], root, env
+    )
     run_checked([python, "-m", "stages.data"], root, env)
     run_checked([python, "-m", "stages.base_model"], root, env)
     write_training_input(root)

@@ -8,9 +8,13 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from tagrpo.data.prompts import (
+    ANSWER_FORMAT_INSTRUCTION,
+    MULTIPLE_CHOICE_INSTRUCTION,
+    chat_messages,
+)
 from tagrpo.data.schema import Question
 from tagrpo.data.verl_format import VERL_SCHEMA, to_verl_row, write_verl_parquet
-from tagrpo.prompts import ANSWER_FORMAT_INSTRUCTION, MULTIPLE_CHOICE_INSTRUCTION, chat_messages
 
 MATH_QUESTION = Question(
     id="train/algebra/1.json",

@@ -27,7 +27,7 @@ from tagrpo.config.params import embedded, merged_with_profile
 from tagrpo.data.schema import QUESTION_SCHEMA, Question
 from tagrpo.miniworld.tokenizer import train_tokenizer
 from tagrpo.miniworld.warmstart import TinyModelConfig, build_model
-from tagrpo.paths import project_root
+from tagrpo.pipeline.paths import project_root
 from tagrpo.verl_ext import launcher
 from tagrpo.verl_ext.launcher import read_metrics_log
 from tagrpo.verl_ext.overrides import hydra_value

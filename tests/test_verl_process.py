@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tagrpo.pipeline.procfs import proc_stat
 from tagrpo.verl_ext.process import (
     TEMP_PREFIX,
     private_temp_dir,
@@ -41,11 +42,8 @@ FAKE_VERL = textwrap.dedent(
 
 
 def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return ") Z " not in stat
+    stat = proc_stat(pid)
+    return stat is not None and not stat.zombie
 
 
 def daemon_pid(temp: Path) -> int:

@@ -25,8 +25,8 @@ from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
 import tagrpo.verl_ext.trainer as trainer_module
 from tagrpo.algorithms import AdaptiveThreshold, AVSPOConfig, avspo_advantages
+from tagrpo.data.prompts import chat_messages
 from tagrpo.miniworld.tokenizer import train_tokenizer
-from tagrpo.prompts import chat_messages
 from tagrpo.verl_ext.estimators import VERL_ESTIMATORS
 from tagrpo.verl_ext.settings import MethodSettings
 from tagrpo.verl_ext.trainer import TATrainer, parse_key, trajectory_layout

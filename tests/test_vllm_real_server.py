@@ -2,7 +2,7 @@
 
 Needs vLLM in its own environment (../shared/notes/vllm-on-cpu.md: it cannot share the
 project's) and a HF model folder it can load, e.g. SmolLM2-135M-Instruct materialised by
-``tagrpo.models.materialise``:
+``tagrpo.backends.models.materialise``:
 
     TAGRPO_VLLM_PYTHON=.venv-engines/bin/python TAGRPO_VLLM_MODEL=/path/to/smollm2 \\
         pytest tests/test_vllm_real_server.py

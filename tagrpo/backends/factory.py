@@ -27,7 +27,7 @@ def make_backend(
         import torch
 
         from tagrpo.backends.hf import HFBackend
-        from tagrpo.models import load_causal_lm
+        from tagrpo.backends.models import load_causal_lm
 
         torch.set_num_threads(config.common.torch_threads)
         model, tokenizer = load_causal_lm(model_dir)

@@ -3,7 +3,7 @@
 Same interface as :class:`tagrpo.backends.hf.HFBackend` (``prompt_text``, ``generate``) and the
 same prompts as training: the policy's chat template with a generation prompt applied to the
 question's chat messages (the paper's Box 2 instruction is in the user turn, built by
-:func:`tagrpo.prompts.chat_messages`), with the ``common.chat_template_kwargs`` that training
+:func:`tagrpo.data.prompts.chat_messages`), with the ``common.chat_template_kwargs`` that training
 also passes to verl (``data.apply_chat_template_kwargs``), so evaluation conditions on exactly
 what training did. The authors' public evaluation drops the chat template:
 ``evaluate.prompt_format: raw`` reproduces it (:class:`ChatPrompts`).
@@ -195,7 +195,7 @@ class ServedModelMismatchError(RuntimeError):
 
 def probe_token_ids(prompts: ChatPrompts) -> list[int]:
     """The probe as the policy's tokens: its chat prompt, then the fixed answer."""
-    from tagrpo.prompts import chat_messages
+    from tagrpo.data.prompts import chat_messages
 
     answer = prompts.tokenizer(PROBE_ANSWER, add_special_tokens=False)["input_ids"]
     return prompts.prompt_ids(chat_messages(PROBE_QUESTION)) + list(answer)
@@ -205,7 +205,7 @@ def local_probe_log_probs(model_dir: str | Path, token_ids: Sequence[int]) -> li
     """log p(token i | tokens < i) for i >= 1 under the local weights (float32)."""
     import torch
 
-    from tagrpo.models import load_causal_lm
+    from tagrpo.backends.models import load_causal_lm
 
     model, _ = load_causal_lm(model_dir)
     with torch.no_grad():
@@ -308,7 +308,7 @@ def verify_served_model(
 
 def model_location(model_dir: str | Path) -> str:
     """A policy folder with weights, or the hub id its ``pointer.json`` names."""
-    from tagrpo.models import resolve
+    from tagrpo.backends.models import resolve
 
     source = resolve(model_dir)
     if source.kind == "hub":

@@ -160,13 +160,13 @@ class RunsSettings(ConfigModel):
 
     def policies(self) -> list[str]:
         """Every trained policy, ``<method>-s<seed>``."""
-        from tagrpo.layout import policy_name
+        from tagrpo.pipeline.layout import policy_name
 
         return [policy_name(m, seed) for m in self.all_methods() for seed in self.seeds_of(m)]
 
     def scaling_policies(self) -> list[str]:
         """The data-scaling runs' policies, ``<method>_data<m>x-s<seed>``."""
-        from tagrpo.layout import policy_name
+        from tagrpo.pipeline.layout import policy_name
 
         scaling = self.data_scaling
         return [

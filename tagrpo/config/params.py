@@ -137,7 +137,7 @@ class Params(ConfigModel):
 
 def default_params_path() -> Path:
     """params.yaml of the project the process runs in (the current directory's checkout)."""
-    from tagrpo.paths import project_root
+    from tagrpo.pipeline.paths import project_root
 
     return project_root() / "params.yaml"
 

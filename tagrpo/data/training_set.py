@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tagrpo.data.prompts import chat_messages
 from tagrpo.data.schema import Question
 from tagrpo.miniworld.dataset import problem_from_meta
 from tagrpo.miniworld.tasks import PHRASING_FAMILIES, render
-from tagrpo.prompts import chat_messages
 
 NEIGHBOUR_SOURCES = ("auto", "column", "miniworld", "none")
 

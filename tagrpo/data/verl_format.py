@@ -2,7 +2,7 @@
 
 verl's RL dataset reads ``prompt`` (chat messages), ``data_source`` and ``reward_model`` and
 hands ``extra_info`` to the reward function. The prompt is the paper's Box 2 instruction
-(:func:`tagrpo.prompts.chat_messages`). ``extra_info.rephrased_prompts`` holds TA-GRPO's
+(:func:`tagrpo.data.prompts.chat_messages`). ``extra_info.rephrased_prompts`` holds TA-GRPO's
 rephrased variants as chat-message lists in the same format; it is always present (empty list
 until the rephrasing stage fills it) so the parquet schema does not change between stages.
 """
@@ -16,8 +16,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tagrpo.data.prompts import chat_messages
 from tagrpo.data.schema import Question
-from tagrpo.prompts import chat_messages
 
 MESSAGE_TYPE = pa.struct([pa.field("role", pa.string()), pa.field("content", pa.string())])
 MESSAGES_TYPE = pa.list_(MESSAGE_TYPE)

@@ -37,12 +37,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tagrpo.backends.base import SamplingParams
+from tagrpo.backends.models import load_causal_lm
 from tagrpo.config.equivalence import ConsistencyConfig, ConsistencySettings
+from tagrpo.data.prompts import chat_messages
 from tagrpo.data.schema import Question
 from tagrpo.grading.types import GradeFn, SolveItem
 from tagrpo.miniworld.solver import MiniWorldSolver
-from tagrpo.models import load_causal_lm
-from tagrpo.prompts import chat_messages
 from tagrpo.rephrase.cache import cache_key
 from tagrpo.rephrase.openai_backend import ChatRequest, ChatRunner
 

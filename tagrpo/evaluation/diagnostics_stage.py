@@ -60,7 +60,7 @@ def checkpoints_to_probe(config: Params, root: Path) -> list[tuple[str, str, Pat
 def figure_link() -> str:
     """The figure's path as seen from the report (the section is included into report.md)."""
 
-    from tagrpo.layout import diagnostics_outputs, report_outputs
+    from tagrpo.pipeline.layout import diagnostics_outputs, report_outputs
 
     report_dir = report_outputs()["report"].parent
     return Path(os.path.relpath(diagnostics_outputs()["figure"], report_dir)).as_posix()

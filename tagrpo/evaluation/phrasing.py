@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import pandas as pd
 
 from tagrpo.backends.base import GenerationBackend, SamplingParams
+from tagrpo.data.prompts import chat_messages
 from tagrpo.grading.types import GradeFn
 from tagrpo.metrics.groups import group_stats
-from tagrpo.prompts import chat_messages
 
 # One row per graded response of sample_phrasings (also the schema of saved probe samples).
 SAMPLE_COLUMNS = (

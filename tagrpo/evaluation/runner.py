@@ -16,12 +16,12 @@ import pandas as pd
 
 from tagrpo.backends.base import GenerationBackend, SamplingParams
 from tagrpo.backends.factory import make_stored_backend
+from tagrpo.data.prompts import authors_prompt_text, chat_messages
 from tagrpo.data.schema import Question, read_questions
 from tagrpo.grading.grade_fn import grade_fn_for
 from tagrpo.grading.types import GradeFn
 from tagrpo.metrics.passk import pass_at_k_table
-from tagrpo.progress import labelled
-from tagrpo.prompts import authors_prompt_text, chat_messages
+from tagrpo.pipeline.progress import labelled
 
 if TYPE_CHECKING:
     from tagrpo.backends.sample_store import SampleStore

@@ -44,7 +44,7 @@ from tagrpo.data.training_set import TrainQuestion
 from tagrpo.grading.types import GradeFn
 from tagrpo.metrics.compare import Estimate, mean_difference_interval, sign_test_p
 from tagrpo.metrics.diversity import EmbedFn, mean_pairwise_cosine_distance
-from tagrpo.progress import labelled
+from tagrpo.pipeline.progress import labelled
 
 GROUPINGS = ("original", "neighbour_each", "neighbours", "original_NG", "joint", "original_N1G")
 # (first, second): the comparisons reported, first - second, paired over questions.

@@ -65,6 +65,7 @@ from tagrpo.grading import verify  # called through the module: a test's patch o
 from tagrpo.grading.kinds import ANSWER_KINDS
 from tagrpo.grading.types import GradeItem
 from tagrpo.grading.verify import WARM_UP_ON_IMPORT_ENV, GradeResult
+from tagrpo.pipeline.procfs import proc_stat
 
 _PRELOAD = ["tagrpo.grading.verify"]
 # A grader for an answer kind beyond ANSWER_KINDS: (response, gold) -> (correct, pred, reason).
@@ -74,7 +75,6 @@ _MAX_WAIT_S = 0.25  # the watchdog's polling period while items are in flight
 _MEMO_LIMIT = 10_000  # remembered timeouts per worker (and in the parent)
 _ENV_LOCK = threading.Lock()
 _PLAIN_INTEGER = re.compile(r"-?\d+")
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class ItemTimeout(BaseException):
@@ -89,12 +89,8 @@ def _cpu_clock() -> float:
 
 def process_cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds of a live process from ``/proc`` (Linux); None if unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-    except (OSError, IndexError, ValueError):
-        return None
+    stat = proc_stat(pid)
+    return None if stat is None else stat.cpu_seconds
 
 
 def _item_key(item: tuple[str, str, str]) -> tuple[str, str, str]:

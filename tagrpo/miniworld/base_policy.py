@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from tagrpo.backends.base import SamplingParams
+from tagrpo.backends.models import ModelSource, load_causal_lm, materialise
 from tagrpo.config.params import Params
 from tagrpo.data.schema import read_questions
 from tagrpo.evaluation.phrasing import (
@@ -30,7 +31,6 @@ from tagrpo.evaluation.phrasing import (
 from tagrpo.grading.grade_fn import grade_fn_for
 from tagrpo.miniworld.dataset import problem_from_meta
 from tagrpo.miniworld.tasks import PHRASING_FAMILIES, ProblemSpace, render
-from tagrpo.models import ModelSource, load_causal_lm, materialise
 
 SFT_COLUMNS = ("step", "loss", "lr")
 

@@ -18,7 +18,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from tagrpo.prompts import CHOICE_LETTERS
+from tagrpo.data.prompts import CHOICE_LETTERS
 
 OPERATIONS = ("add", "sub", "add3", "addsub")
 # Single-digit operands keep the arithmetic learnable on CPU in a minute; two-operand problems

@@ -25,6 +25,7 @@ from tagrpo.config.base_model import (
     WarmStartCorpus,
     WarmStartTraining,
 )
+from tagrpo.data.prompts import CHOICE_LETTERS, chat_messages
 from tagrpo.miniworld.tasks import (
     MISCONCEPTION_TRIGGERS,
     PHRASING_FAMILIES,
@@ -36,9 +37,8 @@ from tagrpo.miniworld.tasks import (
     render,
 )
 from tagrpo.miniworld.tokenizer import train_tokenizer
-from tagrpo.progress import track
-from tagrpo.prompts import CHOICE_LETTERS, chat_messages
-from tagrpo.schedule import warmup_cosine
+from tagrpo.pipeline.progress import track
+from tagrpo.training.schedule import warmup_cosine
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-# ``tagrpo.verl_ext.plugin``, ``pkg://tagrpo.verl_ext.reward``, ``tagrpo.cli:main``
+# ``tagrpo.verl_ext.plugin``, ``pkg://tagrpo.verl_ext.reward``, ``tagrpo.pipeline.cli:main``
 _MODULE_REFERENCE = re.compile(r"(?:[a-z]+://)?([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?::[\w.]+)?")
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 _PYTHON = re.compile(r"python(?:3(?:\.\d+)?)?")

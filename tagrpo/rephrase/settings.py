@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tagrpo.config.rephrase import RephraseSettings
-from tagrpo.paths import home_root, resolve_path
+from tagrpo.pipeline.paths import home_root, resolve_path
 from tagrpo.rephrase.cache import ReplyCache
 
 CACHE_FILE = "replies.sqlite"

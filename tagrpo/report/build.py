@@ -15,7 +15,8 @@ from typing import Any
 import pandas as pd
 
 from tagrpo.config.params import Params
-from tagrpo.layout import (
+from tagrpo.metrics.compare import chance_pass_at_k
+from tagrpo.pipeline.layout import (
     BASE_POLICY,
     base_model_outputs,
     check_equivalence_outputs,
@@ -25,7 +26,6 @@ from tagrpo.layout import (
     policy_name,
     report_outputs,
 )
-from tagrpo.metrics.compare import chance_pass_at_k
 from tagrpo.report import paper
 from tagrpo.report.chance import (
     CHANCE_CEILING,
@@ -193,7 +193,7 @@ def statistics_sections(
 def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
     """The paper's Table 1 and Figures 5-8 (:mod:`tagrpo.report.paper`), beside its numbers
     when the base model is one of the paper's."""
-    from tagrpo.layout import BASE_POLICY
+    from tagrpo.pipeline.layout import BASE_POLICY
 
     ks = config.evaluate.ks
     k = ks[-1]

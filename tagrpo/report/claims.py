@@ -50,7 +50,7 @@ class Claim:
 
 def load_policy_runs(root: Path, policies: Sequence[str], ks: Sequence[int]) -> SeedRuns:
     """Per-problem pass@k of the given policies (one method's seeds), from their evaluations."""
-    from tagrpo.layout import evaluate_outputs
+    from tagrpo.pipeline.layout import evaluate_outputs
 
     counts = []
     for policy in policies:
@@ -66,7 +66,7 @@ def load_seed_runs(
 ) -> dict[str, SeedRuns]:
     """Each method's per-problem pass@k over its seeds (``seeds[method]``), from
     ``evals/<method>-s<seed>``."""
-    from tagrpo.layout import policy_name
+    from tagrpo.pipeline.layout import policy_name
 
     return {
         method: load_policy_runs(

@@ -9,8 +9,8 @@ from typing import Any
 
 import pandas as pd
 
-from tagrpo.palette import method_colour, seed_style
 from tagrpo.report.chance import chance_floor
+from tagrpo.report.palette import method_colour, seed_style
 from tagrpo.report.plot_data import split_policy
 from tagrpo.report.style import (
     CHANCE_SHADED_LABEL,

@@ -15,8 +15,8 @@ import pandas as pd
 import yaml
 
 from tagrpo.metrics.compare import SeedRuns, chance_pass_at_k, score_with_interval
-from tagrpo.palette import method_colour
 from tagrpo.report.markdown import markdown_table
+from tagrpo.report.palette import method_colour
 from tagrpo.report.style import (
     CHANCE_LABEL,
     CHANCE_SHADED_LABEL,

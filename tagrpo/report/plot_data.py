@@ -2,7 +2,7 @@
 the headline numbers ``dvc exp show`` lists.
 
 DVC colours a plot by revision and file only; the paper's figures need one colour per method and
-one panel per benchmark, so the plot templates (:mod:`tagrpo.plots`) encode the ``method``,
+one panel per benchmark, so the plot templates (:mod:`tagrpo.pipeline.plots`) encode the ``method``,
 ``benchmark`` and ``grouping`` columns written here. Written by the report stage; every policy
 the params train must have its outputs (a missing one is an error, as in the report).
 """
@@ -16,10 +16,10 @@ from typing import Any
 import pandas as pd
 
 from tagrpo.config.params import Params
-from tagrpo.layout import BASE_POLICY, evaluate_outputs, train_outputs
+from tagrpo.pipeline.layout import BASE_POLICY, evaluate_outputs, train_outputs
 from tagrpo.report.chance import chance_floor, multiple_choice_options
 
-# Roles of the report stage's outputs written here (tagrpo.layout.report_outputs).
+# Roles of the report stage's outputs written here (tagrpo.pipeline.layout.report_outputs).
 PLOT_DATA_ROLES = ("passk_plot", "training_plot", "zero_gradient_plot", "data_scaling_plot")
 # Training-history columns kept for the curves (renamed: DVC templates address plain names).
 TRAINING_COLUMNS = {

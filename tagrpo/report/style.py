@@ -1,6 +1,7 @@
 """What every report figure shares: panels with the legend in its own column (never over the
 data), the k axis labelled 1, 2, 4, ..., the chance floor as a dashed line, and a figure that
-says "not run in this profile" instead of drawing an empty axis. Colours: :mod:`tagrpo.palette`.
+says "not run in this profile" instead of drawing an empty axis. Colours:
+:mod:`tagrpo.report.palette`.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tagrpo.palette import CHANCE_COLOUR, CHANCE_DASH
+from tagrpo.report.palette import CHANCE_COLOUR, CHANCE_DASH
 
 CHANCE_LABEL = "chance (uniform guess)"
 CHANCE_SHADED_LABEL = "chance (uniform guess;\nshaded: at or below it)"

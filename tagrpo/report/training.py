@@ -12,7 +12,7 @@ from tagrpo.report.markdown import markdown_table, percent
 
 def load_training_summaries(root: Path, policies: list[str]) -> dict[str, dict[str, float]]:
     """``{policy: summary}`` of the given policies (``metrics/train/<policy>.json``)."""
-    from tagrpo.layout import train_outputs
+    from tagrpo.pipeline.layout import train_outputs
 
     summaries = {}
     for policy in policies:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from tagrpo.layout import checkpoint_name
+from tagrpo.pipeline.layout import checkpoint_name
 from tagrpo.training.rollout import QuestionRollout
 
 __all__ = ["DUMP_COLUMNS", "checkpoint_name", "checkpoint_steps", "rollout_frame"]
@@ -48,7 +48,8 @@ def checkpoint_steps(total_steps: int, fractions: Sequence[float]) -> dict[int, 
 
 
 def save_policy_folder(model, tokenizer, directory: str | Path) -> None:
-    """An ordinary Hugging Face folder that :func:`tagrpo.models.load_causal_lm` reloads."""
+    """An ordinary Hugging Face folder that :func:`tagrpo.backends.models.load_causal_lm`
+    reloads."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory, safe_serialization=True)

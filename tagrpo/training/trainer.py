@@ -36,10 +36,10 @@ from tagrpo.config.params import embedded
 from tagrpo.config.train import LocalBackendSettings, TrainSettings
 from tagrpo.data.training_set import TrainQuestion, require_neighbours
 from tagrpo.grading.types import GradeFn
-from tagrpo.layout import checkpoint_name
-from tagrpo.schedule import warmup_cosine
+from tagrpo.pipeline.layout import checkpoint_name
 from tagrpo.training.outputs import checkpoint_steps, rollout_frame, save_policy_folder
 from tagrpo.training.rollout import QuestionRollout, sample_rollouts
+from tagrpo.training.schedule import warmup_cosine
 from tagrpo.training.scoring import (
     anchor_variant,
     build_scoring_batch,

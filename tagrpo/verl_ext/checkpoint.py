@@ -7,8 +7,8 @@ shards, plus a ``huggingface/`` folder with config and tokenizer, and full weigh
     models/<policy>/checkpoints/checkpoint-025 ... checkpoint-100   (each a HF folder)
     models/<policy>/                                                 (the final policy)
 
-which is what :func:`tagrpo.models.load_causal_lm`, the evaluation stage and vLLM read. When a
-checkpoint has no full weights, verl's own merger (``python -m verl.model_merger merge
+which is what :func:`tagrpo.backends.models.load_causal_lm`, the evaluation stage and vLLM read.
+When a checkpoint has no full weights, verl's own merger (``python -m verl.model_merger merge
 --backend fsdp``) builds them from the shards.
 """
 

@@ -28,10 +28,10 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from tagrpo.data.prompts import chat_messages
 from tagrpo.data.schema import QUESTION_SCHEMA, Question
 from tagrpo.data.training_set import load_training_questions
 from tagrpo.data.verl_format import write_verl_parquet
-from tagrpo.prompts import chat_messages
 
 Messages = list[dict[str, str]]
 TokenCounter = Callable[[Messages], int]

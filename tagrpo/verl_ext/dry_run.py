@@ -48,7 +48,7 @@ def dry_run_text(config: Params, method: str, seed: int, root: Path, model: str)
     ``root`` and ``model`` are given, so the text does not depend on the checkout or on the
     base-model stage having run; the interpreter is written as ``python``.
     """
-    from tagrpo.layout import policy_name
+    from tagrpo.pipeline.layout import policy_name
     from tagrpo.verl_ext.launcher import build_command
 
     command = build_command(method, config, seed, policy_name(method, seed), root, model=model)

@@ -32,7 +32,7 @@ from typing import Any
 from tagrpo.config.common import TrackingSettings
 from tagrpo.config.engines import VerlSettings
 from tagrpo.config.params import Params
-from tagrpo.paths import project_root
+from tagrpo.pipeline.paths import project_root
 from tagrpo.verl_ext.device import device_env, run_device
 from tagrpo.verl_ext.overrides import RunPaths, VerlRun, build_overrides
 from tagrpo.verl_ext.process import private_temp_dir, remove_temp_dir, run_isolated
@@ -77,7 +77,7 @@ def resolve_model(config: Params, root: Path) -> str:
     weights, or the hub id its ``pointer.json`` names)."""
     if config.verl.model:
         return config.verl.model
-    from tagrpo.models import resolve
+    from tagrpo.backends.models import resolve
 
     source = resolve(root / config.train.model)
     if source.kind == "hub":
@@ -97,7 +97,7 @@ def planned_model(config: Params, root: Path) -> str | None:
     or a folder of weights (warm start, GGUF). ValueError names the stage to run first for any
     other ``train.model``.
     """
-    from tagrpo.models import resolve
+    from tagrpo.backends.models import resolve
 
     if config.verl.model:
         return None
@@ -121,7 +121,7 @@ def planned_model(config: Params, root: Path) -> str | None:
 
 def tracking_settings(tracking: TrackingSettings) -> tuple[bool, str, str]:
     """(enabled, absolute tracking URI, experiment) from ``common.tracking``."""
-    from tagrpo.tracking import tracking_uri
+    from tagrpo.pipeline.tracking import tracking_uri
 
     return tracking.enabled, tracking_uri(tracking.uri), tracking.experiment
 
@@ -233,7 +233,7 @@ def run_training(
         print(command.shell())
         return {}
     from tagrpo.algorithms import get_method
-    from tagrpo.tracking import log_metrics
+    from tagrpo.pipeline.tracking import log_metrics
     from tagrpo.training.outputs import write_history_csv
     from tagrpo.verl_ext.data import (
         chat_template_counter,

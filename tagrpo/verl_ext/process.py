@@ -28,6 +28,8 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from tagrpo.pipeline.procfs import proc_stat
+
 # Ray's Unix sockets live under <temp>/ray/session_<date>_<pid>/sockets/...: Linux allows 107
 # bytes per socket path, so the run's temp dir must be short.
 MAX_TEMP_DIR_LENGTH = 40
@@ -68,8 +70,9 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    stat = _read(Path(f"/proc/{pid}/stat")).decode(errors="replace")
-    return ") Z " not in stat  # a zombie has exited; its parent just has not reaped it
+    # A zombie has exited; its parent just has not reaped it. Unreadable: kill(0) said alive.
+    stat = proc_stat(pid)
+    return stat is None or not stat.zombie
 
 
 def _signal_run(process_group: int | None, marker: str, sig: int) -> list[int]:
@@ -110,9 +113,9 @@ def _group_alive(process_group: int) -> bool:
 def _terminate_on_sigterm() -> Iterator[None]:
     """Turn SIGTERM (a stopped DVC stage) into an exception, so that cleanup runs.
 
-    Once, as :func:`tagrpo.runtime.die_with_parent`'s handler: after the first SIGTERM further
-    ones are ignored (the clean-up after this block must not be interrupted), and the previous
-    handler is restored only if none came.
+    Once, as :func:`tagrpo.pipeline.runtime.die_with_parent`'s handler: after the first SIGTERM
+    further ones are ignored (the clean-up after this block must not be interrupted), and the
+    previous handler is restored only if none came.
     """
     received = []
 

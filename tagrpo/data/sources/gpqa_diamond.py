@@ -15,6 +15,7 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
+from tagrpo.data.prompts import CHOICE_LETTERS
 from tagrpo.data.schema import Question
 from tagrpo.data.sources.base import (
     HubSpec,
@@ -25,7 +26,6 @@ from tagrpo.data.sources.base import (
     problem_text,
     required_text,
 )
-from tagrpo.prompts import CHOICE_LETTERS
 
 # Upstream option 0 is the correct answer.
 OPTION_FIELDS = (

@@ -1,5 +1,5 @@
 """The one palette of every figure: the report's PNGs (:mod:`tagrpo.report`) and the DVC plot
-templates (:mod:`tagrpo.plots`) both take their colours and line styles from here.
+templates (:mod:`tagrpo.pipeline.plots`) both take their colours and line styles from here.
 
 Methods are told apart by colour (TA-GRPO red, as in the paper; the base policy black, drawn
 apart from every trained method), seeds by line style, and a multiple-choice benchmark's
@@ -31,6 +31,7 @@ SEED_STYLES = ("-", "--", ":", "-.")
 def method_colours() -> dict[str, str]:
     """``base`` black, then every registered method (:data:`tagrpo.algorithms.METHODS`) its own
     colour; an error when the methods outnumber the colours."""
+    # The method registry loads numpy and pydantic; building the plots page needs neither.
     from tagrpo.algorithms import METHODS
 
     colours = {"base": BASE_COLOUR}

@@ -15,8 +15,9 @@
    the same stage left RUNNING by a killed process are marked KILLED first. It nests under the
    pipeline's parent run: the Prefect flow's (``TAGRPO_PARENT_RUN_ID``) or the one the first
    stage of a ``dvc repro``/``dvc exp run`` opens for that dvc process
-   (:mod:`tagrpo.pipeline_run`, via :func:`tagrpo.tracking.stage_run`). A failing tracking
-   store ends the stage with a one-line cause (exit status 1), its outputs not committed.
+   (:mod:`tagrpo.pipeline.parent_run`, via :func:`tagrpo.pipeline.stage_run.stage_run`). A
+   failing tracking store ends the stage with a one-line cause (exit status 1), its outputs not
+   committed.
 """
 
 from __future__ import annotations
@@ -38,9 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.config.params import Params
-from tagrpo.layout import Outputs
-from tagrpo.paths import project_root
-from tagrpo.procfs import proc_stat, process_alive
+from tagrpo.pipeline.layout import Outputs
+from tagrpo.pipeline.parent_run import dvc_arguments
+from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.procfs import proc_stat, process_alive
+from tagrpo.pipeline.stage_run import stage_run
+from tagrpo.pipeline.tracking import TrackingError, log_metrics
 
 STATE_DIR = ".tagrpo"
 _PR_SET_PDEATHSIG = 1
@@ -99,8 +103,6 @@ def _launcher_beyond_shells(pid: int) -> tuple[int, int] | None:
 
 def _dvc_exited() -> bool:
     """dvc started this stage (it sets ``DVC_STAGE``) but init now stands where dvc stood."""
-    from tagrpo.pipeline_run import dvc_arguments
-
     if "DVC_STAGE" not in os.environ:
         return False  # started by hand: init may be its launcher (a service, a container)
     try:
@@ -216,8 +218,6 @@ class StageContext:
         return self.root / self.outputs[role]
 
     def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        from tagrpo.tracking import log_metrics
-
         log_metrics(metrics, step=step)
 
     def set_metrics(self, metrics: Mapping[str, Any]) -> None:
@@ -276,8 +276,6 @@ def running_stage(
     The metrics file's numbers are also logged to MLflow, under ``metrics_prefix`` (the train
     stage uses ``summary/``: its per-step metrics have the same names).
     """
-    from tagrpo.tracking import TrackingError, stage_run
-
     die_with_parent()
     root = project_root()
     name = f"{stage}@{key}" if key else stage

@@ -2,8 +2,8 @@
 
 ``dvc exp run --dry`` cannot answer this (DVC makes a temporary copy without the outputs, so it
 fails on the first missing input). :func:`plan_rerun` resolves the change like a rerun does
-(:func:`tagrpo.rerun.resolve_params`: profile, ``key=value`` overrides, validated against the
-typed params) and then reads, never writes, the checkout:
+(:func:`tagrpo.pipeline.rerun.resolve_params`: profile, ``key=value`` overrides, validated
+against the typed params) and then reads, never writes, the checkout:
 
 * the stages are dvc.yaml expanded with the *new* params (a changed ``runs.methods`` adds or
   drops matrix items);
@@ -28,8 +28,15 @@ from typing import Any
 
 import yaml
 
-from tagrpo.dvc_stages import ExpandedStage, expand_stages
-from tagrpo.rerun import RerunRequest, dvc_binary, resolve_params, topological
+from tagrpo.pipeline.dvc_stages import ExpandedStage, expand_stages
+from tagrpo.pipeline.rerun import (
+    RerunRequest,
+    changed_leaves,
+    dvc_binary,
+    read_yaml_mapping,
+    resolve_params,
+    topological,
+)
 
 PARAMS_FILE = "params.yaml"
 
@@ -56,7 +63,7 @@ class RerunPlan:
 
 def _dvc_yaml_view(data: Mapping[str, Any]) -> Any:
     """``data`` as DVC reads it: YAML 1.2 (``1e-6`` is a number there, a string in PyYAML)."""
-    from dvc.utils.serialize import parse_yaml
+    from dvc.utils.serialize import parse_yaml  # optional (pipeline extra) and slow to import
 
     return parse_yaml(yaml.safe_dump(dict(data), sort_keys=False), PARAMS_FILE)
 
@@ -171,9 +178,7 @@ def plan_rerun(
     ``status``: ``dvc status --json`` of the checkout (read from DVC when None); raises
     :class:`~tagrpo.config.params.ConfigError` for an invalid request.
     """
-    from dvc.utils.serialize import parse_yaml
-
-    from tagrpo.rerun import changed_leaves, read_yaml_mapping
+    from dvc.utils.serialize import parse_yaml  # optional (pipeline extra) and slow to import
 
     resolved = resolve_params(root, request)
     current = read_yaml_mapping(root / PARAMS_FILE)

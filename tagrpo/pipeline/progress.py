@@ -44,6 +44,7 @@ def describe(desc: str) -> str:
 
 def bar(total: int | None, desc: str, unit: str = "it") -> Any:
     """A tqdm bar (``update(n)``, ``close()``, usable as a context manager), disabled off a tty."""
+    # tqdm (and, through tqdm.auto, its notebook probe) loads only when a bar is drawn.
     from tqdm.auto import tqdm
 
     return tqdm(

@@ -1,8 +1,8 @@
 """Where every stage writes: the one place stages read their output paths from.
 
-dvc.yaml declares the same paths (DVC needs them literally); ``tests/test_dvc_stages.py``
-expands dvc.yaml and checks that each stage's ``outs``/``metrics`` equal :func:`stage_outputs`
-here, so the two cannot drift apart. All paths are relative to the project root.
+dvc.yaml declares the same paths (DVC needs them literally); ``tests/test_dvc_stages.py`` expands
+dvc.yaml and checks that each stage's ``outs``/``metrics`` equal :func:`stage_outputs` here, so
+the two cannot drift apart. All paths are relative to the project root.
 """
 
 from __future__ import annotations

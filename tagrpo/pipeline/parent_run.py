@@ -12,7 +12,7 @@ once: the grace for stages still ending their runs is the watcher's, from dvc's 
 
 Linux only (``/proc``); elsewhere stages simply run without a parent run.
 
-    python -m tagrpo.pipeline_run watch RUN_ID PID START_TICKS   # what the stage spawns
+    python -m tagrpo.pipeline.parent_run watch RUN_ID PID START_TICKS   # what the stage spawns
 """
 
 from __future__ import annotations
@@ -29,8 +29,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tagrpo.paths import home_root
-from tagrpo.procfs import proc_stat, process_alive
+from tagrpo.pipeline.paths import home_root
+from tagrpo.pipeline.procfs import proc_stat, process_alive
+from tagrpo.pipeline.tracking import (
+    CHECKOUT_TAG,
+    PARENT_RUN_ENV,
+    checkout_id,
+    git_state,
+    log_params_artifact,
+    mark_dead_runs_killed,
+    model_label,
+)
+
+# mlflow is imported inside the functions that use it (heavy; a stage imports this module).
 
 PIPELINE_KEY_TAG = "tagrpo.pipeline_key"
 WATCHER_TAG = "tagrpo.watcher"  # "<pid>:<start ticks>" of the run's watcher process
@@ -118,8 +129,6 @@ def _pipeline_lock(root: Path) -> Iterator[None]:
 def parent_run_for_stage(client: Any, experiment_id: str, config: Any) -> str | None:
     """The run id a stage run nests under: the orchestrator's, dvc's (created on first use),
     or None when the stage was started by hand."""
-    from tagrpo.tracking import PARENT_RUN_ENV
-
     given = os.environ.get(PARENT_RUN_ENV)
     if given:
         return given
@@ -143,8 +152,6 @@ def parent_run_for_stage(client: Any, experiment_id: str, config: Any) -> str | 
 
 def pipeline_tags(config: Any, origin: str) -> dict[str, str]:
     """Tags every pipeline parent run carries (dvc's or the Prefect flow's)."""
-    from tagrpo.tracking import CHECKOUT_TAG, checkout_id, git_state, model_label
-
     return {
         "stage": "pipeline",
         ORIGIN_TAG: origin,
@@ -158,8 +165,6 @@ def pipeline_tags(config: Any, origin: str) -> dict[str, str]:
 
 
 def _create_parent_run(client: Any, experiment_id: str, config: Any, dvc: DvcProcess) -> str:
-    from tagrpo.tracking import log_params_artifact
-
     tags = {
         **pipeline_tags(config, "dvc"),
         PIPELINE_KEY_TAG: dvc.key,
@@ -191,7 +196,7 @@ def _spawn_watcher(client: Any, run_id: str, dvc: DvcProcess, root: Path) -> Non
             [
                 sys.executable,
                 "-m",
-                "tagrpo.pipeline_run",
+                "tagrpo.pipeline.parent_run",
                 "watch",
                 run_id,
                 str(dvc.pid),
@@ -219,8 +224,6 @@ def finish_run(client: Any, run_id: str, wait_until: float | None = None) -> str
     dvc's death just signalled may still be ending its run. The grace is measured from that
     exit, not from whenever this is called.
     """
-    from tagrpo.tracking import mark_dead_runs_killed
-
     experiment_id = client.get_run(run_id).info.experiment_id
     query = f"tags.mlflow.parentRunId = '{run_id}'"
     deadline = time.monotonic() if wait_until is None else wait_until
@@ -296,6 +299,6 @@ def watch(run_id: str, pid: int, start_ticks: int, client: Any = None) -> str:
 
 if __name__ == "__main__":
     if len(sys.argv) != 5 or sys.argv[1] != "watch":
-        raise SystemExit("usage: python -m tagrpo.pipeline_run watch RUN_ID PID START_TICKS")
+        raise SystemExit("usage: python -m tagrpo.pipeline.parent_run watch RUN_ID PID START_TICKS")
 
     watch(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))

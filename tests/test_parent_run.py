@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tagrpo.pipeline_run import dvc_ancestor, dvc_arguments, process_alive
-from tagrpo.tracking import PARENT_RUN_ENV
+from tagrpo.pipeline.parent_run import dvc_ancestor, dvc_arguments
+from tagrpo.pipeline.procfs import proc_stat, process_alive
+from tagrpo.pipeline.tracking import PARENT_RUN_ENV
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -27,7 +28,7 @@ STAGE = textwrap.dedent(
     """
     import sys
     from tagrpo.config.params import config_with
-    from tagrpo.tracking import stage_run
+    from tagrpo.pipeline.stage_run import stage_run
     config = config_with({"common.tracking.experiment": "parents", "common.profile": "smoke"})
     with stage_run(sys.argv[1], config) as run:
         print(run.info.run_id, flush=True)
@@ -48,8 +49,7 @@ def test_dvc_arguments_recognise_the_ways_dvc_is_started() -> None:
 
 def test_no_dvc_ancestor_outside_dvc_and_pid_reuse_is_detected() -> None:
     assert dvc_ancestor() is None  # pytest is not run by dvc
-    me = Path("/proc/self/stat").read_text()
-    ticks = int(me[me.rindex(")") + 2 :].split()[19])
+    ticks = proc_stat(os.getpid()).start_ticks
     assert process_alive(os.getpid(), ticks)
     assert not process_alive(os.getpid(), ticks + 1)  # same pid, another process
 

@@ -6,7 +6,7 @@ orchestrates ``dvc repro`` it opens a parent run and passes its id in
 ``TAGRPO_PARENT_RUN_ID``; stage runs then nest under it across processes.
 
 A plain ``dvc repro`` gets a parent run too: the first stage opens one keyed by the dvc
-process and later stages nest under it (:mod:`tagrpo.pipeline_run`).
+process and later stages nest under it (:mod:`tagrpo.pipeline.parent_run`).
 
 Each run carries what ties it to its DVC outputs (``tagrpo.dvc_stage``, the DVC name such as
 ``train@grpo-0``, and ``tagrpo.deps_hash``, a hash of the stage's dependencies and params) and
@@ -41,12 +41,19 @@ import os
 import re
 import socket
 import subprocess
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from tagrpo.config.model import looks_like_secret
-from tagrpo.paths import checkout_root, home_root, project_root, resolve_path
+from tagrpo.pipeline.dvc_stages import load_stages, pipeline_outputs
+from tagrpo.pipeline.paths import checkout_root, home_root, project_root, resolve_path
+
+# mlflow, requests and sqlalchemy are imported inside the functions that use them: heavy, and a
+# stage or ``tagrpo params check`` that logs nothing must not load them.
 
 PARENT_RUN_ENV = "TAGRPO_PARENT_RUN_ID"
 DEFAULT_EXPERIMENT = "tagrpo"
@@ -261,8 +268,6 @@ def git_state(cwd: Path | None = None) -> dict[str, str]:
     writes (``dvc.lock`` and the outputs dvc.yaml declares, e.g. committed metrics) does not
     count: a stage runs while earlier stages of the same ``dvc repro`` are rewriting them.
     """
-    from tagrpo.dvc_stages import pipeline_outputs
-
     where = cwd or home_root()
     try:
         outputs = pipeline_outputs(where)
@@ -374,10 +379,6 @@ def deps_hash(dvc_name: str, root: Path | None = None) -> str:
     The same inputs give the same hash, so a run can be matched to the dvc.lock entry that
     recorded those inputs (and an orphaned run to none).
     """
-    import yaml
-
-    from tagrpo.dvc_stages import load_stages
-
     root = root or project_root()
     try:
         stages = load_stages(root)
@@ -439,113 +440,12 @@ def mark_dead_runs_killed(client: Any, runs: list[Any]) -> int:
     return stale
 
 
-@contextlib.contextmanager
-def stage_run(
-    stage: str,
-    config: Any,
-    *,
-    key: str | None = None,
-    run_name: str | None = None,
-    tags: Mapping[str, str] | None = None,
-    log_sections: tuple[str, ...] = (),
-    run_params: Mapping[str, Any] | None = None,
-    dvc_name: str | None = None,
-) -> Iterator[Any]:
-    """An MLflow run for one stage execution (nested under the orchestrator's run, if any).
-
-    ``dvc_name`` is DVC's name of the stage (``train@grpo-0``; default ``stage@key``).
-
-    ``config`` is the validated :class:`tagrpo.config.params.Params`; ``log_sections`` names
-    the sections logged as params (``common`` always), ``run_params`` adds run-specific ones.
-    With ``common.tracking.enabled: false`` the run is skipped with a message; a failing store
-    raises :class:`TrackingError`. An interrupted stage (Ctrl-C, SIGTERM) ends its run KILLED.
-    """
-    import mlflow
-
-    settings = config.common.tracking
-    if not settings.enabled:
-        print(f"[tracking] disabled in params: no MLflow run for stage {stage}")
-        yield None
-        return
-    uri = tracking_uri(settings.uri)
-    client = open_store(uri)
-    mlflow.set_tracking_uri(uri)
-    experiment = checkout_experiment(client, settings.experiment)
-    dvc_key = dvc_name or (f"{stage}@{key}" if key else stage)
-    with tracking_errors("starting the stage's run", uri):
-        mlflow.set_experiment(experiment_id=experiment.experiment_id)
-        stale = mark_stale_runs_killed(client, experiment.experiment_id, dvc_key)
-        if stale:
-            print(
-                f"[tracking] marked {stale} run(s) of {dvc_key} left RUNNING by a dead process "
-                "KILLED"
-            )
-        run_tags = {
-            "stage": stage,
-            "profile": config.common.profile,
-            "model": model_label(config),
-            "backend": _stage_backend(stage, config),
-            "tagrpo.dvc_stage": dvc_key,
-            "tagrpo.deps_hash": deps_hash(dvc_key),
-            "tagrpo.host": socket.gethostname(),
-            "tagrpo.pid": str(os.getpid()),
-            CHECKOUT_TAG: checkout_id(),
-            **git_state(),
-            **(tags or {}),
-        }
-        from tagrpo.pipeline_run import parent_run_for_stage
-
-        parent = parent_run_for_stage(client, experiment.experiment_id, config)
-        run = mlflow.start_run(run_name=run_name or dvc_key, parent_run_id=parent, tags=run_tags)
-    try:
-        with tracking_errors("logging the stage's params", uri):
-            logged = {"common": config.common.model_dump(mode="json")}
-            for section in log_sections:
-                logged[section] = config.section(section).model_dump(mode="json")
-            flat = flatten_params(logged)
-            columns = {name: flat[name] for name in KEY_PARAMS if name in flat}
-            # Run-specific values (a policy's step count...) are few: all of them are columns.
-            columns.update(flatten_params(dict(run_params or {})))
-            mlflow.log_params(columns)
-            log_params_artifact(client, run.info.run_id, logged, PARAMS_ARTIFACT)
-        yield run
-    except (KeyboardInterrupt, SystemExit):
-        _end_run("KILLED")
-        raise
-    except BaseException:
-        _end_run("FAILED")
-        raise
-    else:
-        with tracking_errors("ending the stage's run", uri):
-            mlflow.end_run(status="FINISHED")
-
-
-def _end_run(status: str) -> None:
-    """End the active run after a failure; a store that fails too must not hide the failure."""
-    import mlflow
-
-    try:
-        mlflow.end_run(status=status)
-    except Exception as error:  # the stage's own error is the one to report
-        print(f"[tracking] could not mark the run {status}: {type(error).__name__}: {error}")
-
-
-def _stage_backend(stage: str, config: Any) -> str:
-    """The engine a stage's numbers come from: its section's ``backend`` where it has one
-    (train: local | verl; evaluate, diagnostics: hf | vllm; rephrase), else ``local``."""
-    if stage in ("train", "evaluate", "diagnostics", "rephrase"):
-        return str(config.section(stage).backend)
-    return "local"
-
-
 def metric_batch(
     metrics: Mapping[str, Any], step: int | None = None, timestamp: int | None = None
 ) -> list[Any]:
     """The numeric metrics (nested mappings flattened) as MLflow ``Metric`` entries, named as
     :func:`metric_point` gives them: pass@k at step k, the rest at ``step`` (default 0). NaN is
     dropped. A pass@k key with an explicit ``step`` is refused: its step is k."""
-    import time
-
     from mlflow.entities import Metric
 
     stamp = timestamp if timestamp is not None else int(time.time() * 1000)

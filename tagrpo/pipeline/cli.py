@@ -14,7 +14,8 @@
 
 Adding a command: write ``_cmd_<name>(args) -> int`` (the exit status) and one ``add_parser``
 block in :func:`build_parser` that ends with ``set_defaults(handler=_cmd_<name>)``. Import heavy
-modules inside the command function so that ``tagrpo --help`` stays fast.
+modules (pydantic's typed params, numpy, mlflow, dvc) inside the command function so that
+``tagrpo --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -29,6 +30,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tagrpo.data.sources.registry import answer_kind_for
+from tagrpo.grading import pool as grading_pool
+from tagrpo.grading.kinds import ANSWER_KINDS
+from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.plots import dvc_plots
+from tagrpo.pipeline.verify import verify_outputs
 
 # --- grade -----------------------------------------------------------------------------------
 
@@ -85,9 +93,6 @@ def _id_key(record_id: Any) -> tuple[str, Any]:
 
 def _parse_grade_line(number: int, line: str) -> _GradeRequest | _Rejection:
     """One decoded input line -> a request, or a rejection that says what is wrong with it."""
-    from tagrpo.data.sources.registry import answer_kind_for
-    from tagrpo.grading.kinds import ANSWER_KINDS
-
     if not line.strip():
         return _Rejection(number, None, "empty line")
     try:
@@ -209,10 +214,8 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     results = []
     restarts = 0
     if requests:  # the pool (and its processes) start only when there is something to grade
-        from tagrpo.grading.pool import GradeItem, GradingPool
-
-        items = [GradeItem(r.response, r.answer, r.answer_kind) for r in requests]
-        with GradingPool(
+        items = [grading_pool.GradeItem(r.response, r.answer, r.answer_kind) for r in requests]
+        with grading_pool.GradingPool(
             workers=min(args.workers, len(items)),
             item_timeout_s=args.item_timeout,
             warm_up=len(items) >= _WARM_POOL_MIN_ITEMS,
@@ -258,6 +261,8 @@ def _cmd_grade(args: argparse.Namespace) -> int:
 
 
 def _cmd_params_apply(args: argparse.Namespace) -> int:
+    # Here and below: the typed params (pydantic), the method registry (numpy) and mlflow load
+    # only in the command that needs them, so that ``tagrpo --help`` stays fast.
     from tagrpo.config.params import ConfigError, apply_profile
 
     try:
@@ -301,9 +306,8 @@ def _cmd_params_explain(args: argparse.Namespace) -> int:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from tagrpo.config.params import ConfigError
-    from tagrpo.paths import project_root
-    from tagrpo.plan import plan_rerun, render_plan
-    from tagrpo.rerun import RerunRequest
+    from tagrpo.pipeline.plan import plan_rerun, render_plan
+    from tagrpo.pipeline.rerun import RerunRequest
 
     request = RerunRequest(profile=args.profile, overrides=list(args.overrides))
     try:
@@ -329,8 +333,14 @@ def _checkout_config() -> Any:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from tagrpo.compare import ALL_CHECKOUTS, by_checkout, compare, latest_evaluations, render
-    from tagrpo.tracking import checkout_id, tracking_uri
+    from tagrpo.pipeline.compare import (
+        ALL_CHECKOUTS,
+        by_checkout,
+        compare,
+        latest_evaluations,
+        render,
+    )
+    from tagrpo.pipeline.tracking import checkout_id, tracking_uri
 
     config = _checkout_config()
     settings = config.common.tracking if config is not None else None
@@ -374,8 +384,6 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_plots(args: argparse.Namespace) -> int:
-    from tagrpo.plots import dvc_plots
-
     try:
         return dvc_plots([args.action, *args.dvc_args])
     except (FileNotFoundError, ValueError) as error:
@@ -387,9 +395,6 @@ def _cmd_plots(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from tagrpo.paths import project_root
-    from tagrpo.verify import verify_outputs
-
     root = project_root()
     try:
         checked, mismatches = verify_outputs(root, args.paths or None)

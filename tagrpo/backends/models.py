@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# torch and transformers (and backends.attention, built on them) load inside the loaders: heavy,
+# and resolving a model's source (the verl launcher, the rephrase stage) needs neither.
 POINTER_FILE = "pointer.json"
 
 

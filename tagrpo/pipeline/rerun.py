@@ -38,7 +38,7 @@ from tagrpo.config.params import (
     read_yaml_mapping,
     validate_params,
 )
-from tagrpo.dvc_stages import pipeline_outputs
+from tagrpo.pipeline.dvc_stages import pipeline_outputs
 
 CURRENT_PROFILE = "current"  # params.yaml as it is in the checkout
 RUNS_DIR = Path(".tagrpo") / "runs"

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from tagrpo.algorithms.methods import METHODS
+
 PASS_PREFIX = "pass_at_k/"
 CI_PREFIX = "pass_at_k_ci/"
 CHECKOUT_TAG = "tagrpo.checkout"
@@ -203,7 +205,7 @@ def by_checkout(runs: Iterable[EvaluationRun]) -> dict[str, list[EvaluationRun]]
 
 
 def _t_quantile(df: int) -> float:
-    from scipy.stats import t
+    from scipy.stats import t  # heavy: only a method with several seeds needs it
 
     return float(t.ppf(0.975, df))
 
@@ -226,8 +228,6 @@ def combine(runs: Sequence[EvaluationRun], key: tuple[str, int]) -> Cell | None:
 def method_order(methods: Iterable[str]) -> list[str]:
     """base first, then the registry's order (a method's data-scaling columns after it, by
     multiple), then anything else alphabetically."""
-    from tagrpo.algorithms import METHODS
-
     registry = list(METHODS)
 
     def key(column: str) -> tuple[bool, int, float, str]:

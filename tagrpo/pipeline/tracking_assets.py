@@ -11,13 +11,17 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import time
 import warnings
 from collections.abc import Iterable
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from tagrpo.paths import project_root
-from tagrpo.tracking import tracking_errors
+from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.tracking import tracking_errors
+
+# mlflow, pandas and huggingface_hub are imported inside the functions that use them (heavy).
 
 # Above this size a policy is linked (an external logged model pointing at its DVC output)
 # instead of copied into the artifact store: the paper's 1.7B-4B policies are 3-8 GB each.
@@ -246,8 +250,6 @@ def _model_card(policy: str, base_model: str, license_id: str) -> Any:
 
 def _model_requirements() -> list[str]:
     """The packages that load the policy, pinned to the versions that trained it."""
-    from importlib.metadata import version
-
     return [
         f"torch=={version('torch').split('+')[0]}",  # the local label (+cpu) is not on PyPI
         f"transformers=={version('transformers')}",
@@ -262,8 +264,6 @@ def log_passk_intervals(passk: Any) -> None:
     pass@k itself is in the stage's metrics (``pass_at_k/<name>`` at step k); group rows have
     no CI.
     """
-    import time
-
     import mlflow
     from mlflow.entities import Metric
 
