@@ -2,8 +2,8 @@
 
     python -m stages.train --method ta_grpo [--seed 0] [--data-multiple 1.0] [--dry-run]
 
-The run is planned and checked first (:func:`tagrpo.training.run.plan_training`), then trained
-with ``train.backend``: ``local`` (:mod:`tagrpo.training`) or ``verl``
+The run is planned and checked first (:func:`tagrpo.training.train_stage.plan_training`), then
+trained with ``train.backend``: ``local`` (:mod:`tagrpo.training`) or ``verl``
 (:mod:`tagrpo.verl_ext.launcher`; ``--dry-run`` prints its command). Outputs for policy ``P``
 (``<method>[_data<m>x]-s<seed>``): ``models/P/`` (with ``checkpoints/checkpoint-025..100``),
 ``rollouts/P/``, ``plots/train/P.csv`` and ``metrics/train/P.json``; one MLflow run.
@@ -18,7 +18,7 @@ from tagrpo.pipeline.layout import data_outputs, dvc_stage_name, policy_name, tr
 from tagrpo.pipeline.runtime import running_stage
 from tagrpo.pipeline.tracking import model_label
 from tagrpo.pipeline.tracking_assets import log_datasets, log_policy_model
-from tagrpo.training.run import plan_training, run_summary, train_local
+from tagrpo.training.train_stage import plan_training, run_summary, train_local
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:

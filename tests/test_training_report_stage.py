@@ -8,7 +8,7 @@ import pytest
 
 from tagrpo.pipeline.layout import policy_name
 from tagrpo.report.training import load_training_summaries, training_section
-from tagrpo.training.run import run_summary
+from tagrpo.training.train_stage import run_summary
 
 
 def test_policy_names() -> None:
@@ -111,7 +111,7 @@ def test_plan_counts_optimiser_updates_per_epoch_for_both_batch_units(tmp_path) 
     from tagrpo.config.params import config_with, embedded
     from tagrpo.data.schema import write_questions
     from tagrpo.miniworld.dataset import build_miniworld
-    from tagrpo.training.run import plan_training
+    from tagrpo.training.train_stage import plan_training
 
     train = build_miniworld(
         embedded(SyntheticSettings, train_size=80), embedded(MiniWorldSettings)

@@ -49,8 +49,8 @@ _SKIPPED_DIRS = frozenset({"__pycache__"})
 
 @dataclass(frozen=True)
 class Module:
-    name: str  # dotted: ``tagrpo.training.run``
-    path: str  # its file relative to the root, POSIX: ``tagrpo/training/run.py``
+    name: str  # dotted: ``tagrpo.training.train_stage``
+    path: str  # its file relative to the root, POSIX: ``tagrpo/training/train_stage.py``
     is_package: bool  # an ``__init__.py``
 
 
