@@ -363,3 +363,25 @@ def test_trainer_builds_from_the_composed_config_with_verls_sync_buffer(method, 
     assert (trainer.estimator_state is not None) == (method == "avspo")  # its adaptive tau
     with pytest.raises(ValueError, match="use_kl_in_reward must be False"):
         TATrainer(wrong)
+
+
+def test_the_negative_control_reaches_verls_registry_with_flipped_grpo_advantages() -> None:
+    """``grpo_flipped`` is found by name in verl's registry and gives minus verl's GRPO."""
+    assert core_algos.get_adv_estimator_fn("grpo_flipped") is VERL_ESTIMATORS["grpo_flipped"]
+    rewards = np.array([1, 0, 0, 0, 1, 1, 1, 1], dtype=np.float32)
+    uids = np.array(["x"] * 4 + ["y"] * 4, dtype=object)
+    scores = torch.zeros(8, 3)
+    scores[:, -1] = torch.from_numpy(rewards)
+
+    def advantages(estimator: str) -> np.ndarray:
+        data = DataProto.from_single_dict(
+            {"token_level_rewards": scores, "response_mask": torch.ones(8, 3), "uid": uids}
+        )
+        out = compute_advantage(data, adv_estimator=estimator, config=OmegaConf.create({}))
+        return out.batch["advantages"].numpy().copy()
+
+    flipped = advantages("grpo_flipped")
+    scale = math.sqrt(0.75 / 3) + EPS
+    expected = [-0.75 / scale, 0.25 / scale, 0.25 / scale, 0.25 / scale, 0.0, 0.0, 0.0, 0.0]
+    np.testing.assert_allclose(flipped[:, 0], expected, rtol=1e-5)
+    np.testing.assert_allclose(flipped, -advantages("grpo"), rtol=1e-6)

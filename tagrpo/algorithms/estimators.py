@@ -91,5 +91,23 @@ def grpo_estimator(
     return EstimatorOutput(grpo_advantages(rewards, group_ids, num_groups, epsilon=epsilon))
 
 
+@register_estimator(
+    "grpo_flipped",
+    description="negative control: minus the grpo advantages (pushes away from correct answers)",
+)
+def grpo_flipped_estimator(
+    rewards: np.ndarray,
+    group_ids: np.ndarray,
+    num_groups: int,
+    epsilon: float,
+    settings: Any,
+    state: Any,
+) -> EstimatorOutput:
+    # A known-bad method: with the sign flipped every update lowers the probability of the
+    # correct responses of a mixed group, so a working instrument must report it below GRPO.
+    advantages = grpo_advantages(rewards, group_ids, num_groups, epsilon=epsilon)
+    return EstimatorOutput(-advantages)
+
+
 # Estimators defined in their own modules register on import.
 from tagrpo.algorithms import avspo as _avspo  # noqa: E402, F401

@@ -83,7 +83,13 @@ ONE_SEED_DEFAULT = ("grpo_ds", "grpo_x4_ds", "avspo")
 def _registered_methods() -> list[str]:
     from tagrpo.algorithms import METHODS
 
-    return [name for name in METHODS if name not in ONE_SEED_DEFAULT]
+    # The negative control is not in the default's runs yet: it joins them (and this default)
+    # with the redesigned mini world in which it can be detected (issue 21, V4).
+    return [
+        name
+        for name, spec in METHODS.items()
+        if name not in ONE_SEED_DEFAULT and not spec.negative_control
+    ]
 
 
 class DataScaling(ConfigModel):
