@@ -99,3 +99,14 @@ class ReportSettings(ConfigModel):
     curve_ks: list[int] = Field(
         default_factory=lambda: [1, 2, 4, 8, 16, 32], min_length=1, description="k on the curves"
     )
+    in_distribution: str = Field(
+        "competition",
+        min_length=1,
+        description="the evaluate.groups group of in-distribution benchmarks (V1, the controls)",
+    )
+    equivalence_margin: float = Field(
+        0.02,
+        gt=0,
+        lt=1,
+        description="TOST margin of the section 5.5 row, as a pass@k fraction (0.02 = 2 points)",
+    )
