@@ -99,10 +99,11 @@ class ReportSettings(ConfigModel):
     curve_ks: list[int] = Field(
         default_factory=lambda: [1, 2, 4, 8, 16, 32], min_length=1, description="k on the curves"
     )
-    in_distribution: str = Field(
+    in_distribution: str | None = Field(
         "competition",
         min_length=1,
-        description="the evaluate.groups group of in-distribution benchmarks (V1, the controls)",
+        description="the evaluate.groups group of in-distribution benchmarks (V1, the positive "
+        "control); null = every benchmark",
     )
     equivalence_margin: float = Field(
         0.02,

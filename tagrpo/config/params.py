@@ -114,7 +114,8 @@ class Params(ConfigModel):
                     f"evaluate.groups.{group}: {unknown} are not benchmarks of data.source "
                     f"{self.data.source} (benchmarks: {sorted(benchmark_names)})"
                 )
-        if self.report.in_distribution not in self.evaluate.groups:
+        in_distribution = self.report.in_distribution
+        if in_distribution is not None and in_distribution not in self.evaluate.groups:
             problems.append(
                 f"report.in_distribution ({self.report.in_distribution!r}) is not a group of "
                 f"evaluate.groups ({sorted(self.evaluate.groups)})"

@@ -34,7 +34,7 @@ from tagrpo.report.chance import (
     uninformative_from,
 )
 from tagrpo.report.markdown import markdown_table, passk_curves, passk_long_table, table1
-from tagrpo.report.training import load_training_summaries, training_section
+from tagrpo.report.training import load_training_summaries, reward_figure, training_section
 
 
 def data_section(counts: dict[str, Any]) -> str:
@@ -122,6 +122,15 @@ def read_passk(root: Path, policies: list[str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def in_distribution_benchmarks(config: Params) -> tuple[str, list[str]]:
+    """The group named by ``report.in_distribution`` and its benchmarks (every benchmark when
+    it is null)."""
+    name = config.report.in_distribution
+    if name is None:
+        return "all benchmarks", sorted(config.benchmark_names())
+    return name, list(config.evaluate.groups[name])
+
+
 def _histories(root: Path, policies: Sequence[str], column: str) -> list[list[float]]:
     """Each policy's per-step ``column`` from its training history (an error naming a missing
     file or column)."""
@@ -172,8 +181,7 @@ def validity_section(
     ks = config.evaluate.ks
     n_resamples = config.evaluate.bootstrap_resamples
     benchmarks = sorted(config.benchmark_names())
-    group = config.report.in_distribution
-    members = config.evaluate.groups[group]
+    group, members = in_distribution_benchmarks(config)
     grpo_policies = (
         [policy_name("grpo", seed) for seed in config.runs.seeds_of("grpo")]
         if "grpo" in runs
@@ -282,7 +290,6 @@ def statistics_sections(
             largest,
             load_policy_runs(root, [policy_name("grpo", s, largest) for s in scaling.seeds], ks),
         )
-    in_distribution = config.report.in_distribution
     claims = build_claims(
         runs,
         benchmarks,
@@ -291,7 +298,7 @@ def statistics_sections(
         ks[-1],
         config.evaluate.bootstrap_resamples,
         base=base,
-        in_distribution=(in_distribution, config.evaluate.groups[in_distribution]),
+        in_distribution=in_distribution_benchmarks(config),
         scaled_grpo=scaled_grpo,
         equivalence_margin=config.report.equivalence_margin,
     )
@@ -369,6 +376,9 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
     figures.mkdir(parents=True, exist_ok=True)
     paper.curves_figure(
         frame[frame["column"].isin(ordered)], ordered, figures / "figure5_passk.png", options
+    )
+    paper.curves_grid_figure(
+        frame[frame["column"].isin(ordered)], ordered, figures / "passk_intervals.png", options
     )
     averages = [*groups, "average"]
     paper.bars_figure(
@@ -587,6 +597,16 @@ def build_report(
     link_path = Path(os.path.relpath(layout["figures"] / curves.name, layout["report"].parent))
     link = link_path.as_posix()
     validity, claims, statistics, headline = statistics_sections(config, root, out, passk)
+    rewards = {
+        method: _histories(
+            root,
+            [policy_name(method, seed) for seed in config.runs.seeds_of(method)],
+            "original/reward_mean",
+        )
+        for method in config.runs.all_methods()
+    }
+    reward_figure(rewards, figures_dir / "training_reward.png")
+    figure_link = Path(os.path.relpath(layout["figures"], layout["report"].parent)).as_posix()
     paper_figures = paper_sections(config, root, out)
     sections = [
         f"# {config.report.title}",
@@ -607,6 +627,27 @@ def build_report(
         "its 90% interval.",
         "",
         claims,
+        "",
+        "## Training reward and pass@k of every method",
+        "",
+        "Training reward on the original questions per step, per method: the mean over its "
+        "seeds, shaded by the 95% interval of that mean over seeds (a one-seed method has no "
+        "band), GRPO's mean dashed for comparison.",
+        "",
+        f"![Training reward per method]({figure_link}/training_reward.png)",
+        "",
+        "pass@k per benchmark of every method over the base policy, each with its 95% interval "
+        "(seeds and problems, as in the tables).",
+        "",
+        f"![pass@k with intervals]({figure_link}/passk_intervals.png)",
+        "",
+        "Strategy entropy over training per method: "
+        + (
+            "see the testbed validity table."
+            if "validity/V3" in headline and headline["validity/V3"] == 1.0
+            else "not measurable: the world's responses carry no solution-strategy label (one "
+            "solution template), so no entropy can be computed at any checkpoint."
+        ),
         "",
         statistics,
         "",
