@@ -42,6 +42,11 @@ def test_reward_rise_of_one_run_is_welch_over_its_quarters() -> None:
     assert estimate.se == pytest.approx(math.sqrt(0.02))
     assert estimate.df == pytest.approx(2.0)  # Welch with equal variances and sizes
     assert estimate.conditional
+    short = validity.reward_trend([[0.1, 0.2, 0.3, 0.4]])  # the smoke profile's one short run
+    assert not short.passed and short.measured.startswith("not measurable: one GRPO run of 4")
+    # Welch: se = sqrt(2e-4 / 2 + 2e-4 / 2), 2 df: 0.70 +/- 4.3027 x 0.01414.
+    rising = validity.reward_trend([[0.10, 0.12, 0.0, 0.0, 0.0, 0.0, 0.80, 0.82]])
+    assert rising.passed and rising.measured.startswith("+70.00 [+63.92, +76.08] points")
 
 
 def _probe(successes: dict[str, dict[str, int]], samples: int = 4) -> pd.DataFrame:

@@ -88,6 +88,12 @@ def reward_trend(histories: Sequence[Sequence[float]]) -> Criterion:
     requirement = "GRPO training reward, last minus first quarter of steps: interval above 0"
     if not histories:
         return Criterion("V1 (reward)", requirement, "not run: runs lacks grpo", False)
+    if len(histories) == 1 and len(histories[0]) < 8:
+        measured = (
+            f"not measurable: one GRPO run of {len(histories[0])} steps (a quarter needs 2 "
+            "steps for a within-run variance; more seeds or steps)"
+        )
+        return Criterion("V1 (reward)", requirement, measured, False)
     estimate = reward_rise(histories)
     measured = f"{_points(estimate)} over {len(histories)} run(s)"
     return Criterion("V1 (reward)", requirement, measured, estimate.low > 0)
