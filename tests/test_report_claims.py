@@ -95,13 +95,13 @@ def test_controls_equivalence_holm_and_validity_from_the_numbers(tmp_path: Path)
     # Validity: V1-V2, V4, V5 and every edge pass; V3 cannot be measured in a one-template world.
     verdicts = {k.removeprefix("validity/"): v for k, v in headline.items() if "validity" in k}
     assert verdicts == {
-        "V1 (policy)": 1.0,
-        "V1 (reward)": 1.0,
+        "V1_policy": 1.0,
+        "V1_reward": 1.0,
         "V2": 1.0,
         "V3": 0.0,
         "V4": 1.0,
         "V5": 1.0,
-        **{f"edges: {b}": 1.0 for b in BENCHMARKS},
+        **{f"edges/{b}": 1.0 for b in BENCHMARKS},
     }
     assert "| V4 | GRPO - negative control, pass@1, all benchmarks" in validity
     assert "grpo_flipped: +75.00 [+75.00, +75.00] points (conditional on a 1-seed run)" in validity

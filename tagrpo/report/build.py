@@ -250,7 +250,7 @@ def validity_section(
         lines += ["", power]
     passed = sum(c.passed for c in criteria)
     lines += ["", f"**{passed} of {len(criteria)} criteria pass.**"]
-    metrics = {f"validity/{c.name}": float(c.passed) for c in criteria}
+    metrics = {f"validity/{c.key}": float(c.passed) for c in criteria}
     return "\n".join(lines), metrics
 
 

@@ -55,6 +55,11 @@ class Criterion:
     measured: str
     passed: bool
 
+    @property
+    def key(self) -> str:
+        """Its metric name: ``V1_policy``, ``V5``, ``edges/mini_arith``."""
+        return self.name.replace(" (", "_").replace(")", "").replace(": ", "/")
+
     def row(self) -> list[str]:
         return [self.name, self.requirement, self.measured, "PASS" if self.passed else "FAIL"]
 
