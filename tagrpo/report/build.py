@@ -564,11 +564,12 @@ def _differences_markdown(differences: pd.DataFrame) -> str:
     rows = []
     for (baseline, group), part in differences.groupby(["baseline", "group"], sort=False):
         by_k = part.set_index("k")
+        seeds = part["seeds"].iloc[0] + (" (conditional)" if part["conditional"].iloc[0] else "")
         rows.append(
-            [f"TA-GRPO - {baseline}", group]
+            [f"TA-GRPO - {baseline}", group, seeds]
             + [_interval(*by_k.loc[k, ["difference", "ci_low", "ci_high"]]) for k in ks]
         )
-    return markdown_table(["difference", "group", *[f"pass@{k}" for k in ks]], rows)
+    return markdown_table(["difference", "group", "seeds", *[f"pass@{k}" for k in ks]], rows)
 
 
 def build_report(
