@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from tagrpo.config.params import config_with
 from tagrpo.layout import report_outputs
@@ -133,3 +134,31 @@ def test_without_a_negative_control_v4_fails_and_its_row_is_not_run(tmp_path: Pa
     assert negative.startswith("| Negative control") and negative.endswith("| not run |")
     equivalence = claims.splitlines()[-1]
     assert "section 5.5" in equivalence and equivalence.endswith("| not run |")
+
+
+def test_holm_over_the_claims_only_and_verdicts_from_the_adjusted_p() -> None:
+    from tagrpo.metrics.compare import Estimate
+    from tagrpo.report.claims import CONTROL, Claim, adjust
+
+    def claim(name: str, value: float, p_value: float, kind: str = "claim") -> Claim:
+        estimate = Estimate(1, value, value - 0.01, value + 0.01, p_value=p_value, se=0.005)
+        return Claim(name, "m", estimate, kind=kind)
+
+    claims = adjust(
+        [
+            claim("control", 0.2, 0.001, CONTROL),  # not in the family
+            claim("a", 0.03, 0.01),
+            claim("b", -0.03, 0.04),  # raw p < 0.05, Holm 0.06: no longer a verdict
+            claim("c", 0.02, 0.03),
+            Claim("d", "m", None),  # not run: not counted
+        ]
+    )
+    assert [c.holm_p for c in claims[1:4]] == pytest.approx([0.03, 0.06, 0.06])
+    assert [c.verdict for c in claims] == [
+        "supported",
+        "supported",
+        "not distinguishable",
+        "not distinguishable",
+        "not run",
+    ]
+    assert claims[0].row()[5] == "control" and claims[1].row()[4:6] == ["0.010", "0.030"]
