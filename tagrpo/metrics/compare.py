@@ -165,7 +165,7 @@ def t_interval(
 
 
 def combine(
-    value: float, problems: float, per_seed: Sequence[float], seeds: Sequence[int]
+    problems: float, per_seed: Sequence[float], seeds: Sequence[int]
 ) -> tuple[float, float]:
     """``(se, df)``: the bootstrap variance over problems plus each method's ``var_s / S``
     (skipped with one seed: conditional on that run); Welch-Satterthwaite degrees of freedom
@@ -218,7 +218,7 @@ def _estimates(
 ) -> list[Estimate]:
     estimates = []
     for i, k in enumerate(ks):
-        se, df = combine(point[i], parts.problems[i], [v[i] for v in parts.per_seed], parts.seeds)
+        se, df = combine(parts.problems[i], [v[i] for v in parts.per_seed], parts.seeds)
         low, high, p_value = t_interval(float(point[i]), se, df)
         low, high = max(low, bounds[0]), min(high, bounds[1])
         estimates.append(Estimate(int(k), float(point[i]), low, high, p_value, se, df, parts.seeds))
@@ -385,7 +385,7 @@ def half_width(
         raise ValueError("problem_multiple must be > 0")
     if any(count >= 2 and not np.isfinite(v) for v, count in zip(per_seed, seeds, strict=True)):
         raise ValueError("a per-seed variance is unknown (it needs >= 2 measured seeds)")
-    se, df = combine(0.0, problems / problem_multiple, per_seed, seeds)
+    se, df = combine(problems / problem_multiple, per_seed, seeds)
     low, high, _ = t_interval(0.0, se, df)
     return (high - low) / 2.0
 
