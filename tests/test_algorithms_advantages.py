@@ -34,6 +34,7 @@ def test_method_table_matches_the_paper() -> None:
         "ta_grpo",
         "ta_grpo_unanchored",
         "avspo",
+        "grpo_flipped",
     }
     g, n = 8, 3
     budgets = {name: spec.responses_per_question(g, n) for name, spec in METHODS.items()}
@@ -46,6 +47,7 @@ def test_method_table_matches_the_paper() -> None:
         "ta_grpo": 32,
         "ta_grpo_unanchored": 32,
         "avspo": 8,
+        "grpo_flipped": 8,
     }
     assert get_method("grpo_x4").variants(n) == (0,)
     assert get_method("grpo_x4").responses_per_variant(g, n) == 32
@@ -59,6 +61,7 @@ def test_method_table_matches_the_paper() -> None:
     assert (unanchored.grouping, unanchored.anchor) == ("joint", "own")
     assert [name for name, s in METHODS.items() if s.dynamic_sampling] == ["grpo_ds", "grpo_x4_ds"]
     assert [name for name, s in METHODS.items() if s.avspo] == ["avspo"]
+    assert [name for name, s in METHODS.items() if s.negative_control] == ["grpo_flipped"]
     with pytest.raises(ValueError, match="unknown method 'dapo'"):
         get_method("dapo")
 
@@ -172,3 +175,21 @@ def test_matches_verls_reference_estimator() -> None:
     )
     ours = grpo_advantages(rewards, index)
     np.testing.assert_allclose(reference[:, 0].numpy(), ours, rtol=1e-5, atol=1e-5)
+
+
+def test_negative_control_flips_every_grpo_advantage_and_keeps_collapsed_groups_at_zero() -> None:
+    # One mixed group (1 of 4 correct) and one all-correct group, through the method's step.
+    rewards = np.array([1, 0, 0, 0, 1, 1, 1, 1], dtype=float)
+    layout = rollout_layout(2, (0,), 4)
+    step = advantages_and_diagnostics(
+        get_method("grpo_flipped"), rewards, layout.question, layout.variant
+    )
+    scale = math.sqrt(0.75 / 3) + EPSILON
+    assert step.advantages.tolist() == pytest.approx(
+        [-0.75 / scale, 0.25 / scale, 0.25 / scale, 0.25 / scale, 0.0, 0.0, 0.0, 0.0], abs=1e-12
+    )
+    # The correct response of the mixed group is pushed down, the wrong ones up.
+    assert step.advantages[0] < 0 < step.advantages[1]
+    grpo = advantages_and_diagnostics(get_method("grpo"), rewards, layout.question, layout.variant)
+    assert (step.advantages == -grpo.advantages).all()
+    assert step.diagnostics["train/zero_gradient_rate"] == 0.5

@@ -7,8 +7,13 @@ import pandas as pd
 import pytest
 
 from tagrpo.metrics.compare import (
+    Estimate,
+    SeedRuns,
     chance_pass_at_k,
+    equivalence_test,
     group_weights,
+    half_width,
+    holm_adjust,
     mean_difference_interval,
     paired_difference,
     problem_counts,
@@ -72,9 +77,14 @@ def test_paired_difference_and_verdicts() -> None:
 def test_seed_variation_widens_the_interval() -> None:
     mixed = _runs(GOOD, BAD)  # one seed learned, one did not
     difference = paired_difference(mixed, _runs(BAD, BAD), ["a"], n_resamples=500, seed=1)
+    # One problem: no problem variance. Seeds score 1 and 0: var 0.5, / 2 seeds = 0.25, se 0.5,
+    # 1 degree of freedom: 0.5 +/- 12.7 * 0.5, clipped to [-1, 1]; p = 2 P(t_1 > 1) = 0.5.
     assert difference[0].value == pytest.approx(0.5)
-    assert difference[0].low == 0.0 and difference[0].high == 1.0
+    assert (difference[0].se, difference[0].df, difference[0].seeds) == (0.5, 1.0, (2, 2))
+    assert (difference[0].low, difference[0].high) == (-1.0, 1.0)
+    assert difference[0].p_value == pytest.approx(0.5)
     assert difference[0].verdict == "not distinguishable"
+    assert not difference[0].conditional
 
 
 def test_widening_of_the_gap_with_k() -> None:
@@ -101,3 +111,93 @@ def test_paired_mean_sign_test_and_chance() -> None:
     assert sign_test_p(np.array([1.0, -1.0])) == 1.0
     assert chance_pass_at_k(4, 32) == pytest.approx(1 - 0.75**32)
     assert chance_pass_at_k(4, 1) == 0.25
+
+
+def _matrix(per_seed: list[list[float]], benchmarks: list[str]) -> SeedRuns:
+    """SeedRuns from a seeds x problems matrix of pass@1 values (one k)."""
+    values = np.asarray(per_seed, dtype=float)[:, :, None]
+    index = pd.MultiIndex.from_tuples([(b, str(j)) for j, b in enumerate(benchmarks)])
+    return SeedRuns(values, index, (1,))
+
+
+def test_seed_component_is_t_based_with_satterthwaite_df_and_grows_with_seed_variance() -> None:
+    # Every problem of a seed has the same value: the problem bootstrap varies nothing, so the
+    # interval is the seeds' alone. A: seeds 0.5, 0.6, 0.7 (var 0.01); B: 0.4 three times.
+    benchmarks = ["x", "x", "y", "y"]
+    a = _matrix([[v] * 4 for v in (0.5, 0.6, 0.7)], benchmarks)
+    b = _matrix([[0.4] * 4] * 3, benchmarks)
+    (estimate,) = paired_difference(a, b, ["x", "y"], n_resamples=100)
+    assert estimate.value == pytest.approx(0.2)
+    assert estimate.se == pytest.approx(0.05773502691896258)  # sqrt(0.01 / 3)
+    assert estimate.df == pytest.approx(2.0)  # only A's seeds vary: S - 1
+    # 0.2 +/- t(2, 0.975) = 4.3027 x se
+    assert (estimate.low, estimate.high) == pytest.approx(
+        (0.2 - 0.24841377117503302, 0.2 + 0.24841377117503302)
+    )
+    assert estimate.p_value == pytest.approx(0.07417990022744855)
+    # The same mean with seeds further apart (0.4, 0.6, 0.8: var 0.04): twice the se.
+    spread = _matrix([[v] * 4 for v in (0.4, 0.6, 0.8)], benchmarks)
+    (wider,) = paired_difference(spread, b, ["x", "y"], n_resamples=100)
+    assert wider.value == pytest.approx(0.2)
+    assert wider.high - wider.low == pytest.approx(2 * 0.49682754235006604)
+    assert wider.p_value == pytest.approx(0.22540333075851665)
+
+
+def test_a_one_seed_method_is_conditional_and_pairing_cancels_shared_problem_difficulty() -> None:
+    # Problems differ wildly in difficulty, but B is A shifted by 0.1 on every problem: paired
+    # over problems, the difference does not vary under resampling; one seed each: no seed term.
+    a = _matrix([[0.9, 0.1, 0.5, 0.3]], ["x", "x", "y", "y"])
+    b = _matrix([[0.8, 0.0, 0.4, 0.2]], ["x", "x", "y", "y"])
+    (estimate,) = paired_difference(a, b, ["x", "y"], n_resamples=200)
+    assert estimate.value == pytest.approx(0.1)
+    assert estimate.se == pytest.approx(0.0, abs=1e-12)
+    assert estimate.conditional and estimate.seeds == (1, 1) and estimate.df == float("inf")
+    three = _matrix([[0.9, 0.1, 0.5, 0.3]] * 3, ["x", "x", "y", "y"])
+    assert not paired_difference(three, three, ["x"], n_resamples=50)[0].conditional
+
+
+def test_problem_component_is_the_stratified_bootstrap_variance() -> None:
+    # One seed; benchmark x has 4 problems, y has 2. Resampled within benchmarks, the score's
+    # variance is sum_h var_pop(values in h) / (H^2 n_h).
+    values = [0.0, 1.0, 0.0, 1.0, 0.2, 0.6]
+    runs = _matrix([values], ["x", "x", "x", "x", "y", "y"])
+    (estimate,) = score_with_interval(runs, ["x", "y"], n_resamples=40000)
+    expected = 0.25 / (4 * 4) + 0.04 / (4 * 2)
+    assert estimate.se**2 == pytest.approx(expected, rel=0.03)
+    assert estimate.value == pytest.approx((0.5 + 0.4) / 2)
+    assert estimate.df == float("inf")  # normal quantile: no seed component
+    assert estimate.high - estimate.value == pytest.approx(1.959963984540054 * estimate.se)
+
+
+def test_holm_adjustment_is_the_textbook_step_down() -> None:
+    assert holm_adjust([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm_adjust([0.01, 0.02, 0.03]) == pytest.approx([0.03, 0.04, 0.04])
+    adjusted = holm_adjust([0.01, float("nan"), 0.02, 0.9])  # a row not run is not counted
+    assert adjusted[0] == pytest.approx(0.03) and np.isnan(adjusted[1])
+    assert adjusted[2:] == pytest.approx([0.04, 0.9])
+    assert holm_adjust([0.5, 0.6]) == [1.0, 1.0]
+    with pytest.raises(ValueError, match="p-values must lie in"):
+        holm_adjust([1.5])
+
+
+def test_equivalence_by_two_one_sided_tests() -> None:
+    near = equivalence_test(Estimate(32, 0.005, 0.0, 0.0, se=0.01), margin=0.02)
+    # max(P(Z > (0.005 + 0.02) / 0.01), P(Z < (0.005 - 0.02) / 0.01)) = max(0.0062, 0.0668)
+    assert near.p_value == pytest.approx(0.06680720126885807)
+    assert (near.low, near.high) == pytest.approx((-0.011448536269514722, 0.021448536269514724))
+    assert not near.equivalent  # the 90% interval reaches past +0.02
+    centred = equivalence_test(Estimate(32, 0.0, 0.0, 0.0, se=0.01), margin=0.02)
+    assert centred.p_value == pytest.approx(0.022750131948179195) and centred.equivalent
+    with pytest.raises(ValueError, match="margin must be > 0"):
+        equivalence_test(Estimate(1, 0.0, 0.0, 0.0, se=0.01), 0.0)
+
+
+def test_half_width_for_seeds_and_problems() -> None:
+    # problems 1e-4; per-seed variances 3e-4 each, 3 seeds: 1e-4 + 1e-4 + 1e-4, df 9.
+    assert half_width(1e-4, [3e-4, 3e-4], [3, 3]) == pytest.approx(0.03918171140672351)
+    # Twice the problems and 6 seeds: 0.5e-4 + 0.5e-4 + 0.5e-4 = 1.5e-4, df 22.5 (t = 2.0712).
+    assert half_width(1e-4, [3e-4, 3e-4], [6, 6], problem_multiple=2.0) == pytest.approx(
+        0.025366968235523122
+    )
+    with pytest.raises(ValueError, match="per-seed variance is unknown"):
+        half_width(1e-4, [float("nan"), 3e-4], [3, 3])

@@ -20,7 +20,7 @@ from tagrpo.metrics.compare import chance_pass_at_k
 from tagrpo.report import paper
 from tagrpo.report.chance import multiple_choice_options, uninformative_from
 from tagrpo.report.markdown import passk_curves, passk_long_table, table1
-from tagrpo.report.palette import CHANCE_COLOUR
+from tagrpo.report.palette import BASE_COLOUR, CHANCE_COLOUR, method_colour
 
 KS = (1, 2, 4, 8, 16, 32)
 OPTIONS = {"choice": 20}
@@ -273,5 +273,58 @@ def test_chance_section_states_the_k_for_each_choice_benchmark() -> None:
 
 def test_multiple_choice_options_come_from_the_data_source() -> None:
     assert multiple_choice_options(load_config()) == {"mini_choice": 20}
-    hub = config_with({"data.source": "hub", "evaluate.groups": {"ood": ["gpqa_diamond"]}})
+    hub = config_with(
+        {
+            "data.source": "hub",
+            "evaluate.groups": {"ood": ["gpqa_diamond"]},
+            "report.in_distribution": "ood",
+        }
+    )
     assert multiple_choice_options(hub) == {"gpqa_diamond": 4}
+
+
+def test_training_reward_figure_mean_over_seeds_with_a_clipped_band(
+    tmp_path: Path, saved: list[Figure]
+) -> None:
+    from tagrpo.report.training import reward_figure
+
+    histories = {
+        "grpo": [[0.0, 0.1, 0.2, 0.3], [0.0, 0.3, 0.2, 0.5], [0.0, 0.2, 0.2, 0.4]],
+        "ta_grpo": [[0.1, 0.2, 0.3, 0.4]],  # one seed: a line, no band
+    }
+    reward_figure(histories, tmp_path / "reward.png")
+    (figure,) = saved
+    grpo, ta, *_ = figure.axes
+    mean = grpo.lines[0]
+    assert list(mean.get_ydata()) == pytest.approx([0.0, 20.0, 20.0, 40.0])  # percent
+    assert to_hex(mean.get_color()) == method_colour("grpo")
+    band = grpo.collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() == 0.0  # step 1: every seed 0, clipped at 0 (never below a reward of 0)
+    assert len(ta.collections) == 0  # no band with one seed
+    assert [line.get_linestyle() for line in ta.lines] == ["--", "-"]  # GRPO's mean, dashed
+    assert ta.get_title() == "ta_grpo (1 seed)"
+
+
+def test_passk_grid_one_panel_per_benchmark_and_method_each_over_the_base(
+    tmp_path: Path, saved: list[Figure]
+) -> None:
+    rows = [
+        {"method": method, "column": column, "k": k, "value": value + k, "low": value,
+         "high": value + 2 * k}
+        for method, value in (("base", 10.0), ("grpo", 12.0), ("ta_grpo", 14.0))
+        for column in ("arith", "choice")
+        for k in KS
+    ]  # fmt: skip
+    paper.curves_grid_figure(pd.DataFrame(rows), ["arith", "choice"], tmp_path / "g.png", OPTIONS)
+    (figure,) = saved
+    panels = figure.axes
+    assert len(panels) == 4  # 2 benchmarks x 2 trained methods
+    assert [p.get_title() for p in panels[:2]] == ["grpo", "ta_grpo"]
+    for index, panel in enumerate(panels):
+        method = ("grpo", "ta_grpo")[index % 2]
+        colours = [to_hex(line.get_color()) for line in panel.lines]
+        assert colours[:2] == [BASE_COLOUR, method_colour(method)]
+        assert len(panel.collections) == 2  # both intervals shaded
+    # The multiple-choice row has its chance floor; the free-form row has none.
+    assert [to_hex(line.get_color()) for line in panels[2].lines][-1] == to_hex(CHANCE_COLOUR)
+    assert all(to_hex(line.get_color()) != to_hex(CHANCE_COLOUR) for line in panels[0].lines)

@@ -31,6 +31,7 @@ EXPECTED = {
     "ta_grpo": (32, "tagrpo_agent", "grpo", False, False),
     "ta_grpo_unanchored": (32, "tagrpo_agent", "grpo", False, True),
     "avspo": (8, "single_turn_agent", "avspo", False, True),
+    "grpo_flipped": (8, "single_turn_agent", "grpo_flipped", False, True),
 }
 
 

@@ -89,7 +89,7 @@ def make_trainer(method: str, monkeypatch, records, avspo: dict | None = None) -
     settings = MethodSettings(method, G, 3, config)
     trainer = TATrainer.__new__(TATrainer)
     algorithm = {
-        "adv_estimator": "avspo" if settings.spec.avspo else "grpo",
+        "adv_estimator": settings.spec.estimator,
         "norm_adv_by_std_in_grpo": True,
         "tagrpo": settings.as_config(),
     }
@@ -363,3 +363,43 @@ def test_trainer_builds_from_the_composed_config_with_verls_sync_buffer(method, 
     assert (trainer.estimator_state is not None) == (method == "avspo")  # its adaptive tau
     with pytest.raises(ValueError, match="use_kl_in_reward must be False"):
         TATrainer(wrong)
+
+
+def test_the_negative_control_reaches_verls_registry_with_flipped_grpo_advantages() -> None:
+    """``grpo_flipped`` is found by name in verl's registry and gives minus verl's GRPO."""
+    assert core_algos.get_adv_estimator_fn("grpo_flipped") is VERL_ESTIMATORS["grpo_flipped"]
+    rewards = np.array([1, 0, 0, 0, 1, 1, 1, 1], dtype=np.float32)
+    uids = np.array(["x"] * 4 + ["y"] * 4, dtype=object)
+    scores = torch.zeros(8, 3)
+    scores[:, -1] = torch.from_numpy(rewards)
+
+    def advantages(estimator: str) -> np.ndarray:
+        data = DataProto.from_single_dict(
+            {"token_level_rewards": scores, "response_mask": torch.ones(8, 3), "uid": uids}
+        )
+        out = compute_advantage(data, adv_estimator=estimator, config=OmegaConf.create({}))
+        return out.batch["advantages"].numpy().copy()
+
+    flipped = advantages("grpo_flipped")
+    scale = math.sqrt(0.75 / 3) + EPS
+    expected = [-0.75 / scale, 0.25 / scale, 0.25 / scale, 0.25 / scale, 0.0, 0.0, 0.0, 0.0]
+    np.testing.assert_allclose(flipped[:, 0], expected, rtol=1e-5)
+    np.testing.assert_allclose(flipped, -advantages("grpo"), rtol=1e-6)
+
+
+def test_the_tagrpo_sync_trainer_runs_the_negative_control_with_flipped_advantages(
+    monkeypatch,
+) -> None:
+    """Through the trainer's own advantage path: the method's estimator (grpo_flipped) found in
+    verl's registry, groups per uid, every advantage minus GRPO's."""
+    rules = {"a": lambda s: float(s < 2), "b": lambda s: 0.0}  # a: 2 of 8 correct
+    records, batch = make_batch(rules, G)
+    trainer = make_trainer("grpo_flipped", monkeypatch, records)
+    metrics: dict[str, float] = {}
+    trainer._compute_advantage(batch, metrics)
+    advantages = written_advantages(records)
+    std = math.sqrt((2 * 0.75**2 + 6 * 0.25**2) / 7)
+    assert advantages["a_0_0"] == pytest.approx(-0.75 / (std + EPS), rel=1e-5)  # correct: down
+    assert advantages["a_5_0"] == pytest.approx(0.25 / (std + EPS), rel=1e-5)  # wrong: up
+    assert advantages["b_3_0"] == 0.0
+    assert metrics["train/zero_gradient_rate"] == 0.5

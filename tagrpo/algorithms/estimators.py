@@ -87,6 +87,20 @@ def grpo_estimator(
     return EstimatorOutput(grpo_advantages(rewards, group_ids, num_groups, epsilon=epsilon))
 
 
+def grpo_flipped_estimator(
+    rewards: np.ndarray,
+    group_ids: np.ndarray,
+    num_groups: int,
+    epsilon: float,
+    settings: Any,
+    state: Any,
+) -> EstimatorOutput:
+    # A known-bad method: with the sign flipped every update lowers the probability of the
+    # correct responses of a mixed group, so a working instrument must report it below GRPO.
+    advantages = grpo_advantages(rewards, group_ids, num_groups, epsilon=epsilon)
+    return EstimatorOutput(-advantages)
+
+
 # Every estimator, registered here in this order (verl_ext registers them with verl in it).
 register_estimator("grpo", description="group-relative: (R - mean_g) / (std_g + epsilon)")(
     grpo_estimator
@@ -97,6 +111,10 @@ register_estimator(
     make_state=AdaptiveThreshold,
     description="AVSPO: virtual rewards in collapsed groups' statistics (second paper)",
 )(avspo_estimator)
+register_estimator(
+    "grpo_flipped",
+    description="negative control: minus the grpo advantages (pushes away from correct answers)",
+)(grpo_flipped_estimator)
 
 __all__ = [
     "ESTIMATORS",
@@ -104,5 +122,6 @@ __all__ = [
     "EstimatorSpec",
     "get_estimator",
     "grpo_estimator",
+    "grpo_flipped_estimator",
     "register_estimator",
 ]

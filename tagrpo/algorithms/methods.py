@@ -4,9 +4,9 @@ A :class:`MethodSpec` is the whole difference between the methods of the paper a
 baselines; trainers (the local backend here, verl at paper scale) read it and never branch on
 a method's name.
 
-==================  ========  ==================  ============  ========  ===  =========
+==================  ========  ==================  ============  ========  ===  ============
 method              prompts   responses / prompt  grouping      anchor    DS   estimator
-==================  ========  ==================  ============  ========  ===  =========
+==================  ========  ==================  ============  ========  ===  ============
 grpo                q0        G                   per original  own       no   grpo
 grpo_ds             q0        G                   per original  own       yes  grpo
 grpo_x4             q0        (N+1)G              per original  own       no   grpo
@@ -15,7 +15,8 @@ ta_grpo_star        q0..qN    G                   per variant   own       no   g
 ta_grpo             q0..qN    G                   joint         original  no   grpo
 ta_grpo_unanchored  q0..qN    G                   joint         own       no   grpo
 avspo               q0        G                   per original  own       no   avspo
-==================  ========  ==================  ============  ========  ===  =========
+grpo_flipped        q0        G                   per original  own       no   grpo_flipped
+==================  ========  ==================  ============  ========  ===  ============
 
 ``grpo_x4`` is the paper's "(N+1)xGRPO" (section 5.4) for any N, named for N=3 (the name stays:
 output paths and MLflow run names are built from method names); ``ta_grpo_star`` is
@@ -23,7 +24,9 @@ TA-GRPO* (Appendix C); the anchor "original" means every response is scored with
 (Eq. 4), "own" with the prompt it was sampled from. ``ta_grpo_unanchored`` is what the authors'
 public code runs (groups pooled over the rephrasings, every ratio under the response's own
 prompt): beside ``ta_grpo`` it measures Eq. 4's anchoring on its own. The estimator is a name in
-:mod:`tagrpo.algorithms.estimators`.
+:mod:`tagrpo.algorithms.estimators`. ``grpo_flipped`` is the negative control (issue 21, V4):
+GRPO with every advantage's sign flipped, a known-bad method the report must find worse than
+GRPO (``negative_control`` marks it; the report finds it by that flag, not by its name).
 
 Adding a method is one entry in :data:`METHODS` (and its tests); both backends read the spec.
 """
@@ -53,6 +56,8 @@ class MethodSpec:
     anchor: prompt under which old, reference and current log-probabilities are computed.
     dynamic_sampling: drop groups whose rewards are all equal and refill the batch (DAPO).
     estimator: the advantage estimator, by registered name (``grpo``, ``avspo``, ...).
+    negative_control: a known-bad method kept to check that the instrument detects a harmful
+        change (the report's controls); never one of the paper's methods.
     """
 
     name: str
@@ -63,6 +68,7 @@ class MethodSpec:
     dynamic_sampling: bool = False
     estimator: str = "grpo"
     description: str = ""
+    negative_control: bool = False
 
     def __post_init__(self) -> None:
         if self.grouping not in GROUPINGS:
@@ -172,6 +178,16 @@ METHODS: dict[str, MethodSpec] = {
             anchor="own",
             estimator="avspo",
             description="AVSPO: virtual rewards in collapsed groups' statistics",
+        ),
+        MethodSpec(
+            name="grpo_flipped",
+            use_neighbours=False,
+            matched_budget=False,
+            grouping="per_original",
+            anchor="own",
+            estimator="grpo_flipped",
+            description="negative control: GRPO with the advantages' sign flipped",
+            negative_control=True,
         ),
     )
 }

@@ -83,3 +83,13 @@ class ReportSettings(ConfigModel):
         description="report heading",
     )
     curve_ks: list[int] = Field(min_length=1, description="k on the curves")
+    in_distribution: str | None = Field(
+        min_length=1,
+        description="the evaluate.groups group of in-distribution benchmarks (V1, the positive "
+        "control); null = every benchmark",
+    )
+    equivalence_margin: float = Field(
+        gt=0,
+        lt=1,
+        description="TOST margin of the section 5.5 row, as a pass@k fraction (0.02 = 2 points)",
+    )

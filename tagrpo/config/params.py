@@ -118,6 +118,12 @@ class Params(ConfigModel):
                     f"evaluate.groups.{group}: {unknown} are not benchmarks of data.source "
                     f"{self.data.source} (benchmarks: {sorted(benchmark_names)})"
                 )
+        in_distribution = self.report.in_distribution
+        if in_distribution is not None and in_distribution not in self.evaluate.groups:
+            problems.append(
+                f"report.in_distribution ({self.report.in_distribution!r}) is not a group of "
+                f"evaluate.groups ({sorted(self.evaluate.groups)})"
+            )
         if problems:
             raise ValueError("\n".join(problems))
         return self

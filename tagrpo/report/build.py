@@ -43,7 +43,7 @@ from tagrpo.report.claims import (
     score_table,
 )
 from tagrpo.report.markdown import markdown_table, passk_curves, passk_long_table, table1
-from tagrpo.report.training import load_training_summaries, training_section
+from tagrpo.report.training import load_training_summaries, reward_figure, training_section
 
 
 def data_section(counts: dict[str, Any]) -> str:
@@ -131,10 +131,143 @@ def read_passk(root: Path, policies: list[str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def in_distribution_benchmarks(config: Params) -> tuple[str, list[str]]:
+    """The group named by ``report.in_distribution`` and its benchmarks (every benchmark when
+    it is null)."""
+    name = config.report.in_distribution
+    if name is None:
+        return "all benchmarks", sorted(config.benchmark_names())
+    return name, list(config.evaluate.groups[name])
+
+
+def _histories(root: Path, policies: Sequence[str], column: str) -> list[list[float]]:
+    """Each policy's per-step ``column`` from its training history (an error naming a missing
+    file or column)."""
+    from tagrpo.pipeline.layout import train_outputs
+
+    histories = []
+    for policy in policies:
+        path = root / train_outputs(policy)["history"]
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing: run the train stage of {policy}")
+        frame = pd.read_csv(path)
+        if column not in frame.columns:
+            raise KeyError(f"{path} has no column {column!r}")
+        histories.append(frame.sort_values("step")[column].tolist())
+    return histories
+
+
+def _strategy_responses(root: Path, policies: Sequence[str]) -> dict[str, pd.DataFrame]:
+    """The evaluated responses of each policy that carry a ``strategy`` label (none in a world
+    with one solution template: then nothing is read)."""
+    import pyarrow.parquet as pq
+
+    from tagrpo.metrics.testbed import STRATEGY_COLUMN
+
+    frames = {}
+    for policy in policies:
+        path = root / evaluate_outputs(policy)["responses"]
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing: run the evaluate stage of {policy}")
+        if STRATEGY_COLUMN in pq.read_schema(path).names:
+            columns = ["benchmark", "question_id", STRATEGY_COLUMN]
+            frames[policy] = pd.read_parquet(path, columns=columns)
+    return frames
+
+
+def validity_section(
+    config: Params,
+    root: Path,
+    runs: Mapping[str, Any],
+    base: Any,
+    passk: pd.DataFrame,
+) -> tuple[str, dict[str, float]]:
+    """The "Testbed validity" table (:mod:`tagrpo.report.validity`) and its PASS/FAIL metrics."""
+    from tagrpo.metrics.testbed import phrasing_dispersion
+    from tagrpo.report import validity
+    from tagrpo.report.claims import negative_controls
+
+    ks = config.evaluate.ks
+    n_resamples = config.evaluate.bootstrap_resamples
+    benchmarks = sorted(config.benchmark_names())
+    group, members = in_distribution_benchmarks(config)
+    grpo_policies = (
+        [policy_name("grpo", seed) for seed in config.runs.seeds_of("grpo")]
+        if "grpo" in runs
+        else []
+    )
+    histories = _histories(root, grpo_policies, "original/reward_mean")
+    probe_path = root / base_model_outputs()["probe_samples"]
+    probe = pd.read_parquet(probe_path) if probe_path.exists() else None
+    dispersion = (
+        phrasing_dispersion(probe, n_resamples, config.common.seed)
+        if probe is not None and not probe.empty
+        else None
+    )
+    controls = negative_controls(list(runs))
+    strategy, strategies = validity.strategy_criterion(
+        _strategy_responses(root, [BASE_POLICY, *config.runs.policies()])
+    )
+    resolution, power = validity.resolution_criterion(
+        runs.get("ta_grpo"), runs.get("grpo"), benchmarks, ks[-1], n_resamples
+    )
+    base_passk = passk[passk["policy"] == BASE_POLICY]
+    criteria = [
+        validity.rl_gain(runs.get("grpo"), base, group, members, n_resamples),
+        validity.reward_trend(histories),
+        validity.phrasing_criterion(dispersion),
+        strategy,
+        validity.control_criterion(
+            runs.get("grpo"),
+            (controls[0], runs[controls[0]]) if controls else None,
+            benchmarks,
+            n_resamples,
+        ),
+        resolution,
+        *validity.edge_criteria(base_passk, benchmarks, multiple_choice_options(config), ks[-1]),
+    ]
+    lines = [
+        "## Testbed validity",
+        "",
+        "Can this run's miniature measure what the project is for? Each criterion (issue 21; "
+        "thresholds fixed in `tagrpo/report/validity.py` before any method comparison is "
+        "read) is computed from this run's outputs. Intervals are 95%, t-based over seeds and "
+        "a paired problem bootstrap (see the statistics section); a criterion that cannot be "
+        "measured fails.",
+        "",
+        validity.validity_table(criteria),
+    ]
+    if not strategies.empty:
+        lines += [
+            "",
+            "Strategy entropy per policy (mean over questions, bits):",
+            "",
+            markdown_table(
+                ["policy", "entropy (bits)", "questions with >= 2 strategies", "strategies"],
+                [
+                    [
+                        r.policy,
+                        f"{r.entropy_bits:.2f}",
+                        f"{100 * r.questions_with_two_or_more:.0f}%",
+                        r.strategies,
+                    ]
+                    for r in strategies.itertuples()
+                ],
+            ),
+        ]
+    if power:
+        lines += ["", power]
+    passed = sum(c.passed for c in criteria)
+    lines += ["", f"**{passed} of {len(criteria)} criteria pass.**"]
+    metrics = {f"validity/{c.key}": float(c.passed) for c in criteria}
+    return "\n".join(lines), metrics
+
+
 def statistics_sections(
-    config: Params, root: Path, out: dict[str, Path]
-) -> tuple[str, str, dict[str, Any]]:
-    """The claims table (markdown), the scores/differences section, and headline metrics.
+    config: Params, root: Path, out: dict[str, Path], passk: pd.DataFrame
+) -> tuple[str, str, str, dict[str, Any]]:
+    """The validity table, the claims table (markdown), the scores/differences section, and
+    headline metrics.
 
     Writes ``out["claims"]`` (the table alone: README quotes it), ``out["scores"]`` and
     ``out["differences"]`` (long-form CSVs behind the tables).
@@ -144,11 +277,20 @@ def statistics_sections(
     seeds = {method: config.runs.seeds_of(method) for method in methods}
     ks = config.evaluate.ks
     runs = load_seed_runs(root, seeds, ks)
+    base = load_policy_runs(root, [BASE_POLICY], ks)
     benchmarks = sorted(config.benchmark_names())
     groups = {**config.evaluate.groups, "all benchmarks": benchmarks}
     comparisons_path = root / diagnostics_outputs()["comparisons"]
     comparisons = pd.read_csv(comparisons_path) if comparisons_path.exists() else None
     ta_policies = [p for p in config.diagnostics.policies if p.startswith("ta_grpo-")]
+    scaling = config.runs.data_scaling
+    scaled_grpo = None
+    if "grpo" in scaling.methods and scaling.multiples:
+        largest = max(scaling.multiples)
+        scaled_grpo = (
+            largest,
+            load_policy_runs(root, [policy_name("grpo", s, largest) for s in scaling.seeds], ks),
+        )
     claims = build_claims(
         runs,
         benchmarks,
@@ -156,9 +298,14 @@ def statistics_sections(
         ta_policies[0] if ta_policies else None,
         ks[-1],
         config.evaluate.bootstrap_resamples,
+        base=base,
+        in_distribution=in_distribution_benchmarks(config),
+        scaled_grpo=scaled_grpo,
+        equivalence_margin=config.report.equivalence_margin,
     )
     table = claims_table(claims)
     out["claims"].write_text(table + "\n")
+    validity, validity_metrics = validity_section(config, root, runs, base, passk)
     scores = score_table(runs, groups, config.evaluate.bootstrap_resamples)
     baselines = [m for m in methods if m != "ta_grpo"]
     differences = difference_table(runs, groups, baselines, config.evaluate.bootstrap_resamples)
@@ -171,23 +318,25 @@ def statistics_sections(
             "Scores are means over each method's seeds (column *seeds*) of benchmark-group "
             "averages (the "
             "paper's Table 1 averages: the mean over a group's benchmarks of their mean over "
-            "problems); differences are TA-GRPO minus each method. 95% intervals: bootstrap "
-            "over problems (within benchmarks, paired between the two methods) and over each "
-            "method's seeds. Percentage points.",
+            "problems); differences are TA-GRPO minus each method. 95% intervals: a bootstrap "
+            "over problems (within benchmarks, paired between the two methods) on the "
+            "seed-averaged values, plus each method's between-seed variance (its per-seed "
+            "scores' variance over its seeds), with a t quantile (Welch-Satterthwaite degrees "
+            "of freedom); a method with one seed adds no seed term, so its rows hold for that "
+            "run only (*conditional*). These are exploratory: unadjusted for their number "
+            "(the claims table adjusts its family by Holm). Percentage points.",
             "",
             _scores_markdown(scores, ks[-1], multiple_choice_options(config), groups),
             "",
             _differences_markdown(differences),
         ]
     )
-    headline = {
-        f"claims/{i}/{c.estimate.verdict if c.estimate else 'not run'}": 1.0
-        for i, c in enumerate(claims)
-    }
+    headline = {f"claims/{i}/{c.verdict}": 1.0 for i, c in enumerate(claims)}
     headline.update(
         {f"claims/{i}/estimate": c.estimate.value for i, c in enumerate(claims) if c.estimate}
     )
-    return table, section, headline
+    headline.update(validity_metrics)
+    return validity, table, section, headline
 
 
 def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
@@ -226,6 +375,9 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
     figures.mkdir(parents=True, exist_ok=True)
     paper.curves_figure(
         frame[frame["column"].isin(ordered)], ordered, figures / "figure5_passk.png", options
+    )
+    paper.curves_grid_figure(
+        frame[frame["column"].isin(ordered)], ordered, figures / "passk_intervals.png", options
     )
     averages = [*groups, "average"]
     paper.bars_figure(
@@ -410,11 +562,12 @@ def _differences_markdown(differences: pd.DataFrame) -> str:
     rows = []
     for (baseline, group), part in differences.groupby(["baseline", "group"], sort=False):
         by_k = part.set_index("k")
+        seeds = part["seeds"].iloc[0] + (" (conditional)" if part["conditional"].iloc[0] else "")
         rows.append(
-            [f"TA-GRPO - {baseline}", group]
+            [f"TA-GRPO - {baseline}", group, seeds]
             + [_interval(*by_k.loc[k, ["difference", "ci_low", "ci_high"]]) for k in ks]
         )
-    return markdown_table(["difference", "group", *[f"pass@{k}" for k in ks]], rows)
+    return markdown_table(["difference", "group", "seeds", *[f"pass@{k}" for k in ks]], rows)
 
 
 def build_report(
@@ -442,7 +595,17 @@ def build_report(
     layout = report_outputs()
     link_path = Path(os.path.relpath(layout["figures"] / curves.name, layout["report"].parent))
     link = link_path.as_posix()
-    claims, statistics, headline = statistics_sections(config, root, out)
+    validity, claims, statistics, headline = statistics_sections(config, root, out, passk)
+    rewards = {
+        method: _histories(
+            root,
+            [policy_name(method, seed) for seed in config.runs.seeds_of(method)],
+            "original/reward_mean",
+        )
+        for method in config.runs.all_methods()
+    }
+    reward_figure(rewards, figures_dir / "training_reward.png")
+    figure_link = Path(os.path.relpath(layout["figures"], layout["report"].parent)).as_posix()
     paper_figures = paper_sections(config, root, out)
     sections = [
         f"# {config.report.title}",
@@ -451,9 +614,39 @@ def build_report(
         f"{git['git_dirty']}). Generated by `dvc repro`; every number below comes from this "
         "run's stage outputs.",
         "",
+        validity,
+        "",
         "## The paper's claims, as this run measures them",
         "",
+        "The two controls open the table (tested at 5% each); the paper's claims below them "
+        "are one family, adjusted by Holm (*Holm p*; a verdict needs Holm p < 0.05). *seeds*: "
+        "the seeds of the two methods compared; *conditional*: a side has one run, so the "
+        "interval holds for that run only. The section 5.5 row is an equivalence test (TOST) "
+        f"with a margin of +/-{100 * config.report.equivalence_margin:.1f} points, shown with "
+        "its 90% interval.",
+        "",
         claims,
+        "",
+        "## Training reward and pass@k of every method",
+        "",
+        "Training reward on the original questions per step, per method: the mean over its "
+        "seeds, shaded by the 95% interval of that mean over seeds (a one-seed method has no "
+        "band), GRPO's mean dashed for comparison.",
+        "",
+        f"![Training reward per method]({figure_link}/training_reward.png)",
+        "",
+        "pass@k per benchmark of every method over the base policy, each with its 95% interval "
+        "(seeds and problems, as in the tables).",
+        "",
+        f"![pass@k with intervals]({figure_link}/passk_intervals.png)",
+        "",
+        "Strategy entropy over training per method: "
+        + (
+            "see the testbed validity table."
+            if "validity/V3" in headline and headline["validity/V3"] == 1.0
+            else "not measurable: the world's responses carry no solution-strategy label (one "
+            "solution template), so no entropy can be computed at any checkpoint."
+        ),
         "",
         statistics,
         "",

@@ -1,33 +1,55 @@
-"""The claims table: each qualitative claim of the paper, our estimate with its 95% interval,
-and a verdict, generated from the stage outputs (never written by hand).
+"""The claims table: the two controls, then each qualitative claim of the paper, our estimate
+with its 95% interval, its p-value, Holm's family-wise adjusted p-value and a verdict,
+generated from the stage outputs (never written by hand).
 
-Verdicts: ``supported`` when the interval lies on the claimed side of 0, ``reversed`` when it
-lies on the other side, ``not distinguishable`` when it contains 0. pass@k differences are
-paired over problems with seeds resampled per method (:mod:`tagrpo.metrics.compare`); the
-diagnostics' comparisons are paired over training questions at the last checkpoint of the
-TA-GRPO policy the diagnostics stage probed.
+The table opens with the controls (issue 21, V4): GRPO minus the base policy (positive
+control: RL must move the policy) and GRPO minus the negative control (a registered
+known-bad method, :attr:`MethodSpec.negative_control`). They check the instrument, not the
+paper, so they are tested at 5% each and are not in the family.
+
+The family is every paper claim that was run (a row "not run" has no p-value). Verdicts of the
+claims: ``supported`` when Holm's adjusted p < 0.05 and the estimate is on the claimed side of
+0, ``reversed`` when on the other side, ``not distinguishable`` otherwise; the interval shown is
+the unadjusted 95% one. pass@k differences are paired over problems with each method's
+between-seed variance added (:mod:`tagrpo.metrics.compare`), their p-values from the same t;
+a row whose method has one seed is conditional on that run (column *seeds*). The diagnostics'
+comparisons are paired over training questions at the last checkpoint of the TA-GRPO policy
+the diagnostics stage probed (one run: conditional), their p-value that of their bootstrap
+interval over questions read as normal (the sign test of the median, in the diagnostics'
+tables, can disagree with the mean when the differences are skewed). The
+section 5.5 row is an equivalence test (TOST, :func:`tagrpo.metrics.compare.equivalence_test`)
+with the margin ``report.equivalence_margin``: ``equivalent`` when its Holm-adjusted TOST p <
+0.05 (its 90% interval lies inside the margin), shown with that 90% interval.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from tagrpo.metrics.compare import (
+    Equivalence,
     Estimate,
     SeedRuns,
+    equivalence_test,
+    holm_adjust,
     paired_difference,
     problem_counts,
     score_with_interval,
     seed_runs,
+    t_interval,
     widening,
 )
 from tagrpo.report.markdown import markdown_table
 
 TA = "ta_grpo"
+ALPHA = 0.05
+CONTROL, CLAIM, EQUIVALENCE = "control", "claim", "equivalence"
 
 
 @dataclass(frozen=True)
@@ -36,16 +58,69 @@ class Claim:
     measure: str  # what we estimate (positive = the claim holds)
     estimate: Estimate | None  # None: a method it needs was not run
     unit: str = "points"  # how the value is shown: points (x100) or plain
+    kind: str = CLAIM  # control (not in Holm's family) | claim | equivalence
+    seeds: str = ""  # the runs behind it, e.g. "3 vs 3" or "1 run: conditional"
+    equivalence: Equivalence | None = None  # the TOST of an equivalence row
+    holm_p: float = float("nan")  # set by :func:`adjust`
+
+    @property
+    def p_value(self) -> float:
+        if self.equivalence is not None:
+            return self.equivalence.p_value
+        return self.estimate.p_value if self.estimate is not None else float("nan")
+
+    @property
+    def verdict(self) -> str:
+        if self.estimate is None:
+            return "not run"
+        if self.kind == EQUIVALENCE:
+            if self.equivalence is None:
+                raise ValueError(f"{self.claim}: an equivalence row without its test")
+            return "equivalent" if self.holm_p < ALPHA else "not shown equivalent"
+        if self.kind == CONTROL:
+            return self.estimate.verdict  # its own 95% interval
+        if np.isnan(self.p_value):
+            raise ValueError(f"{self.claim}: a claim without a p-value cannot be adjusted")
+        if self.holm_p >= ALPHA:
+            return "not distinguishable"
+        return "supported" if self.estimate.value > 0 else "reversed"
 
     def row(self) -> list[str]:
         if self.estimate is None:
-            return [self.claim, self.measure, "not run", "not run"]
+            return [self.claim, self.measure, "not run", "", "", "", "not run"]
         scale = 100.0 if self.unit == "points" else 1.0
+        low, high = self.estimate.low, self.estimate.high
+        label = ""
+        if self.equivalence is not None:
+            low, high = self.equivalence.low, self.equivalence.high
+            label = f" (90%, margin +/-{scale * self.equivalence.margin:.2f})"
         value = (
-            f"{scale * self.estimate.value:+.2f} [{scale * self.estimate.low:+.2f}, "
-            f"{scale * self.estimate.high:+.2f}]"
+            f"{scale * self.estimate.value:+.2f} [{scale * low:+.2f}, {scale * high:+.2f}]{label}"
         )
-        return [self.claim, self.measure, value, self.estimate.verdict]
+        holm = "control" if self.kind == CONTROL else _p(self.holm_p)
+        return [self.claim, self.measure, value, self.seeds, _p(self.p_value), holm, self.verdict]
+
+
+def _p(value: float) -> str:
+    if np.isnan(value):
+        return "n/a"
+    return f"{value:.3f}" if value >= 0.001 else "<0.001"
+
+
+def adjust(claims: Sequence[Claim]) -> list[Claim]:
+    """Holm's adjustment over the claims and equivalence rows that were run (controls apart)."""
+    family = [i for i, c in enumerate(claims) if c.kind != CONTROL and c.estimate is not None]
+    adjusted = holm_adjust([claims[i].p_value for i in family])
+    out = list(claims)
+    for i, holm in zip(family, adjusted, strict=True):
+        out[i] = replace(claims[i], holm_p=float(holm))
+    return out
+
+
+def seeds_label(estimate: Estimate) -> str:
+    """``3 vs 3``; a one-seed side makes the row conditional on that run."""
+    text = " vs ".join(str(count) for count in estimate.seeds)
+    return f"{text}: conditional on the 1-seed run" if estimate.conditional else text
 
 
 def load_policy_runs(root: Path, policies: Sequence[str], ks: Sequence[int]) -> SeedRuns:
@@ -85,7 +160,8 @@ def difference_table(
     baselines: Sequence[str],
     n_resamples: int = 2000,
 ) -> pd.DataFrame:
-    """TA-GRPO minus each baseline, per benchmark group and k (long form)."""
+    """TA-GRPO minus each baseline, per benchmark group and k (long form; exploratory:
+    unadjusted for the number of intervals)."""
     rows = []
     for baseline in baselines:
         if baseline not in runs or TA not in runs:
@@ -100,6 +176,11 @@ def difference_table(
                         "difference": estimate.value,
                         "ci_low": estimate.low,
                         "ci_high": estimate.high,
+                        "se": estimate.se,
+                        "df": estimate.df,
+                        "p_value": estimate.p_value,
+                        "seeds": " vs ".join(str(n) for n in estimate.seeds),
+                        "conditional": estimate.conditional,
                         "verdict": estimate.verdict,
                     }
                 )
@@ -109,7 +190,7 @@ def difference_table(
 def score_table(
     runs: Mapping[str, SeedRuns], groups: Mapping[str, Sequence[str]], n_resamples: int = 2000
 ) -> pd.DataFrame:
-    """Every method's score per benchmark group and k, with bootstrap intervals (long form)."""
+    """Every method's score per benchmark group and k, with its interval (long form)."""
     rows = []
     for method, method_runs in runs.items():
         for group, members in groups.items():
@@ -123,6 +204,8 @@ def score_table(
                         "pass_at_k": estimate.value,
                         "ci_low": estimate.low,
                         "ci_high": estimate.high,
+                        "se": estimate.se,
+                        "conditional": estimate.conditional,
                     }
                 )
     return pd.DataFrame(rows)
@@ -144,7 +227,20 @@ def _diagnostic(
         return None
     last = part.iloc[-1]
     values = sorted([sign * last["ci_low"], sign * last["ci_high"]])
-    return Estimate(0, float(sign * last["difference"]), float(values[0]), float(values[1]))
+    value = float(sign * last["difference"])
+    # The p-value of the interval shown (its bootstrap over questions, read as normal), so a
+    # verdict never contradicts the row's interval; the sign test of the median (the
+    # diagnostics' own column) can disagree with the mean when the differences are skewed.
+    se = (values[1] - values[0]) / (2 * 1.959963984540054)
+    p_value = t_interval(value, se, float("inf"))[2]
+    return Estimate(0, value, float(values[0]), float(values[1]), p_value, se, seeds=(1,))
+
+
+def negative_controls(methods: Sequence[str]) -> list[str]:
+    """The methods among ``methods`` registered as negative controls."""
+    from tagrpo.algorithms import get_method
+
+    return [m for m in methods if get_method(m).negative_control]
 
 
 def build_claims(
@@ -154,14 +250,22 @@ def build_claims(
     diagnostics_policy: str | None,
     k_large: int,
     n_resamples: int = 2000,
+    base: SeedRuns | None = None,
+    in_distribution: tuple[str, Sequence[str]] | None = None,
+    scaled_grpo: tuple[float, SeedRuns] | None = None,
+    equivalence_margin: float = 0.02,
 ) -> list[Claim]:
-    """The paper's qualitative claims, each with our estimate (see the module docstring)."""
+    """The two controls and the paper's claims, each with our estimate, adjusted by Holm (see
+    the module docstring). ``in_distribution``: the (group name, benchmarks) of the positive
+    control; ``scaled_grpo``: (multiple, runs) of GRPO on the largest data multiple."""
+
+    def at(estimates: list[Estimate], k: int) -> Estimate:
+        return next(e for e in estimates if e.k == k)
 
     def gap(baseline: str) -> Estimate | None:
         if TA not in runs or baseline not in runs:
             return None
-        estimates = paired_difference(runs[TA], runs[baseline], all_benchmarks, n_resamples)
-        return next(e for e in estimates if e.k == k_large)
+        return at(paired_difference(runs[TA], runs[baseline], all_benchmarks, n_resamples), k_large)
 
     def widens(baseline: str) -> Estimate | None:
         if TA not in runs or baseline not in runs:
@@ -170,61 +274,130 @@ def build_claims(
             runs[TA], runs[baseline], all_benchmarks, runs[TA].ks[0], k_large, n_resamples
         )
 
+    def pass_claim(claim: str, measure: str, estimate: Estimate | None, **kw: Any) -> Claim:
+        label = seeds_label(estimate) if estimate else ""
+        return Claim(claim, measure, estimate, seeds=label, **kw)
+
+    def against_base(claim: str, measure: str, estimate: Estimate | None, **kw: Any) -> Claim:
+        # Every method starts from the one base model: not a run to resample, so a
+        # comparison with it is not "conditional" in the seeds' sense.
+        label = f"{estimate.seeds[0]} vs the base model" if estimate else ""
+        return Claim(claim, measure, estimate, seeds=label, **kw)
+
+    def diagnostic(claim: str, measure: str, estimate: Estimate | None, **kw: Any) -> Claim:
+        label = f"1 run ({policy}): conditional" if estimate else ""
+        return Claim(claim, measure, estimate, seeds=label, **kw)
+
     policy = diagnostics_policy or ""
     every = "all benchmarks"
-    return [
-        Claim(
+    k_small = min(next(iter(runs.values())).ks) if runs else 1
+    group, members = in_distribution or ("all benchmarks", all_benchmarks)
+    positive = (
+        at(paired_difference(runs["grpo"], base, members, n_resamples), k_small)
+        if base is not None and "grpo" in runs
+        else None
+    )
+    controls = negative_controls(list(runs))
+    negative_method = controls[0] if controls else "the negative control"
+    negative = (
+        at(
+            paired_difference(runs["grpo"], runs[negative_method], all_benchmarks, n_resamples),
+            k_small,
+        )
+        if controls and "grpo" in runs
+        else None
+    )
+    equivalence, scaled_label = None, "2.5x"
+    scaled_estimate = None
+    if scaled_grpo is not None and TA in runs:
+        multiple, scaled = scaled_grpo
+        scaled_label = f"{multiple:g}x"
+        scaled_estimate = at(
+            paired_difference(runs[TA], scaled, all_benchmarks, n_resamples), k_large
+        )
+        equivalence = equivalence_test(scaled_estimate, equivalence_margin, ALPHA)
+    claims = [
+        against_base(
+            "Positive control: GRPO beats the base policy",
+            f"pass@{k_small}, GRPO minus base, {group}",
+            positive,
+            kind=CONTROL,
+        ),
+        pass_claim(
+            "Negative control: GRPO beats the known-bad method",
+            f"pass@{k_small}, GRPO minus {negative_method} (flipped advantages), {every}",
+            negative,
+            kind=CONTROL,
+        ),
+        diagnostic(
             "Fewer identical-reward groups than GRPO (Fig. 3)",
             "q0 G-group minus TA joint (N+1)G-group identical-reward rate, same policy",
             _diagnostic(comparisons, policy, "identical_rewards", "joint", "original", -1),
         ),
-        Claim(
+        diagnostic(
             "Fewer identical-reward groups than the matched budget",
             "q0 (N+1)G-group minus TA joint (N+1)G-group rate (same size)",
             _diagnostic(comparisons, policy, "identical_rewards", "joint", "original_N1G", -1),
         ),
-        Claim(
+        pass_claim(
             f"TA-GRPO beats GRPO at pass@{k_large}",
             f"pass@{k_large}, TA-GRPO minus GRPO, {every}",
             gap("grpo"),
         ),
-        Claim(
+        pass_claim(
             "The gain over GRPO widens with k",
-            f"(TA - GRPO at pass@{k_large}) minus (TA - GRPO at pass@1)",
+            f"(TA - GRPO at pass@{k_large}) minus (TA - GRPO at pass@{k_small})",
             widens("grpo"),
         ),
-        Claim(
+        pass_claim(
             f"TA-GRPO beats GRPO with dynamic sampling at pass@{k_large}",
             f"pass@{k_large}, TA-GRPO minus GRPO w/ DS, {every}",
             gap("grpo_ds"),
         ),
-        Claim(
+        pass_claim(
             f"TA-GRPO beats the matched budget (N+1)xGRPO at pass@{k_large} (Fig. 6)",
             f"pass@{k_large}, TA-GRPO minus (N+1)xGRPO, {every}",
             gap("grpo_x4"),
         ),
-        Claim(
+        pass_claim(
             f"TA-GRPO beats TA-GRPO* at pass@{k_large} (Fig. 8)",
             f"pass@{k_large}, TA-GRPO minus TA-GRPO*, {every}",
             gap("ta_grpo_star"),
         ),
-        Claim(
+        pass_claim(
             f"Ratios under q0 (Eq. 4) help at pass@{k_large}",
             f"pass@{k_large}, TA-GRPO minus unanchored TA-GRPO, {every}",
             gap("ta_grpo_unanchored"),
         ),
-        Claim(
+        diagnostic(
             "Responses to the neighbours are more diverse (Fig. 4)",
             "within-prompt embedding distance, neighbours minus q0, same policy",
             _diagnostic(comparisons, policy, "distance", "neighbour_each", "original", 1),
             unit="plain",
         ),
+        pass_claim(
+            f"TA-GRPO on 1x data matches GRPO on {scaled_label} (section 5.5)",
+            f"pass@{k_large}, TA-GRPO (1x) minus GRPO ({scaled_label}), {every}; "
+            f"equivalence test (TOST), margin +/-{100 * equivalence_margin:.1f} points",
+            scaled_estimate,
+            kind=EQUIVALENCE,
+            equivalence=equivalence,
+        ),
     ]
+    return adjust(claims)
 
 
 def claims_table(claims: Sequence[Claim]) -> str:
 
     return markdown_table(
-        ["claim (paper)", "our measure (positive = claim holds)", "estimate [95% CI]", "verdict"],
+        [
+            "claim (paper)",
+            "our measure (positive = claim holds)",
+            "estimate [95% CI]",
+            "seeds",
+            "p",
+            "Holm p",
+            "verdict",
+        ],
         [claim.row() for claim in claims],
     )

@@ -295,3 +295,62 @@ def quoted_numbers(paper: str | None) -> str:
         if item["model"] == paper
     ]
     return markdown_table(["section", "the paper reports", "value"], rows)
+
+
+def curves_grid_figure(
+    frame: pd.DataFrame, benchmarks: Sequence[str], path: Path, options: Mapping[str, int]
+) -> None:
+    """pass@k curves with every method's 95% interval: one row per benchmark, one column per
+    trained method, each panel that method (its colour) over the base policy (black), both
+    shaded, so no band hides another; a multiple-choice benchmark's chance floor dashed."""
+    methods = [m for m in pd.unique(frame["method"]) if m != "base"]
+    if not methods:
+        not_run_figure(path, "pass@k with intervals", "No trained method in this profile.")
+        return
+    ks = sorted(int(k) for k in frame["k"].unique())
+    plt = pyplot()
+    figure, axes = plt.subplots(
+        len(benchmarks),
+        len(methods),
+        figsize=(1.9 * len(methods) + 0.6, 1.75 * len(benchmarks) + 0.6),
+        sharex=True,
+        sharey="row",
+        squeeze=False,
+    )
+    for row, benchmark in enumerate(benchmarks):
+        part = frame[frame["column"] == benchmark]
+        base = part[part["method"] == "base"].sort_values("k")
+        for column, method in enumerate(methods):
+            axis = axes[row][column]
+            line = part[part["method"] == method].sort_values("k")
+            for curve, colour, alpha in (
+                (base, method_colour("base"), 0.10),
+                (line, method_colour(method), 0.25),
+            ):
+                axis.plot(curve["k"], curve["value"], color=colour, lw=1.2, marker="o", ms=2)
+                axis.fill_between(
+                    curve["k"], curve["low"], curve["high"], color=colour, alpha=alpha, lw=0
+                )
+            if benchmark in options:
+                floors = [100 * chance_pass_at_k(options[benchmark], k) for k in ks]
+                chance_line(axis, ks, floors)
+            k_axis(axis, ks)
+            axis.grid(alpha=0.3)
+            axis.tick_params(labelsize=7)
+            axis.set_xlabel("k" if row == len(benchmarks) - 1 else "", fontsize=8)
+            if row == 0:
+                axis.set_title(method, fontsize=8, color=method_colour(method))
+            if column == 0:
+                label = (
+                    f"{benchmark}\n({options[benchmark]} options)"
+                    if benchmark in options
+                    else benchmark
+                )
+                axis.set_ylabel(f"{label}\npass@k (%)", fontsize=8)
+    figure.suptitle(
+        "pass@k per benchmark (rows) and method (columns): the method (colour) over the base "
+        "policy (black), 95% intervals shaded; dashed: chance",
+        fontsize=9,
+    )
+    figure.tight_layout()
+    save(figure, path)

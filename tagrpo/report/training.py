@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from tagrpo.algorithms import get_method
 from tagrpo.report.markdown import markdown_table, percent
@@ -109,3 +110,72 @@ def training_section(
             markdown_table(header, rows),
         ]
     )
+
+
+def reward_figure(
+    histories: Mapping[str, Sequence[Sequence[float]]], path: Path, reference: str = "grpo"
+) -> None:
+    """Training reward on q0 per step, one panel per method: the mean over its seeds, shaded
+    by the 95% t-interval of that mean over seeds (none with one seed), and ``reference``'s
+    mean dashed grey in every other panel for comparison."""
+    import numpy as np
+    from matplotlib.ticker import MaxNLocator
+    from scipy.stats import t as student
+
+    from tagrpo.report.palette import method_colour
+    from tagrpo.report.style import not_run_figure, pyplot, save
+
+    if not histories:
+        not_run_figure(path, "Training reward", "No training runs in this profile.")
+        return
+
+    def mean_and_band(runs: Sequence[Sequence[float]]) -> tuple[Any, Any, Any]:
+        steps = min(len(run) for run in runs)
+        values = np.array([list(run)[:steps] for run in runs], dtype=np.float64)
+        mean = values.mean(axis=0)
+        if len(runs) < 2:
+            return mean, None, None
+        half = student.ppf(0.975, len(runs) - 1) * values.std(axis=0, ddof=1) / np.sqrt(len(runs))
+        # A reward lies in [0, 1]: so does the band drawn.
+        return mean, np.clip(mean - half, 0.0, 1.0), np.clip(mean + half, 0.0, 1.0)
+
+    plt = pyplot()
+    methods = list(histories)
+    columns = min(3, len(methods))
+    rows = -(-len(methods) // columns)
+    figure, axes = plt.subplots(
+        rows, columns, figsize=(3.6 * columns, 2.6 * rows), sharex=True, sharey=True, squeeze=False
+    )
+    reference_mean = mean_and_band(histories[reference])[0] if reference in histories else None
+    for index, method in enumerate(methods):
+        axis = axes[index // columns][index % columns]
+        mean, low, high = mean_and_band(histories[method])
+        steps = np.arange(1, mean.size + 1)
+        colour = method_colour(method)
+        if reference_mean is not None and method != reference:
+            axis.plot(
+                np.arange(1, reference_mean.size + 1), 100 * reference_mean, color="#777777",
+                lw=1.0, ls="--", label=f"{reference} (mean)",
+            )  # fmt: skip
+        axis.plot(steps, 100 * mean, color=colour, lw=1.6, label="mean over seeds")
+        if low is not None:
+            axis.fill_between(steps, 100 * low, 100 * high, color=colour, alpha=0.2, lw=0)
+        seeds = len(histories[method])
+        axis.set_title(f"{method} ({seeds} seed{'s' if seeds > 1 else ''})", fontsize=9)
+        axis.grid(alpha=0.3)
+        axis.tick_params(labelsize=7)
+        if index % columns == 0:
+            axis.set_ylabel("reward on q0 (%)", fontsize=8)
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if index + columns >= len(methods):  # nothing below it: label its steps
+            axis.xaxis.set_tick_params(labelbottom=True)
+            axis.set_xlabel("training step", fontsize=8)
+    for index in range(len(methods), rows * columns):
+        axes[index // columns][index % columns].axis("off")
+    figure.suptitle(
+        "Training reward per step: mean over seeds, shaded 95% interval over seeds; "
+        f"dashed grey: {reference}'s mean",
+        fontsize=9,
+    )
+    figure.tight_layout()
+    save(figure, path)

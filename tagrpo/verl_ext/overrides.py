@@ -14,6 +14,7 @@ grpo_x4, grpo_x4_ds    (N+1)G      single_turn     grpo              q0         
 ta_grpo_star           (N+1)G      tagrpo_agent    grpo (per q^n)    own q^n
 ta_grpo                (N+1)G      tagrpo_agent    grpo (joint)      q0
 avspo                  G           single_turn     avspo             q0
+grpo_flipped           G           single_turn     grpo_flipped      q0
 =====================  ==========  ==============  ================  ==============  ====
 
 Groups are formed by the ``tagrpo_sync`` trainer from the method (the ``ta_grpo_star`` groups

@@ -1,0 +1,314 @@
+"""The report's "Testbed validity" table (issue 21, section 1): can this run's instrument
+measure what the project exists to measure? Each criterion is computed from the stage outputs
+and gets PASS or FAIL; a criterion that cannot be measured FAILs and says why.
+
+======  ==================================================================================
+V1      RL learns: GRPO minus base at pass@1 on the in-distribution group >= +10 points, its
+        interval excluding 0; and the training reward rises (last minus first quarter of
+        steps, over GRPO's seeds), interval excluding 0
+V2      Assumption 5.3: at the base, a question's success differs between its phrasings by
+        more than binomial noise (permutation test over questions, p < 0.05)
+V3      Room to collapse: the responses use more than one solution strategy (strategy
+        entropy per question, from a ``strategy`` label the world writes)
+V4      A known effect is seen: GRPO minus the negative control at pass@1 > 0, interval
+        excluding 0
+V5      Resolution: the 95% half-width of TA-GRPO minus GRPO at pass@k_large <= 2 points,
+        with the seeds and problems that would reach it (from the measured variances)
+edges   Per benchmark: the base's pass@k_large <= 90% and >= 5 points above chance
+======  ==================================================================================
+
+The thresholds are the issue's, fixed here before any method comparison is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tagrpo.metrics.compare import (
+    Estimate,
+    SeedRuns,
+    chance_pass_at_k,
+    difference_parts,
+    half_width,
+    paired_difference,
+)
+from tagrpo.metrics.testbed import PhrasingDispersion, reward_rise, strategy_entropy
+from tagrpo.report.markdown import markdown_table
+
+MIN_RL_GAIN = 0.10  # V1: GRPO - base at pass@1, in-distribution
+ALPHA = 0.05  # V2 (and every interval: 95%)
+MAX_HALF_WIDTH = 0.02  # V5
+BASE_CEILING = 0.90  # edges: base pass@k_large at most
+CHANCE_MARGIN = 0.05  # edges: base pass@k_large at least this far above chance
+SEED_PLAN = (3, 5, 10, 20, 40)  # V5's power table
+MAX_PROBLEM_MULTIPLE = 64.0
+
+
+@dataclass(frozen=True)
+class Criterion:
+    name: str  # V1 ... V5, or "edges"
+    requirement: str
+    measured: str
+    passed: bool
+
+    @property
+    def key(self) -> str:
+        """Its metric name: ``V1_policy``, ``V5``, ``edges/mini_arith``."""
+        return self.name.replace(" (", "_").replace(")", "").replace(": ", "/")
+
+    def row(self) -> list[str]:
+        return [self.name, self.requirement, self.measured, "PASS" if self.passed else "FAIL"]
+
+
+def _points(estimate: Estimate, conditional: bool | None = None) -> str:
+    text = (
+        f"{100 * estimate.value:+.2f} [{100 * estimate.low:+.2f}, {100 * estimate.high:+.2f}] "
+        f"points"
+    )
+    flag = estimate.conditional if conditional is None else conditional
+    return text + (" (conditional on a 1-seed run)" if flag else "")
+
+
+def rl_gain(
+    grpo: SeedRuns | None, base: SeedRuns, group: str, members: Sequence[str], n_resamples: int
+) -> Criterion:
+    requirement = (
+        f"GRPO - base, pass@1, {group}: >= +{100 * MIN_RL_GAIN:.0f} points, interval excluding 0"
+    )
+    if grpo is None:
+        return Criterion("V1 (policy)", requirement, "not run: runs lacks grpo", False)
+    estimate = paired_difference(grpo, base, members, n_resamples)[0]
+    passed = estimate.value >= MIN_RL_GAIN and estimate.low > 0
+    # The base is the one model every method starts from, not a run to resample.
+    conditional = estimate.seeds[0] == 1
+    measured = f"{_points(estimate, conditional)} ({estimate.seeds[0]} GRPO seeds)"
+    return Criterion("V1 (policy)", requirement, measured, passed)
+
+
+def reward_trend(histories: Sequence[Sequence[float]]) -> Criterion:
+    requirement = "GRPO training reward, last minus first quarter of steps: interval above 0"
+    if not histories:
+        return Criterion("V1 (reward)", requirement, "not run: runs lacks grpo", False)
+    if len(histories) == 1 and len(histories[0]) < 8:
+        measured = (
+            f"not measurable: one GRPO run of {len(histories[0])} steps (a quarter needs 2 "
+            "steps for a within-run variance; more seeds or steps)"
+        )
+        return Criterion("V1 (reward)", requirement, measured, False)
+    estimate = reward_rise(histories)
+    measured = f"{_points(estimate)} over {len(histories)} run(s)"
+    return Criterion("V1 (reward)", requirement, measured, estimate.low > 0)
+
+
+def phrasing_criterion(result: PhrasingDispersion | None) -> Criterion:
+    requirement = (
+        "base success differs between a question's phrasings beyond binomial noise: "
+        f"permutation p < {ALPHA}"
+    )
+    if result is None:
+        return Criterion("V2", requirement, "not measurable: no phrasing probe was run", False)
+    measured = (
+        f"X2 = {result.statistic:.1f} on {result.df} df over {result.questions} questions "
+        f"({result.constant} all-equal left out; {result.phrasings} phrasings x "
+        f"{result.samples} samples); dispersion X2/df = {result.dispersion:.2f}; "
+        f"between-phrasing SD of success beyond noise {100 * result.excess_sd:.1f} points; "
+        f"p = {result.permutation_p:.4f} ({result.permutations} permutations; chi-square "
+        f"{result.p_value:.2g})"
+    )
+    return Criterion("V2", requirement, measured, result.permutation_p < ALPHA)
+
+
+def strategy_criterion(responses: Mapping[str, pd.DataFrame]) -> tuple[Criterion, pd.DataFrame]:
+    """V3 from every evaluated policy's responses (``base`` first); the per-policy summary."""
+    requirement = "the base uses more than one solution strategy (entropy per question > 0)"
+    rows = []
+    for policy, frame in responses.items():
+        entropy = strategy_entropy(frame)
+        if entropy is None:
+            continue
+        rows.append(
+            {
+                "policy": policy,
+                "entropy_bits": float(entropy["entropy_bits"].mean()),
+                "questions_with_two_or_more": float((entropy["strategies"] >= 2).mean()),
+                "strategies": int(frame["strategy"].nunique()),
+            }
+        )
+    summary = pd.DataFrame(rows)
+    if summary.empty or "base" not in set(summary["policy"]):
+        measured = (
+            "not measurable: the world has one solution template (its responses carry no "
+            "`strategy` label, so diversity cannot collapse or grow)"
+        )
+        return Criterion("V3", requirement, measured, False), summary
+    base = summary[summary["policy"] == "base"].iloc[0]
+    measured = (
+        f"base: {base['entropy_bits']:.2f} bits per question, "
+        f"{100 * base['questions_with_two_or_more']:.0f}% of questions with >= 2 strategies, "
+        f"{base['strategies']} strategies"
+    )
+    passed = base["entropy_bits"] > 0 and base["strategies"] >= 2
+    return Criterion("V3", requirement, measured, bool(passed)), summary
+
+
+def control_criterion(
+    grpo: SeedRuns | None,
+    control: tuple[str, SeedRuns] | None,
+    benchmarks: Sequence[str],
+    n_resamples: int,
+) -> Criterion:
+    requirement = "GRPO - negative control, pass@1, all benchmarks: interval above 0"
+    if grpo is None or control is None:
+        missing = "grpo" if grpo is None else "a negative-control method (e.g. grpo_flipped)"
+        return Criterion("V4", requirement, f"not run: runs lacks {missing}", False)
+    name, runs = control
+    estimate = paired_difference(grpo, runs, benchmarks, n_resamples)[0]
+    return Criterion("V4", requirement, f"{name}: {_points(estimate)}", estimate.low > 0)
+
+
+def resolution_criterion(
+    ta: SeedRuns | None,
+    grpo: SeedRuns | None,
+    benchmarks: Sequence[str],
+    k: int,
+    n_resamples: int,
+) -> tuple[Criterion, str]:
+    """V5 and its power calculation (markdown)."""
+    requirement = (
+        f"TA-GRPO - GRPO, pass@{k}, all benchmarks: 95% half-width <= "
+        f"{100 * MAX_HALF_WIDTH:.0f} points"
+    )
+    if ta is None or grpo is None:
+        return Criterion("V5", requirement, "not run: runs lacks ta_grpo or grpo", False), ""
+    _, parts = difference_parts(ta, grpo, benchmarks, n_resamples)
+    estimate = next(e for e in paired_difference(ta, grpo, benchmarks, n_resamples) if e.k == k)
+    i = ta.ks.index(k)
+    # The unclipped half-width (t x se): what the design resolves.
+    per_seed = [float(v[i]) for v in parts.per_seed]
+    width = half_width(float(parts.problems[i]), per_seed, parts.seeds)
+    measured = (
+        f"+/-{100 * width:.2f} points ({_points(estimate)}; seeds {ta.values.shape[0]} vs "
+        f"{grpo.values.shape[0]}, {ta.values.shape[1]} problems)"
+    )
+    criterion = Criterion("V5", requirement, measured, width <= MAX_HALF_WIDTH)
+    return criterion, power_markdown(
+        float(parts.problems[i]), per_seed, parts.seeds, ta.values.shape[1], k
+    )
+
+
+def needed_problem_multiple(
+    problems: float, per_seed: Sequence[float], seeds: int, target: float = MAX_HALF_WIDTH
+) -> float | None:
+    """The smallest multiple of the problems (<= MAX_PROBLEM_MULTIPLE) at which ``seeds`` seeds
+    per method reach the target half-width; None when none does."""
+    counts = [seeds] * len(per_seed)
+
+    def width(multiple: float) -> float:
+        return half_width(problems, per_seed, counts, multiple)
+
+    if width(MAX_PROBLEM_MULTIPLE) > target:
+        return None
+    if width(1.0) <= target:
+        return 1.0
+    low, high = 1.0, MAX_PROBLEM_MULTIPLE
+    for _ in range(60):  # bisection: the half-width falls as the problems grow
+        middle = (low + high) / 2
+        low, high = (middle, high) if width(middle) > target else (low, middle)
+    return high
+
+
+def power_markdown(
+    problems: float, per_seed: Sequence[float], seeds: Sequence[int], n_problems: int, k: int
+) -> str:
+    """The half-width of TA-GRPO - GRPO for other numbers of seeds and problems, from this
+    run's variance components (problems: the bootstrap variance, scaling as 1 / problems;
+    seeds: each method's measured per-seed variance)."""
+    lines = [
+        f"**Power calculation (V5)**: variance components of TA-GRPO - GRPO at pass@{k} in "
+        f"this run: problems {1e4 * problems:.3f} points^2 ({n_problems} problems), per-seed "
+        "variance "
+        + ", ".join(f"{1e4 * v:.3f}" for v in per_seed)
+        + " points^2 (TA-GRPO, GRPO; "
+        + " vs ".join(str(s) for s in seeds)
+        + " seeds).",
+        "",
+    ]
+    lines += [
+        "With few seeds, more problems shrink the problem term but move the t quantile toward "
+        "the seeds' few degrees of freedom (Welch-Satterthwaite): seeds, not problems, then "
+        "set the resolution.",
+        "",
+    ]
+    if any(count < 2 for count in seeds) or not all(np.isfinite(per_seed)):
+        lines.append(
+            "Not computable: a method has one seed, so its between-seed variance is unknown "
+            "(give both at least 2 seeds)."
+        )
+        return "\n".join(lines)
+    multiples = (1.0, 2.0, 4.0, 8.0)
+    rows = []
+    for count in SEED_PLAN:
+        widths = [
+            f"{100 * half_width(problems, per_seed, [count] * len(per_seed), m):.2f}"
+            for m in multiples
+        ]
+        needed = needed_problem_multiple(problems, per_seed, count)
+        rows.append(
+            [
+                count,
+                *widths,
+                f"{int(np.ceil(needed * n_problems))} ({needed:.2f}x)"
+                if needed is not None
+                else f"not reachable (> {MAX_PROBLEM_MULTIPLE:g}x)",
+            ]
+        )
+    lines.append(
+        markdown_table(
+            [
+                "seeds per method",
+                *[f"half-width, {int(m * n_problems)} problems" for m in multiples],
+                f"problems for +/-{100 * MAX_HALF_WIDTH:.0f} points",
+            ],
+            rows,
+        )
+    )
+    return "\n".join(lines)
+
+
+def edge_criteria(
+    base_passk: pd.DataFrame, benchmarks: Sequence[str], options: Mapping[str, int], k: int
+) -> list[Criterion]:
+    """Per benchmark: the base's pass@k is at most 90% and at least 5 points above chance
+    (0 for a free-form answer)."""
+    rows = base_passk[(base_passk["kind"] == "benchmark") & (base_passk["k"] == k)]
+    by_name = dict(zip(rows["name"], rows["pass_at_k"], strict=True))
+    criteria = []
+    for name in benchmarks:
+        if name not in by_name:
+            raise KeyError(f"{name}: the base policy has no pass@{k}")
+        value = float(by_name[name])
+        chance = chance_pass_at_k(options[name], k) if name in options else 0.0
+        kind = f"{options[name]} options" if name in options else "free-form"
+        passed = value <= BASE_CEILING and value - chance >= CHANCE_MARGIN
+        criteria.append(
+            Criterion(
+                f"edges: {name}",
+                f"base pass@{k} <= {100 * BASE_CEILING:.0f}% and >= chance + "
+                f"{100 * CHANCE_MARGIN:.0f} points",
+                f"{100 * value:.1f}% (chance {100 * chance:.1f}%, {kind}; "
+                f"margin {100 * (value - chance):+.1f} points)",
+                passed,
+            )
+        )
+    return criteria
+
+
+def validity_table(criteria: Sequence[Criterion]) -> str:
+    return markdown_table(
+        ["criterion", "requirement", "measured [95% CI]", "verdict"],
+        [criterion.row() for criterion in criteria],
+    )
