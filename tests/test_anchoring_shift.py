@@ -96,7 +96,9 @@ def _single_log_probs(model, prompt: list[int], response: list[int]) -> np.ndarr
         logits = model(input_ids=torch.tensor([list(prompt) + list(response)])).logits[0]
     log_probs = torch.log_softmax(logits.float(), -1)
     positions = range(len(prompt) - 1, len(prompt) + len(response) - 1)
-    return np.array([float(log_probs[t, token]) for t, token in zip(positions, response)])
+    return np.array(
+        [float(log_probs[t, token]) for t, token in zip(positions, response, strict=True)]
+    )
 
 
 @pytest.mark.parametrize("method", ["ta_grpo", "ta_grpo_star", "ta_grpo_unanchored"])
@@ -142,7 +144,9 @@ def test_the_extra_pass_leaves_the_run_bit_identical(policy, monkeypatch) -> Non
         if not measured:
             monkeypatch.setattr(Trainer, "_anchoring_shift", lambda self, *args: {})
         model, tokenizer = _fresh(policy)
-        result = Trainer(_config("ta_grpo"), model, tokenizer, tiny_questions(), boxed_grade).train()
+        result = Trainer(
+            _config("ta_grpo"), model, tokenizer, tiny_questions(), boxed_grade
+        ).train()
         history = [
             {k: v for k, v in h.items() if not k.startswith(("time/", "anchoring/"))}
             for h in result.history

@@ -26,6 +26,7 @@ from tagrpo.layout import (
     report_outputs,
 )
 from tagrpo.metrics.compare import chance_pass_at_k
+from tagrpo.report.anchoring import anchoring_figure, load_anchoring_histories
 from tagrpo.report.chance import (
     CHANCE_CEILING,
     MIN_MARGIN,
@@ -34,7 +35,11 @@ from tagrpo.report.chance import (
     uninformative_from,
 )
 from tagrpo.report.markdown import markdown_table, passk_curves, passk_long_table, table1
-from tagrpo.report.training import load_training_summaries, training_section
+from tagrpo.report.training import (
+    load_training_summaries,
+    training_section,
+    updates_by_method,
+)
 
 
 def data_section(counts: dict[str, Any]) -> str:
@@ -147,6 +152,7 @@ def statistics_sections(
     comparisons_path = root / diagnostics_outputs()["comparisons"]
     comparisons = pd.read_csv(comparisons_path) if comparisons_path.exists() else None
     ta_policies = [p for p in config.diagnostics.policies if p.startswith("ta_grpo-")]
+    updates = updates_by_method(load_training_summaries(root, config.runs.policies()))
     claims = build_claims(
         runs,
         benchmarks,
@@ -154,6 +160,7 @@ def statistics_sections(
         ta_policies[0] if ta_policies else None,
         ks[-1],
         config.evaluate.bootstrap_resamples,
+        updates,
     )
     table = claims_table(claims)
     out["claims"].write_text(table + "\n")
@@ -171,11 +178,12 @@ def statistics_sections(
             "paper's Table 1 averages: the mean over a group's benchmarks of their mean over "
             "problems); differences are TA-GRPO minus each method. 95% intervals: bootstrap "
             "over problems (within benchmarks, paired between the two methods) and over each "
-            "method's seeds. Percentage points.",
+            "method's seeds. Percentage points. *Updates*: the optimiser updates of each "
+            "method's runs (they differ between methods with `train.batch_unit: rows`).",
             "",
-            _scores_markdown(scores, ks[-1], multiple_choice_options(config), groups),
+            _scores_markdown(scores, ks[-1], multiple_choice_options(config), groups, updates),
             "",
-            _differences_markdown(differences),
+            _differences_markdown(differences, updates),
         ]
     )
     headline = {
@@ -257,6 +265,10 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
         floors_at_k["average"],
     )  # fmt: skip
     link = out_link(out)
+    updates = updates_by_method(load_training_summaries(root, config.runs.policies()))
+    updates_line = "Optimiser updates per method: " + ", ".join(
+        f"{method} {_updates_of(updates, method)}" for method in methods
+    )
     beside = (
         f"The run's base model is {model}: the paper's Table 1 rows follow ours, with the "
         "difference."
@@ -270,6 +282,8 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
         "",
         table,
         "",
+        updates_line + ".",
+        "",
         "Figure 5: pass@k curves per benchmark, every method (the mean over its seeds; shaded: "
         "the 95% intervals of the base policy and TA-GRPO, every method's in Table 1 and "
         "`reports/tables/paper_scores.csv`; dashed: the chance floor of a multiple-choice "
@@ -277,7 +291,9 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
         "",
         f"![Figure 5]({link}/figure5_passk.png)",
         "",
-        "Figure 6: the matched response budget ((N+1)xGRPO, with and without DS).",
+        "Figure 6: the matched response budget ((N+1)xGRPO, with and without DS). "
+        + updates_line
+        + ".",
         "",
         f"![Figure 6]({link}/figure6_matched_budget.png)",
         "",
@@ -306,7 +322,9 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
         *(["", f"![Figure 7]({link}/figure7_data_scaling.png)"] if scaling.multiples else []),
         "",
         "Figure 8: the ablation: GRPO, TA-GRPO* (rephrasings, per-rephrasing groups and "
-        "ratios), unanchored TA-GRPO (joint groups, own-prompt ratios), TA-GRPO.",
+        "ratios), unanchored TA-GRPO (joint groups, own-prompt ratios), TA-GRPO. "
+        + updates_line
+        + ".",
         "",
         f"![Figure 8]({link}/figure8_ablation.png)",
     ]
@@ -385,26 +403,33 @@ def _interval(value: float, low: float, high: float) -> str:
     return f"{100 * value:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
 
 
+def _updates_of(updates: Mapping[str, str], method: str) -> str:
+    if method not in updates:
+        raise KeyError(f"no training summary of {method}: its optimiser updates are unknown")
+    return updates[method]
+
+
 def _scores_markdown(
     scores: pd.DataFrame,
     k_large: int,
     options: Mapping[str, int],
     groups: Mapping[str, Sequence[str]],
+    updates: Mapping[str, str],
 ) -> str:
     rows = []
     for (method, group), part in scores.groupby(["method", "group"], sort=False):
         by_k = part.set_index("k")
         floors = [chance_floor(group, k, options, groups) for k in (1, k_large)]
         rows.append(
-            [method, group, int(part["seeds"].iloc[0])]
+            [method, group, int(part["seeds"].iloc[0]), _updates_of(updates, method)]
             + [_interval(*by_k.loc[k, ["pass_at_k", "ci_low", "ci_high"]]) for k in (1, k_large)]
             + ["-" if None in floors else " / ".join(f"{100 * f:.1f}" for f in floors)]
         )
-    header = ["method", "group", "seeds", "pass@1", f"pass@{k_large}"]
+    header = ["method", "group", "seeds", "updates", "pass@1", f"pass@{k_large}"]
     return markdown_table([*header, f"chance pass@1 / pass@{k_large}"], rows)
 
 
-def _differences_markdown(differences: pd.DataFrame) -> str:
+def _differences_markdown(differences: pd.DataFrame, updates: Mapping[str, str]) -> str:
     if differences.empty:
         return "TA-GRPO was not run: no differences to report."
     ks = sorted(differences["k"].unique())
@@ -412,10 +437,15 @@ def _differences_markdown(differences: pd.DataFrame) -> str:
     for (baseline, group), part in differences.groupby(["baseline", "group"], sort=False):
         by_k = part.set_index("k")
         rows.append(
-            [f"TA-GRPO - {baseline}", group]
+            [
+                f"TA-GRPO - {baseline}",
+                group,
+                f"{_updates_of(updates, 'ta_grpo')} / {_updates_of(updates, baseline)}",
+            ]
             + [_interval(*by_k.loc[k, ["difference", "ci_low", "ci_high"]]) for k in ks]
         )
-    return markdown_table(["difference", "group", *[f"pass@{k}" for k in ks]], rows)
+    header = ["difference", "group", "updates TA / other", *[f"pass@{k}" for k in ks]]
+    return markdown_table(header, rows)
 
 
 def build_report(
@@ -443,6 +473,11 @@ def build_report(
     layout = report_outputs()
     link_path = Path(os.path.relpath(layout["figures"] / curves.name, layout["report"].parent))
     link = link_path.as_posix()
+    anchoring_path = figures_dir / "anchoring_shift.png"
+    anchoring_figure(load_anchoring_histories(root, trained), anchoring_path)
+    anchoring_link = Path(
+        os.path.relpath(layout["figures"] / anchoring_path.name, layout["report"].parent)
+    ).as_posix()
     claims, statistics, headline = statistics_sections(config, root, out)
     paper_figures = paper_sections(config, root, out)
     sections = [
@@ -473,6 +508,7 @@ def build_report(
             config.train.group_size,
             config.train.n_neighbours,
             config.train.estimators,
+            anchoring_link,
         ),
         "",
         diagnostics,

@@ -35,16 +35,17 @@ class Claim:
     measure: str  # what we estimate (positive = the claim holds)
     estimate: Estimate | None  # None: a method it needs was not run
     unit: str = "points"  # how the value is shown: points (x100) or plain
+    updates: str = ""  # optimiser updates of the compared runs ("TA / baseline")
 
     def row(self) -> list[str]:
         if self.estimate is None:
-            return [self.claim, self.measure, "not run", "not run"]
+            return [self.claim, self.measure, "not run", "not run", self.updates or "not run"]
         scale = 100.0 if self.unit == "points" else 1.0
         value = (
             f"{scale * self.estimate.value:+.2f} [{scale * self.estimate.low:+.2f}, "
             f"{scale * self.estimate.high:+.2f}]"
         )
-        return [self.claim, self.measure, value, self.estimate.verdict]
+        return [self.claim, self.measure, value, self.estimate.verdict, self.updates]
 
 
 def load_policy_runs(root: Path, policies: Sequence[str], ks: Sequence[int]) -> SeedRuns:
@@ -153,8 +154,21 @@ def build_claims(
     diagnostics_policy: str | None,
     k_large: int,
     n_resamples: int = 2000,
+    updates: Mapping[str, str] | None = None,
 ) -> list[Claim]:
-    """The paper's qualitative claims, each with our estimate (see the module docstring)."""
+    """The paper's qualitative claims, each with our estimate (see the module docstring).
+
+    ``updates``: each method's optimiser updates (:func:`tagrpo.report.training.
+    updates_by_method`), shown beside every claim: "TA / baseline" for a comparison of two
+    methods, TA-GRPO's alone for the diagnostics (one policy).
+    """
+    counts = dict(updates or {})
+
+    def count(method: str) -> str:
+        return counts.get(method, "not run")
+
+    def versus(baseline: str) -> str:
+        return f"{count(TA)} / {count(baseline)}"
 
     def gap(baseline: str) -> Estimate | None:
         if TA not in runs or baseline not in runs:
@@ -176,47 +190,56 @@ def build_claims(
             "Fewer identical-reward groups than GRPO (Fig. 3)",
             "q0 G-group minus TA joint (N+1)G-group identical-reward rate, same policy",
             _diagnostic(comparisons, policy, "identical_rewards", "joint", "original", -1),
+            updates=f"{count(TA)} (one policy)",
         ),
         Claim(
             "Fewer identical-reward groups than the matched budget",
             "q0 (N+1)G-group minus TA joint (N+1)G-group rate (same size)",
             _diagnostic(comparisons, policy, "identical_rewards", "joint", "original_N1G", -1),
+            updates=f"{count(TA)} (one policy)",
         ),
         Claim(
             f"TA-GRPO beats GRPO at pass@{k_large}",
             f"pass@{k_large}, TA-GRPO minus GRPO, {every}",
             gap("grpo"),
+            updates=versus("grpo"),
         ),
         Claim(
             "The gain over GRPO widens with k",
             f"(TA - GRPO at pass@{k_large}) minus (TA - GRPO at pass@1)",
             widens("grpo"),
+            updates=versus("grpo"),
         ),
         Claim(
             f"TA-GRPO beats GRPO with dynamic sampling at pass@{k_large}",
             f"pass@{k_large}, TA-GRPO minus GRPO w/ DS, {every}",
             gap("grpo_ds"),
+            updates=versus("grpo_ds"),
         ),
         Claim(
             f"TA-GRPO beats the matched budget (N+1)xGRPO at pass@{k_large} (Fig. 6)",
             f"pass@{k_large}, TA-GRPO minus (N+1)xGRPO, {every}",
             gap("grpo_x4"),
+            updates=versus("grpo_x4"),
         ),
         Claim(
             f"TA-GRPO beats TA-GRPO* at pass@{k_large} (Fig. 8)",
             f"pass@{k_large}, TA-GRPO minus TA-GRPO*, {every}",
             gap("ta_grpo_star"),
+            updates=versus("ta_grpo_star"),
         ),
         Claim(
             f"Ratios under q0 (Eq. 4) help at pass@{k_large}",
             f"pass@{k_large}, TA-GRPO minus unanchored TA-GRPO, {every}",
             gap("ta_grpo_unanchored"),
+            updates=versus("ta_grpo_unanchored"),
         ),
         Claim(
             "Responses to the neighbours are more diverse (Fig. 4)",
             "within-prompt embedding distance, neighbours minus q0, same policy",
             _diagnostic(comparisons, policy, "distance", "neighbour_each", "original", 1),
             unit="plain",
+            updates=f"{count(TA)} (one policy)",
         ),
     ]
 
@@ -225,6 +248,12 @@ def claims_table(claims: Sequence[Claim]) -> str:
     from tagrpo.report.markdown import markdown_table
 
     return markdown_table(
-        ["claim (paper)", "our measure (positive = claim holds)", "estimate [95% CI]", "verdict"],
+        [
+            "claim (paper)",
+            "our measure (positive = claim holds)",
+            "estimate [95% CI]",
+            "verdict",
+            "optimiser updates (TA-GRPO / other)",
+        ],
         [claim.row() for claim in claims],
     )

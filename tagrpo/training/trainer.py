@@ -293,6 +293,7 @@ class Trainer:
         if not kept:  # DS found no informative group within its rounds: no update at all
             metrics.update(self._bookkeeping(step, rollout_seconds, started))
             metrics["updated"] = 0.0
+            metrics["optimiser_updates"] = 0.0
             return StepResult(metrics, generated)
 
         question = np.concatenate([np.full(r.rewards.size, i) for i, r in enumerate(kept)])
@@ -464,6 +465,7 @@ class Trainer:
             "clip_fraction": totals["clip_fraction"],
             "ratio_mean": totals["ratio"],
             "grad_norm": float(np.mean(grad_norms)),
+            "optimiser_updates": float(len(chunks)),
         }
 
     # ---------------------------------------------------------------- the run

@@ -30,6 +30,7 @@ from typing import Any
 
 from tagrpo.algorithms import get_method
 from tagrpo.algorithms.estimators import get_estimator
+from tagrpo.config.train import rows_per_question
 from tagrpo.verl_ext import AGENT_LOOP_NAME, REWARD_MODULE, TRAINER_MODE
 from tagrpo.verl_ext.device import cpu_overrides, device_env, run_device
 from tagrpo.verl_ext.settings import MethodSettings, expected_estimator
@@ -154,7 +155,12 @@ def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
     common = params.get("common") or {}
     # One verl row per question, its variants drawn by the agent loop: in `rows` mode a batch
     # of R rows holds R / (variants per question) questions (the authors' 256 rows ~ 64).
-    rows = len(spec.variants(settings.n_neighbours)) if params.get("batch_unit") == "rows" else 1
+    rows = rows_per_question(
+        run.method,
+        settings.n_neighbours,
+        params.get("batch_unit", "questions"),
+        bool(params.get("rows_matched_updates", False)),
+    )
     if int(params["batch_questions"]) % rows:
         raise ValueError(f"batch_questions {params['batch_questions']} rows: not whole questions")
     batch = int(params["batch_questions"]) // rows
