@@ -146,6 +146,17 @@ def check_micro_batches(
         )
 
 
+def verl_training_steps(rows: int, batch_questions: int, epochs: float) -> int:
+    """The steps verl 0.9.1 runs: ``len(dataset) // data.train_batch_size`` per epoch (its
+    training dataloader drops the last partial batch) times ``trainer.total_epochs``, an int
+    (``verl/trainer/ppo/v1/trainer_base.py``: ``steps_per_epoch``, ``total_training_steps``).
+    The local backend runs ``ceil(epochs x questions / batch)`` (:func:`tagrpo.training.run.
+    plan_training`): a partial batch at an epoch's end is filled from the next epoch."""
+    if batch_questions < 1 or rows < 0:
+        raise ValueError(f"{rows} rows, batch of {batch_questions}: not a training set")
+    return (rows // batch_questions) * int(epochs)
+
+
 def build_overrides(run: VerlRun, params: Mapping[str, Any]) -> list[str]:
     """The Hydra overrides of one run; ``params`` is the train stage's (train + common)."""
     verl = verl_settings(params)
