@@ -39,6 +39,7 @@ import yaml
 from scratch_project import run_checked, scratch_project
 
 from tagrpo.algorithms import AVSPOConfig, avspo_advantages, group_ids, grpo_advantages
+from tagrpo.algorithms.anchoring import anchoring_shift
 from tagrpo.data.schema import QUESTION_SCHEMA, read_questions
 from tagrpo.data.training_set import load_training_questions, miniworld_neighbours
 from tagrpo.models import load_causal_lm
@@ -337,6 +338,26 @@ def test_ta_grpo_trains_every_neighbour_response_under_q0(ta_grpo: VerlRun) -> N
 def test_ta_grpo_old_log_probs_equal_scoring_under_q0(ta_grpo: VerlRun) -> None:
     differences = check_log_prob_parity(ta_grpo)
     report(ta_grpo, **{f"logprob_maxdiff_step{k}": v for k, v in differences.items()})
+
+
+def test_ta_grpo_logs_the_anchoring_shift_of_its_old_policy(ta_grpo: VerlRun) -> None:
+    """verl's anchoring pass: neighbour responses re-scored under the generation prompt by the
+    actor; its metrics equal the project's scoring of the dumps under both prompts."""
+    weights = {1: ta_grpo.root / "models" / "base"}
+    weights[2] = ta_grpo.root / "models" / ta_grpo.policy / "checkpoints" / "checkpoint-050"
+    logged = {int(record["step"]): record for record in ta_grpo.metrics}
+    for step, frame in ta_grpo.dumps.items():
+        neighbours = frame[frame["variant"] > 0].reset_index(drop=True)
+        under_qn = scored_old_log_probs(
+            weights[step], neighbours.assign(prompt_ids=neighbours["generation_prompt_ids"])
+        )
+        under_q0 = [np.asarray(list(values)) for values in neighbours["old_log_probs"]]
+        groups = (prompt_uids(neighbours) + "/" + neighbours["variant"].astype(str)).tolist()
+        expected = anchoring_shift(under_q0, under_qn, [hash(g) for g in groups])
+        assert expected["anchoring/neighbour_responses"] == BATCH * N * G
+        for key, value in expected.items():
+            assert logged[step][key] == pytest.approx(value, abs=LOG_PROB_TOLERANCE), (step, key)
+    report(ta_grpo, anchoring_ess_fraction=ta_grpo.metric("anchoring/ess_fraction")[-1])
 
 
 def test_ta_grpo_advantages_are_the_joint_group_advantages(ta_grpo: VerlRun) -> None:
