@@ -4,6 +4,7 @@ adjusts the family, and the validity table says PASS/FAIL from the numbers."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -51,6 +52,12 @@ def _write_project(root: Path) -> None:
     ]
     (root / "probes").mkdir()
     pd.DataFrame(probe).to_parquet(root / "probes" / "base_model.parquet")
+    # The training summaries (the report shows each method's optimiser updates).
+    (root / "metrics" / "train").mkdir(parents=True)
+    for policy in CORRECT:
+        if policy != "base":
+            summary = {"optimiser_updates": 40}
+            (root / "metrics" / "train" / f"{policy}.json").write_text(json.dumps(summary))
 
 
 def test_controls_equivalence_holm_and_validity_from_the_numbers(tmp_path: Path) -> None:
@@ -131,9 +138,11 @@ def test_without_a_negative_control_v4_fails_and_its_row_is_not_run(tmp_path: Pa
     assert headline["validity/V4"] == 0.0
     assert "not run: runs lacks a negative-control method (e.g. grpo_flipped)" in validity
     negative = claims.splitlines()[3]
-    assert negative.startswith("| Negative control") and negative.endswith("| not run |")
+    assert negative.startswith("| Negative control") and negative.endswith(
+        "| not run | 40 / not run |"
+    )
     equivalence = claims.splitlines()[-1]
-    assert "section 5.5" in equivalence and equivalence.endswith("| not run |")
+    assert "section 5.5" in equivalence and equivalence.endswith("| not run |  |")
 
 
 def test_holm_over_the_claims_only_and_verdicts_from_the_adjusted_p() -> None:

@@ -240,7 +240,7 @@ def test_scores_table_has_a_chance_column_for_groups_holding_a_choice_benchmark(
           "ci_high": 0.6} for g in ("competition", "ood") for k in (1, 32)]
     )  # fmt: skip
     groups = {"competition": ["arith"], "ood": ["arith", "choice"]}
-    lines = _scores_markdown(scores, 32, OPTIONS, groups).splitlines()
+    lines = _scores_markdown(scores, 32, OPTIONS, groups, {"grpo": "10"}).splitlines()
     assert lines[0].endswith("| chance pass@1 / pass@32 |")
     assert lines[2].endswith("| - |")
     floors = f"{50 * chance_pass_at_k(20, 1):.1f} / {50 * chance_pass_at_k(20, 32):.1f}"

@@ -133,7 +133,7 @@ def test_a_training_step_feeds_the_anchor_prompt_to_policy_and_reference(tiny_lm
         undo_reference()
     generated = result.generated
     backend = trainer.backend
-    expected = []
+    expected, counterpart = [], []
     for rollout in generated:
         for completion, variant in zip(
             rollout.completions, rollout.variant_of_response, strict=True
@@ -141,14 +141,23 @@ def test_a_training_step_feeds_the_anchor_prompt_to_policy_and_reference(tiny_lm
             anchor = 0 if method == "ta_grpo" else int(variant)
             prompt = backend.prompt_ids(rollout.question.messages(anchor))
             expected.append(prompt + list(completion.token_ids))
+            if variant > 0:  # the anchoring pass: the prompt the method does not score with
+                other = int(variant) if method == "ta_grpo" else 0
+                other_prompt = backend.prompt_ids(rollout.question.messages(other))
+                counterpart.append(other_prompt + list(completion.token_ids))
     assert len(expected) == 2 * 4 * 2  # 2 questions x (q0 + 3 neighbours) x G=2
+    assert len(counterpart) == 2 * 3 * 2
     assert any(rollout.variant_of_response.max() == 3 for rollout in generated)
-    # Reference: one scoring pass. Policy: the old-log-prob pass plus one pass per mini-batch.
+    # Reference: one scoring pass. Policy: the old-log-prob pass, the anchoring pass of the
+    # neighbour responses (diagnostic only, anchoring/*) and one pass per mini-batch.
     assert sorted(seen_reference) == sorted(expected)
-    assert sorted(seen_policy) == sorted(expected + expected)
+    assert sorted(seen_policy) == sorted(expected + counterpart + expected)
     if method == "ta_grpo":
+        training = [row for row in seen_policy]
+        for row in counterpart:
+            training.remove(row)
         q0_prompts = [backend.prompt_ids(q.messages(0)) for q in questions]
-        assert all(any(row[: len(p)] == p for p in q0_prompts) for row in seen_policy)
+        assert all(any(row[: len(p)] == p for p in q0_prompts) for row in training)
     # The dump records what was used for generation and what for scoring.
     scored = result.scored_under
     for rollout in generated:

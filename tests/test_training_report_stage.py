@@ -62,6 +62,12 @@ def test_training_section_table(tmp_path) -> None:
                 "joint/zero_gradient_rate_mean": 0.0,
                 "train/zero_gradient_rate_mean": 0.0,
                 "train/effective_zero_gradient_rate_mean": 0.0,
+                "optimiser_updates": 40,
+                "anchoring/log_ratio_mean_mean": -0.0123,
+                "anchoring/log_ratio_p1_mean": -0.5,
+                "anchoring/log_ratio_p99_mean": 0.25,
+                "anchoring/ess_fraction_mean": 0.9,
+                "anchoring/ess_fraction_group_mean_mean": 0.95,
             }
         )
     )
@@ -72,9 +78,18 @@ def test_training_section_table(tmp_path) -> None:
     table = training_section(summaries)
     row = next(line for line in table.splitlines() if line.startswith("| ta_grpo-s0"))
     assert row == (
-        "| ta_grpo-s0 | 20 | 5120 | 46 | 40.9 → 37.2 | 37.8 → 45.6 | 8/32/32 | 13.1 | 0.0 | 0.0 "
-        "| 0.0 |  |"
+        "| ta_grpo-s0 | 20 | 40 | 5120 | 46 | 40.9 → 37.2 | 37.8 → 45.6 | 8/32/32 | 13.1 | 0.0 "
+        "| 0.0 | 0.0 |  |"
     )
+    row = next(line for line in table.splitlines() if line.startswith("| ta_grpo-s0 | -0"))
+    assert row == "| ta_grpo-s0 | -0.012 | -0.500 | 0.250 | 0.900 | 0.950 |"
+    grpo = training_section({"grpo-s0": {"optimiser_updates": 40}}, anchoring_figure="f.png")
+    assert "| grpo-s0 | n/a (samples no rephrasings) |  |  |  |  |" in grpo
+    assert grpo.endswith("![The ratio under q0](f.png)")
+    with pytest.raises(
+        KeyError, match="summary of ta_grpo-s0 has no anchoring/log_ratio_mean_mean"
+    ):
+        training_section({"ta_grpo-s0": {"optimiser_updates": 40}})
 
 
 def test_group_sizes_and_method_labels() -> None:

@@ -235,3 +235,16 @@ def test_training_parquet_reaches_the_loop_through_verls_dataset(tokenizer, tmp_
         output = asyncio.run(go())
         assert server.prompts == [template_ids(tokenizer, chat_messages(text))]
         assert output.prompt_ids == template_ids(tokenizer, chat_messages(Q0))
+
+
+@pytest.mark.parametrize("method", ["ta_grpo", "ta_grpo_star", "ta_grpo_unanchored"])
+def test_both_prompts_are_recorded_for_the_anchoring_pass(tokenizer, method) -> None:
+    q0 = template_ids(tokenizer, chat_messages(Q0))
+    rephrasing = template_ids(tokenizer, chat_messages(REPHRASINGS[1]))
+    output, prompts, _ = run_session(tokenizer, method, 2 * G + 1, with_rephrasings())
+    assert prompts == [rephrasing]  # sampled from the second rephrasing
+    assert output.extra_fields["tagrpo_generation_prompt_ids"] == rephrasing
+    assert output.extra_fields["tagrpo_original_prompt_ids"] == q0
+    assert list(output.prompt_ids) == (q0 if method == "ta_grpo" else rephrasing)
+    first, _, _ = run_session(tokenizer, method, 1, with_rephrasings())
+    assert first.extra_fields["tagrpo_original_prompt_ids"] == q0 == list(first.prompt_ids)

@@ -39,6 +39,7 @@ import yaml
 from scratch_project import run_checked, scratch_project
 
 from tagrpo.algorithms import AVSPOConfig, avspo_advantages, group_ids, grpo_advantages
+from tagrpo.algorithms.anchoring import anchoring_shift
 from tagrpo.backends.models import load_causal_lm
 from tagrpo.data.schema import QUESTION_SCHEMA, read_questions
 from tagrpo.data.training_set import load_training_questions, miniworld_neighbours
@@ -341,6 +342,38 @@ def test_ta_grpo_trains_every_neighbour_response_under_q0(ta_grpo: VerlRun) -> N
 def test_ta_grpo_old_log_probs_equal_scoring_under_q0(ta_grpo: VerlRun) -> None:
     differences = check_log_prob_parity(ta_grpo)
     report(ta_grpo, **{f"logprob_maxdiff_step{k}": v for k, v in differences.items()})
+
+
+def check_anchoring_shift(run: VerlRun) -> float:
+    """verl's anchoring pass: each neighbour response scored by the actor under the prompt the
+    method does not store; its metrics equal the project's scoring of the dumps under q0 and
+    under the generation prompt with the weights of that step. Returns the last ESS/n."""
+    questions = training_questions(run.root)
+    _, tokenizer = load_causal_lm(run.root / "models" / "base")
+    weights = {1: run.root / "models" / "base"}
+    weights[2] = run.root / "models" / run.policy / "checkpoints" / "checkpoint-050"
+    logged = {int(record["step"]): record for record in run.metrics}
+    for step, frame in run.dumps.items():
+        neighbours = frame[frame["variant"] > 0].reset_index(drop=True)
+        q0 = [prompt_ids_of(tokenizer, questions[q].messages(0)) for q in neighbours["question_id"]]
+        under_q0 = scored_old_log_probs(weights[step], neighbours.assign(prompt_ids=q0))
+        under_qn = scored_old_log_probs(
+            weights[step], neighbours.assign(prompt_ids=neighbours["generation_prompt_ids"])
+        )
+        groups = (prompt_uids(neighbours) + "/" + neighbours["variant"].astype(str)).tolist()
+        expected = anchoring_shift(under_q0, under_qn, [hash(g) for g in groups])
+        assert expected["anchoring/neighbour_responses"] == BATCH * N * G
+        for key, value in expected.items():
+            assert logged[step][key] == pytest.approx(value, abs=LOG_PROB_TOLERANCE), (step, key)
+    return run.metric("anchoring/ess_fraction")[-1]
+
+
+def test_ta_grpo_logs_the_anchoring_shift_of_its_old_policy(ta_grpo: VerlRun) -> None:
+    report(ta_grpo, anchoring_ess_fraction=check_anchoring_shift(ta_grpo))
+
+
+def test_ta_grpo_star_logs_the_anchoring_shift_of_its_old_policy(ta_grpo_star: VerlRun) -> None:
+    report(ta_grpo_star, anchoring_ess_fraction=check_anchoring_shift(ta_grpo_star))
 
 
 def test_ta_grpo_advantages_are_the_joint_group_advantages(ta_grpo: VerlRun) -> None:

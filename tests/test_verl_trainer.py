@@ -93,7 +93,14 @@ def make_trainer(method: str, monkeypatch, records, avspo: dict | None = None) -
         "norm_adv_by_std_in_grpo": True,
         "tagrpo": settings.as_config(),
     }
-    trainer.config = OmegaConf.create({"algorithm": algorithm})
+    actor = {"ppo_mini_batch_size": 1, "ppo_epochs": 1}
+    trainer.config = OmegaConf.create(
+        {
+            "algorithm": algorithm,
+            "data": {"train_batch_size": 2},
+            "actor_rollout_ref": {"actor": actor},
+        }
+    )
     trainer.ta = settings
     trainer.estimator_state = AdaptiveThreshold(config) if config is not None else None
     monkeypatch.setattr(trainer_module, "tq", FakeTQ(records))
@@ -145,6 +152,7 @@ def test_joint_methods_normalise_over_the_32_responses(monkeypatch, method: str)
     assert metrics["neighbours/zero_gradient_rate"] == 0.5
     assert metrics["joint/zero_gradient_rate"] == 0.5
     assert metrics["train/zero_gradient_rate"] == 0.5
+    assert metrics["optimiser_updates"] == 2.0  # train_batch_size 2 / ppo_mini_batch_size 1
     assert metrics["train/effective_zero_gradient_rate"] == 0.5
     assert metrics["reward_mean"] == pytest.approx(20 / 64)
     assert metrics["responses_generated"] == 64.0

@@ -44,6 +44,13 @@ class TrainSettings(ConfigModel):
     batch_unit: Literal["questions", "rows"] = Field(
         description="questions (the paper's text) | rows (the authors' scripts)"
     )
+    # In rows mode (N+1)xGRPO takes (N+1)x the questions of TA-GRPO per step, so at equal
+    # responses it gets 1/(N+1) of TA-GRPO's optimiser updates and a shorter schedule. This
+    # variant counts its (N+1)G responses to q0 as N+1 rows: TA-GRPO's questions per step,
+    # steps and updates, at the same responses per step.
+    rows_matched_updates: bool = Field(
+        description="batch_unit rows: (N+1)xGRPO counts N+1 rows per question"
+    )
     mini_batches: int = Field(ge=1, description="optimiser updates per step (paper: 256/128)")
     # Eq. 2/4 average each response's tokens (1/|o_i|), then the responses: seq-mean-token-mean.
     # The authors' scripts kept verl's default token-mean (every token of a mini-batch alike).
@@ -118,12 +125,10 @@ class TrainSettings(ConfigModel):
         return self.estimators.get(name)
 
     def rows_per_question(self, method: str) -> int:
-        """Dataset rows one question fills: its prompt variants in ``rows`` mode, else 1."""
-        from tagrpo.algorithms import get_method
-
-        if self.batch_unit == "questions":
-            return 1
-        return len(get_method(method).variants(self.n_neighbours))
+        """Dataset rows one question fills (:func:`rows_per_question`)."""
+        return rows_per_question(
+            method, self.n_neighbours, self.batch_unit, self.rows_matched_updates
+        )
 
     def questions_per_step(self, method: str) -> int:
         """Questions a step of ``method`` samples (``batch_questions`` rows in ``rows`` mode)."""
@@ -137,11 +142,34 @@ class TrainSettings(ConfigModel):
 
     @model_validator(mode="after")
     def _mini_batches(self) -> TrainSettings:
+        if self.rows_matched_updates and self.batch_unit != "rows":
+            raise ValueError(
+                "rows_matched_updates: true applies to batch_unit: rows only (with questions "
+                "every method takes the same questions per step already)"
+            )
         if self.mini_batches > self.batch_questions:
             raise ValueError(
                 f"mini_batches ({self.mini_batches}) > batch_questions ({self.batch_questions})"
             )
         return self
+
+
+def rows_per_question(
+    method: str, n_neighbours: int, batch_unit: str, rows_matched_updates: bool = False
+) -> int:
+    """Dataset rows one question of ``method`` fills: 1 with ``batch_unit: questions``; with
+    ``rows`` its prompt variants (N+1 for TA methods, 1 for q0-only ones), and N+1 for a
+    matched-budget method ((N+1)G responses to q0) when ``rows_matched_updates``."""
+    from tagrpo.algorithms import get_method
+
+    if batch_unit not in ("questions", "rows"):
+        raise ValueError(f"batch_unit must be questions or rows, got {batch_unit!r}")
+    if batch_unit == "questions":
+        return 1
+    spec = get_method(method)
+    if spec.matched_budget and rows_matched_updates:
+        return n_neighbours + 1
+    return len(spec.variants(n_neighbours))
 
 
 class LocalBackendSettings(ConfigModel):

@@ -27,6 +27,7 @@ from tagrpo.pipeline.layout import (
     report_outputs,
 )
 from tagrpo.report import paper
+from tagrpo.report.anchoring import anchoring_figure, load_anchoring_histories
 from tagrpo.report.chance import (
     CHANCE_CEILING,
     MIN_MARGIN,
@@ -43,7 +44,12 @@ from tagrpo.report.claims import (
     score_table,
 )
 from tagrpo.report.markdown import markdown_table, passk_curves, passk_long_table, table1
-from tagrpo.report.training import load_training_summaries, reward_figure, training_section
+from tagrpo.report.training import (
+    load_training_summaries,
+    reward_figure,
+    training_section,
+    updates_by_method,
+)
 
 
 def data_section(counts: dict[str, Any]) -> str:
@@ -291,6 +297,7 @@ def statistics_sections(
             largest,
             load_policy_runs(root, [policy_name("grpo", s, largest) for s in scaling.seeds], ks),
         )
+    updates = updates_by_method(load_training_summaries(root, config.runs.policies()))
     claims = build_claims(
         runs,
         benchmarks,
@@ -302,6 +309,7 @@ def statistics_sections(
         in_distribution=in_distribution_benchmarks(config),
         scaled_grpo=scaled_grpo,
         equivalence_margin=config.report.equivalence_margin,
+        updates=updates,
     )
     table = claims_table(claims)
     out["claims"].write_text(table + "\n")
@@ -324,11 +332,13 @@ def statistics_sections(
             "scores' variance over its seeds), with a t quantile (Welch-Satterthwaite degrees "
             "of freedom); a method with one seed adds no seed term, so its rows hold for that "
             "run only (*conditional*). These are exploratory: unadjusted for their number "
-            "(the claims table adjusts its family by Holm). Percentage points.",
+            "(the claims table adjusts its family by Holm). Percentage points. *Updates*: the "
+            "optimiser updates of each method's runs (they differ between methods with "
+            "`train.batch_unit: rows`).",
             "",
-            _scores_markdown(scores, ks[-1], multiple_choice_options(config), groups),
+            _scores_markdown(scores, ks[-1], multiple_choice_options(config), groups, updates),
             "",
-            _differences_markdown(differences),
+            _differences_markdown(differences, updates),
         ]
     )
     headline = {f"claims/{i}/{c.verdict}": 1.0 for i, c in enumerate(claims)}
@@ -409,6 +419,10 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
         floors_at_k["average"],
     )  # fmt: skip
     link = out_link(out)
+    updates = updates_by_method(load_training_summaries(root, config.runs.policies()))
+    updates_line = "Optimiser updates per method: " + ", ".join(
+        f"{method} {_updates_of(updates, method)}" for method in methods
+    )
     beside = (
         f"The run's base model is {model}: the paper's Table 1 rows follow ours, with the "
         "difference."
@@ -422,6 +436,8 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
         "",
         table,
         "",
+        updates_line + ".",
+        "",
         "Figure 5: pass@k curves per benchmark, every method (the mean over its seeds; shaded: "
         "the 95% intervals of the base policy and TA-GRPO, every method's in Table 1 and "
         "`reports/tables/paper_scores.csv`; dashed: the chance floor of a multiple-choice "
@@ -429,7 +445,9 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
         "",
         f"![Figure 5]({link}/figure5_passk.png)",
         "",
-        "Figure 6: the matched response budget ((N+1)xGRPO, with and without DS).",
+        "Figure 6: the matched response budget ((N+1)xGRPO, with and without DS). "
+        + updates_line
+        + ".",
         "",
         f"![Figure 6]({link}/figure6_matched_budget.png)",
         "",
@@ -458,7 +476,9 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
         *(["", f"![Figure 7]({link}/figure7_data_scaling.png)"] if scaling.multiples else []),
         "",
         "Figure 8: the ablation: GRPO, TA-GRPO* (rephrasings, per-rephrasing groups and "
-        "ratios), unanchored TA-GRPO (joint groups, own-prompt ratios), TA-GRPO.",
+        "ratios), unanchored TA-GRPO (joint groups, own-prompt ratios), TA-GRPO. "
+        + updates_line
+        + ".",
         "",
         f"![Figure 8]({link}/figure8_ablation.png)",
     ]
@@ -536,26 +556,33 @@ def _interval(value: float, low: float, high: float) -> str:
     return f"{100 * value:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
 
 
+def _updates_of(updates: Mapping[str, str], method: str) -> str:
+    if method not in updates:
+        raise KeyError(f"no training summary of {method}: its optimiser updates are unknown")
+    return updates[method]
+
+
 def _scores_markdown(
     scores: pd.DataFrame,
     k_large: int,
     options: Mapping[str, int],
     groups: Mapping[str, Sequence[str]],
+    updates: Mapping[str, str],
 ) -> str:
     rows = []
     for (method, group), part in scores.groupby(["method", "group"], sort=False):
         by_k = part.set_index("k")
         floors = [chance_floor(group, k, options, groups) for k in (1, k_large)]
         rows.append(
-            [method, group, int(part["seeds"].iloc[0])]
+            [method, group, int(part["seeds"].iloc[0]), _updates_of(updates, method)]
             + [_interval(*by_k.loc[k, ["pass_at_k", "ci_low", "ci_high"]]) for k in (1, k_large)]
             + ["-" if None in floors else " / ".join(f"{100 * f:.1f}" for f in floors)]
         )
-    header = ["method", "group", "seeds", "pass@1", f"pass@{k_large}"]
+    header = ["method", "group", "seeds", "updates", "pass@1", f"pass@{k_large}"]
     return markdown_table([*header, f"chance pass@1 / pass@{k_large}"], rows)
 
 
-def _differences_markdown(differences: pd.DataFrame) -> str:
+def _differences_markdown(differences: pd.DataFrame, updates: Mapping[str, str]) -> str:
     if differences.empty:
         return "TA-GRPO was not run: no differences to report."
     ks = sorted(differences["k"].unique())
@@ -564,10 +591,16 @@ def _differences_markdown(differences: pd.DataFrame) -> str:
         by_k = part.set_index("k")
         seeds = part["seeds"].iloc[0] + (" (conditional)" if part["conditional"].iloc[0] else "")
         rows.append(
-            [f"TA-GRPO - {baseline}", group, seeds]
+            [
+                f"TA-GRPO - {baseline}",
+                group,
+                seeds,
+                f"{_updates_of(updates, 'ta_grpo')} / {_updates_of(updates, baseline)}",
+            ]
             + [_interval(*by_k.loc[k, ["difference", "ci_low", "ci_high"]]) for k in ks]
         )
-    return markdown_table(["difference", "group", "seeds", *[f"pass@{k}" for k in ks]], rows)
+    header = ["difference", "group", "seeds", "updates TA / other", *[f"pass@{k}" for k in ks]]
+    return markdown_table(header, rows)
 
 
 def build_report(
@@ -606,6 +639,11 @@ def build_report(
     }
     reward_figure(rewards, figures_dir / "training_reward.png")
     figure_link = Path(os.path.relpath(layout["figures"], layout["report"].parent)).as_posix()
+    anchoring_path = figures_dir / "anchoring_shift.png"
+    anchoring_figure(load_anchoring_histories(root, trained), anchoring_path)
+    anchoring_link = Path(
+        os.path.relpath(layout["figures"] / anchoring_path.name, layout["report"].parent)
+    ).as_posix()
     paper_figures = paper_sections(config, root, out)
     sections = [
         f"# {config.report.title}",
@@ -665,6 +703,7 @@ def build_report(
             config.train.group_size,
             config.train.n_neighbours,
             config.train.estimators,
+            anchoring_link,
         ),
         "",
         diagnostics,

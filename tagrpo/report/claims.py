@@ -62,6 +62,7 @@ class Claim:
     seeds: str = ""  # the runs behind it, e.g. "3 vs 3" or "1 run: conditional"
     equivalence: Equivalence | None = None  # the TOST of an equivalence row
     holm_p: float = float("nan")  # set by :func:`adjust`
+    updates: str = ""  # optimiser updates of the compared runs ("TA / baseline")
 
     @property
     def p_value(self) -> float:
@@ -87,7 +88,7 @@ class Claim:
 
     def row(self) -> list[str]:
         if self.estimate is None:
-            return [self.claim, self.measure, "not run", "", "", "", "not run"]
+            return [self.claim, self.measure, "not run", "", "", "", "not run", self.updates]
         scale = 100.0 if self.unit == "points" else 1.0
         low, high = self.estimate.low, self.estimate.high
         label = ""
@@ -98,7 +99,16 @@ class Claim:
             f"{scale * self.estimate.value:+.2f} [{scale * low:+.2f}, {scale * high:+.2f}]{label}"
         )
         holm = "control" if self.kind == CONTROL else _p(self.holm_p)
-        return [self.claim, self.measure, value, self.seeds, _p(self.p_value), holm, self.verdict]
+        return [
+            self.claim,
+            self.measure,
+            value,
+            self.seeds,
+            _p(self.p_value),
+            holm,
+            self.verdict,
+            self.updates,
+        ]
 
 
 def _p(value: float) -> str:
@@ -254,10 +264,23 @@ def build_claims(
     in_distribution: tuple[str, Sequence[str]] | None = None,
     scaled_grpo: tuple[float, SeedRuns] | None = None,
     equivalence_margin: float = 0.02,
+    updates: Mapping[str, str] | None = None,
 ) -> list[Claim]:
     """The two controls and the paper's claims, each with our estimate, adjusted by Holm (see
     the module docstring). ``in_distribution``: the (group name, benchmarks) of the positive
-    control; ``scaled_grpo``: (multiple, runs) of GRPO on the largest data multiple."""
+    control; ``scaled_grpo``: (multiple, runs) of GRPO on the largest data multiple.
+
+    ``updates``: each method's optimiser updates (:func:`tagrpo.report.training.
+    updates_by_method`), shown beside every claim: "TA / baseline" for a comparison of two
+    methods, TA-GRPO's alone for the diagnostics (one policy).
+    """
+    counts = dict(updates or {})
+
+    def count(method: str) -> str:
+        return counts.get(method, "not run")
+
+    def versus(baseline: str) -> str:
+        return f"{count(TA)} / {count(baseline)}"
 
     def at(estimates: list[Estimate], k: int) -> Estimate:
         return next(e for e in estimates if e.k == k)
@@ -322,58 +345,69 @@ def build_claims(
             f"pass@{k_small}, GRPO minus base, {group}",
             positive,
             kind=CONTROL,
+            updates=count("grpo"),
         ),
         pass_claim(
             "Negative control: GRPO beats the known-bad method",
             f"pass@{k_small}, GRPO minus {negative_method} (flipped advantages), {every}",
             negative,
             kind=CONTROL,
+            updates=f"{count('grpo')} / {count(negative_method)}",
         ),
         diagnostic(
             "Fewer identical-reward groups than GRPO (Fig. 3)",
             "q0 G-group minus TA joint (N+1)G-group identical-reward rate, same policy",
             _diagnostic(comparisons, policy, "identical_rewards", "joint", "original", -1),
+            updates=f"{count(TA)} (one policy)",
         ),
         diagnostic(
             "Fewer identical-reward groups than the matched budget",
             "q0 (N+1)G-group minus TA joint (N+1)G-group rate (same size)",
             _diagnostic(comparisons, policy, "identical_rewards", "joint", "original_N1G", -1),
+            updates=f"{count(TA)} (one policy)",
         ),
         pass_claim(
             f"TA-GRPO beats GRPO at pass@{k_large}",
             f"pass@{k_large}, TA-GRPO minus GRPO, {every}",
             gap("grpo"),
+            updates=versus("grpo"),
         ),
         pass_claim(
             "The gain over GRPO widens with k",
             f"(TA - GRPO at pass@{k_large}) minus (TA - GRPO at pass@{k_small})",
             widens("grpo"),
+            updates=versus("grpo"),
         ),
         pass_claim(
             f"TA-GRPO beats GRPO with dynamic sampling at pass@{k_large}",
             f"pass@{k_large}, TA-GRPO minus GRPO w/ DS, {every}",
             gap("grpo_ds"),
+            updates=versus("grpo_ds"),
         ),
         pass_claim(
             f"TA-GRPO beats the matched budget (N+1)xGRPO at pass@{k_large} (Fig. 6)",
             f"pass@{k_large}, TA-GRPO minus (N+1)xGRPO, {every}",
             gap("grpo_x4"),
+            updates=versus("grpo_x4"),
         ),
         pass_claim(
             f"TA-GRPO beats TA-GRPO* at pass@{k_large} (Fig. 8)",
             f"pass@{k_large}, TA-GRPO minus TA-GRPO*, {every}",
             gap("ta_grpo_star"),
+            updates=versus("ta_grpo_star"),
         ),
         pass_claim(
             f"Ratios under q0 (Eq. 4) help at pass@{k_large}",
             f"pass@{k_large}, TA-GRPO minus unanchored TA-GRPO, {every}",
             gap("ta_grpo_unanchored"),
+            updates=versus("ta_grpo_unanchored"),
         ),
         diagnostic(
             "Responses to the neighbours are more diverse (Fig. 4)",
             "within-prompt embedding distance, neighbours minus q0, same policy",
             _diagnostic(comparisons, policy, "distance", "neighbour_each", "original", 1),
             unit="plain",
+            updates=f"{count(TA)} (one policy)",
         ),
         pass_claim(
             f"TA-GRPO on 1x data matches GRPO on {scaled_label} (section 5.5)",
@@ -398,6 +432,7 @@ def claims_table(claims: Sequence[Claim]) -> str:
             "p",
             "Holm p",
             "verdict",
+            "optimiser updates (TA-GRPO / other)",
         ],
         [claim.row() for claim in claims],
     )

@@ -43,18 +43,49 @@ def method_label(method: str, estimators: Mapping[str, object] | None = None) ->
     return f"{method} ({trigger})" if trigger else method
 
 
+def optimiser_updates(summary: Mapping[str, float], policy: str) -> int:
+    """The optimiser updates a run took (both backends' summaries carry it)."""
+    if "optimiser_updates" not in summary:
+        raise KeyError(
+            f"the training summary of {policy} has no optimiser_updates: trained before the "
+            "count existed; rerun its train stage"
+        )
+    return int(summary["optimiser_updates"])
+
+
+def updates_by_method(summaries: Mapping[str, Mapping[str, float]]) -> dict[str, str]:
+    """``{method: updates}`` over its seeds' runs (``"a-b"`` when the seeds differ, e.g. a DS
+    step that found nothing to learn from); data-scaling policies are not among them."""
+    from tagrpo.report.plot_data import split_policy
+
+    counts: dict[str, list[int]] = {}
+    for policy, summary in summaries.items():
+        method, _, multiple = split_policy(policy)
+        if multiple == 1.0:
+            counts.setdefault(method, []).append(optimiser_updates(summary, policy))
+    return {
+        method: str(min(values)) if min(values) == max(values) else f"{min(values)}-{max(values)}"
+        for method, values in counts.items()
+    }
+
+
 def training_section(
     summaries: Mapping[str, Mapping[str, float]],
     group: int = 8,
     neighbours: int = 3,
     estimators: Mapping[str, object] | None = None,
+    anchoring_figure: str | None = None,
 ) -> str:
-    """Markdown: what each run cost and how the zero-gradient rate and success moved."""
+    """Markdown: what each run cost, how the zero-gradient rate and success moved, and the
+    ratio under q0 (:mod:`tagrpo.report.anchoring`; ``anchoring_figure``: its link)."""
+    from tagrpo.report.anchoring import anchoring_section
+
     if not summaries:
         return "## Training\n\nNo training runs in this pipeline run."
     header = [
         "policy",
         "steps",
+        "optimiser updates",
         "responses",
         "seconds",
         "reward q0 first→last quarter (%)",
@@ -79,6 +110,7 @@ def training_section(
             [
                 policy.replace(method, method_label(method, estimators), 1),
                 int(s.get("steps", 0)),
+                optimiser_updates(s, policy),
                 int(s.get("responses_generated", 0)),
                 f"{s.get('seconds', float('nan')):.0f}",
                 f"{percent(s.get('reward_first_quarter'))} → "
@@ -105,9 +137,13 @@ def training_section(
             f"by method (G = {group}, N = {neighbours}); a larger group is less often all-equal "
             "whatever its prompts, so compare rates at equal sizes. The probe samples "
             "G responses to every training question's original phrasing before and after "
-            "training with the same seed.",
+            "training with the same seed. *Optimiser updates*: the AdamW steps the run took "
+            "(steps x mini-batches; with `train.batch_unit: rows` a TA method takes N+1 times "
+            "those of (N+1)xGRPO at equal responses unless `train.rows_matched_updates`).",
             "",
             markdown_table(header, rows),
+            "",
+            anchoring_section(summaries, anchoring_figure),
         ]
     )
 

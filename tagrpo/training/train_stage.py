@@ -107,6 +107,17 @@ def extra_questions(root: Path, base: int, data_multiple: float) -> list[TrainQu
     return available[:needed]
 
 
+# Per-step anchoring metrics (tagrpo.algorithms.anchoring) whose means over steps the summary
+# keeps: what the report's training table shows; methods without rephrasings have none.
+ANCHORING_SUMMARY = (
+    "anchoring/log_ratio_mean",
+    "anchoring/log_ratio_p1",
+    "anchoring/log_ratio_p99",
+    "anchoring/ess_fraction",
+    "anchoring/ess_fraction_group_mean",
+)
+
+
 def run_summary(
     history: list[dict[str, float]], probe: dict[str, float], seconds: float
 ) -> dict[str, float]:
@@ -132,6 +143,13 @@ def run_summary(
             if value == value:
                 summary[f"{part}/{rate}_mean"] = value
     for key in ("train/effective_zero_gradient_rate", "ds/rounds", "avspo/acr", "avspo/triggered"):
+        value = mean_of(key)
+        if value == value:
+            summary[f"{key}_mean"] = value
+    updates = [row["optimiser_updates"] for row in history if "optimiser_updates" in row]
+    if updates:  # both backends log it every step (verl: tagrpo_sync)
+        summary["optimiser_updates"] = float(sum(updates))
+    for key in ANCHORING_SUMMARY:
         value = mean_of(key)
         if value == value:
             summary[f"{key}_mean"] = value

@@ -11,6 +11,7 @@ then ``mini_batches`` optimiser updates of the clipped loss plus the KL loss (th
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from tagrpo.algorithms import (
     policy_loss,
     step_diagnostics,
 )
+from tagrpo.algorithms.anchoring import anchoring_shift
 from tagrpo.algorithms.dynamic_sampling import dynamic_sampling
 from tagrpo.backends.base import SamplingParams
 from tagrpo.backends.hf import HFBackend
@@ -294,6 +296,7 @@ class Trainer:
         if not kept:  # DS found no informative group within its rounds: no update at all
             metrics.update(self._bookkeeping(step, rollout_seconds, started))
             metrics["updated"] = 0.0
+            metrics["optimiser_updates"] = 0.0
             return StepResult(metrics, generated)
 
         question = np.concatenate([np.full(r.rewards.size, i) for i, r in enumerate(kept)])
@@ -325,6 +328,10 @@ class Trainer:
         old = score_log_probs(self.model, batch, micro, settings.temperature)
         ref = score_log_probs(self.ref_model, batch, micro, settings.temperature)
         score_seconds = time.perf_counter() - score_started
+        if spec.use_neighbours:
+            anchoring_started = time.perf_counter()
+            metrics.update(self._anchoring_shift(owners, question, variant, responses, batch, old))
+            metrics["time/anchoring_s"] = time.perf_counter() - anchoring_started
 
         update_started = time.perf_counter()
         metrics.update(self._update(batch, old, ref, core.advantages, question))
@@ -351,6 +358,43 @@ class Trainer:
             for v in r.variants
         }
         return StepResult(metrics, generated, scored_under, updated=True)
+
+    def _anchoring_shift(
+        self,
+        owners: Sequence[TrainQuestion],
+        question: np.ndarray,
+        variant: np.ndarray,
+        responses: Sequence[Sequence[int]],
+        batch,
+        old: torch.Tensor,
+    ) -> dict[str, float]:
+        """:func:`tagrpo.algorithms.anchoring.anchoring_shift` of the neighbour responses: the
+        old policy scores them once more under the prompt the method does not score with (their
+        own for TA-GRPO, q0 for the others). A no-grad forward pass in eval mode: no random
+        number is drawn, so the run's sampling and updates are unchanged."""
+        spec = self.spec
+        neighbour = np.flatnonzero(variant > 0)
+        counterpart = dataclasses.replace(
+            spec, anchor="own" if spec.anchor == "original" else "original"
+        )
+        prompts = scoring_prompts(
+            counterpart, [owners[i] for i in neighbour], variant[neighbour], self.backend.prompt_ids
+        )
+        other_batch = build_scoring_batch(
+            prompts, [responses[i] for i in neighbour], self.tokenizer.pad_token_id
+        )
+        self.model.eval()
+        other = score_log_probs(
+            self.model,
+            other_batch,
+            self.config.engine.micro_batch_sequences,
+            self.settings.temperature,
+        )
+        scored = [old[i][batch.target_mask[i]].numpy() for i in neighbour]
+        rescored = [other[j][other_batch.target_mask[j]].numpy() for j in range(neighbour.size)]
+        under_q0, under_qn = (scored, rescored) if spec.anchor == "original" else (rescored, scored)
+        groups = question[neighbour] * (self.settings.n_neighbours + 1) + variant[neighbour]
+        return anchoring_shift(under_q0, under_qn, groups)
 
     def _bookkeeping(self, step: int, rollout_seconds: float, started: float) -> dict[str, float]:
         return {
@@ -424,6 +468,7 @@ class Trainer:
             "clip_fraction": totals["clip_fraction"],
             "ratio_mean": totals["ratio"],
             "grad_norm": float(np.mean(grad_norms)),
+            "optimiser_updates": float(len(chunks)),
         }
 
     # ---------------------------------------------------------------- the run

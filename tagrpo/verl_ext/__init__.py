@@ -36,10 +36,16 @@ TRAINER_MODE = "tagrpo_sync"
 AVSPO_ESTIMATOR = "avspo"
 # Set by the hf rollout engine on every output: the training step of the weights it sampled with.
 WEIGHTS_STEP_FIELD = "tagrpo_weights_step"
+# Set by the tagrpo agent loop on every output: q0's prompt ids (generation prompt for variant 0).
+ORIGINAL_PROMPT_IDS = "tagrpo_original_prompt_ids"
+# The TransferQueue partition of the anchoring pass (each step's records, cleared after it).
+ANCHORING_PARTITION = "tagrpo_anchoring"
 
 __all__ = [
     "AGENT_LOOP_NAME",
+    "ANCHORING_PARTITION",
     "AVSPO_ESTIMATOR",
+    "ORIGINAL_PROMPT_IDS",
     "PLUGIN_MODULE",
     "REWARD_MODULE",
     "TRAINER_MODE",

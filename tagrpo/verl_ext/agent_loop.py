@@ -19,7 +19,8 @@ a rephrasing are refused for ``ta_grpo``
 (:func:`tagrpo.verl_ext.settings.refuse_rollout_correction`).
 
 Every output records, in ``extra_fields``, the variant it was sampled from, whether it is scored
-under q0, and the token ids of the prompt it was generated from (the rollout dumps keep them).
+under q0, the token ids of the prompt it was generated from (the rollout dumps keep them) and
+those of q0's prompt (the trainer's anchoring pass scores neighbour responses under both).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-from tagrpo.verl_ext import AGENT_LOOP_NAME
+from tagrpo.verl_ext import AGENT_LOOP_NAME, ORIGINAL_PROMPT_IDS
 from tagrpo.verl_ext.settings import MethodSettings, refuse_rollout_correction
 
 Messages = list[dict[str, str]]
@@ -114,8 +115,16 @@ class TAAgentLoop(SingleTurnAgentLoop):
         )
         generated_from = list(self._last_prompt_ids or [])
         anchored = variant > 0 and self.settings.spec.anchor == "original"
+        # q0's prompt (with the boundary tokens verl merged after the generation prompt): the
+        # stored prompt of TA-GRPO's neighbour responses, and what the trainer's anchoring pass
+        # scores the others' under (tagrpo.verl_ext.trainer: anchoring/* metrics).
+        original_ids = (
+            await self._original_prompt_ids(original, list(output.prompt_ids))
+            if variant > 0
+            else list(output.prompt_ids)
+        )
         if anchored:
-            output.prompt_ids = await self._original_prompt_ids(original, list(output.prompt_ids))
+            output.prompt_ids = original_ids
             if output.routed_experts is not None:
                 raise RuntimeError(
                     "router replay indexes experts by absolute position and cannot follow the "
@@ -126,6 +135,7 @@ class TAAgentLoop(SingleTurnAgentLoop):
                 "tagrpo_variant": variant,
                 "tagrpo_scored_under_original": variant == 0 or anchored,
                 "tagrpo_generation_prompt_ids": generated_from,
+                ORIGINAL_PROMPT_IDS: [int(x) for x in original_ids],
             }
         )
         return output

@@ -32,7 +32,7 @@ from typing import Any
 from tagrpo.algorithms import get_method
 from tagrpo.config.engines import VerlSettings
 from tagrpo.config.params import Params
-from tagrpo.config.train import EPSILON, TrainSettings
+from tagrpo.config.train import EPSILON, TrainSettings, rows_per_question
 from tagrpo.verl_ext import AGENT_LOOP_NAME, REWARD_MODULE, TRAINER_MODE
 from tagrpo.verl_ext.device import cpu_overrides, device_env, run_device
 from tagrpo.verl_ext.settings import MethodSettings, expected_estimator
@@ -133,6 +133,17 @@ def check_micro_batches(
         )
 
 
+def verl_training_steps(rows: int, batch_questions: int, epochs: float) -> int:
+    """The steps verl 0.9.1 runs: ``len(dataset) // data.train_batch_size`` per epoch (its
+    training dataloader drops the last partial batch) times ``trainer.total_epochs``, an int
+    (``verl/trainer/ppo/v1/trainer_base.py``: ``steps_per_epoch``, ``total_training_steps``).
+    The local backend runs ``ceil(epochs x questions / batch)`` (:func:`tagrpo.training.train_stage.
+    plan_training`): a partial batch at an epoch's end is filled from the next epoch."""
+    if batch_questions < 1 or rows < 0:
+        raise ValueError(f"{rows} rows, batch of {batch_questions}: not a training set")
+    return (rows // batch_questions) * int(epochs)
+
+
 def build_overrides(run: VerlRun, config: Params) -> list[str]:
     """The Hydra overrides of one run from the ``train``, ``verl`` and ``common`` sections."""
     train, verl, common = config.train, config.verl, config.common
@@ -153,7 +164,9 @@ def build_overrides(run: VerlRun, config: Params) -> list[str]:
     spec = settings.spec
     # One verl row per question, its variants drawn by the agent loop: in `rows` mode a batch
     # of R rows holds R / (variants per question) questions (the authors' 256 rows ~ 64).
-    rows = len(spec.variants(settings.n_neighbours)) if train.batch_unit == "rows" else 1
+    rows = rows_per_question(
+        run.method, settings.n_neighbours, train.batch_unit, train.rows_matched_updates
+    )
     if train.batch_questions % rows:
         raise ValueError(f"batch_questions {train.batch_questions} rows: not whole questions")
     batch = train.batch_questions // rows

@@ -38,12 +38,18 @@ from transfer_queue import KVBatchMeta
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
-from verl.workers.utils.padding import response_to_nested
+from verl.workers.utils.padding import response_from_nested, response_to_nested
 
 from tagrpo.algorithms import group_ids, step_diagnostics
+from tagrpo.algorithms.anchoring import anchoring_shift
 from tagrpo.algorithms.estimators import get_estimator
 from tagrpo.training.outputs import DUMP_COLUMNS, checkpoint_name, checkpoint_steps
-from tagrpo.verl_ext import TRAINER_MODE, WEIGHTS_STEP_FIELD
+from tagrpo.verl_ext import (
+    ANCHORING_PARTITION,
+    ORIGINAL_PROMPT_IDS,
+    TRAINER_MODE,
+    WEIGHTS_STEP_FIELD,
+)
 from tagrpo.verl_ext.agent_loop import as_messages, rephrased_prompts
 from tagrpo.verl_ext.checkpoint import actor_dir, export_checkpoint
 from tagrpo.verl_ext.estimators import VERL_ESTIMATORS
@@ -130,6 +136,62 @@ class TATrainer(PPOTrainerSync):
         self.trainer_mode = "sync"
         return super()._build_replay_buffer()
 
+    # -- the anchoring shift: neighbour responses scored under both prompts (Eq. 4) --
+
+    def _compute_old_log_prob(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        batch = super()._compute_old_log_prob(batch, metrics)
+        if self.ta.spec.use_neighbours:
+            metrics.update(self._anchoring_shift(batch))
+        return batch
+
+    def _anchoring_shift(self, batch: KVBatchMeta) -> dict[str, float]:
+        """:func:`tagrpo.algorithms.anchoring.anchoring_shift` of the step's neighbour responses.
+
+        The old policy scored every trajectory under its stored prompt (q0 for TA-GRPO's
+        neighbour responses, the sampled rephrasing for TA-GRPO* and unanchored TA-GRPO). One
+        more ``compute_log_prob`` of the actor, before its update, scores each under the other
+        prompt: copies of the batch's records with that prompt, in their own TransferQueue
+        partition, cleared afterwards (variant-0 responses keep their prompt, so the batch
+        keeps its size and data-parallel split). A forward pass: the run is otherwise unchanged.
+        """
+        stored = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id)
+        layout = trajectory_layout(batch.keys, batch.tags, self.ta)
+        prompts = counterpart_prompt_ids(
+            _values(stored["extra_fields"]), layout, self.ta.spec.anchor == "original"
+        )
+        records, tags = counterpart_records(stored, batch.tags, prompts)
+        meta = tq.kv_batch_put(
+            keys=batch.keys, partition_id=ANCHORING_PARTITION, fields=records, tags=tags
+        )
+        meta.extra_info.update(
+            {
+                "calculate_entropy": False,
+                "compute_loss": False,
+                "temperature": self.config.actor_rollout_ref.rollout.temperature,
+            }
+        )
+        try:
+            self.actor_rollout_wg.compute_log_prob(meta)
+            rescored = tq.kv_batch_get(
+                keys=batch.keys,
+                partition_id=ANCHORING_PARTITION,
+                select_fields=["log_probs", "response_mask"],
+            )
+        finally:
+            tq.kv_clear(keys=batch.keys, partition_id=ANCHORING_PARTITION)
+        old = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["old_log_probs"]
+        )
+        # log_probs cover prompt + response (shifted); old_log_probs the response only.
+        rescored_response = response_from_nested(rescored["log_probs"], rescored["response_mask"])
+        return anchoring_metrics(
+            list(old["old_log_probs"].unbind()),
+            list(rescored_response.unbind()),
+            list(rescored["response_mask"].unbind()),
+            layout,
+            self.ta,
+        )
+
     # -- advantages and diagnostics --
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
@@ -189,6 +251,7 @@ class TATrainer(PPOTrainerSync):
         # Cumulative, the local backend's budget metric (counts again from 0 after a resume).
         self.responses_generated += generated
         metrics["responses_generated"] = self.responses_generated
+        metrics["optimiser_updates"] = float(optimiser_updates_per_step(self.config))
         return batch
 
     # -- checkpoints, exports and rollout dumps at 25/50/75/100% of training --
@@ -255,6 +318,103 @@ class TATrainer(PPOTrainerSync):
         frame.to_parquet(path, index=False)
 
 
+def counterpart_prompt_ids(
+    extra_fields: Sequence[Any], layout: TrajectoryLayout, anchored: bool
+) -> list[list[int] | None]:
+    """Per trajectory of the batch, the prompt the method does not score it under: the
+    generation prompt for TA-GRPO's neighbour responses (stored under q0), q0's for the other
+    methods' (stored under their rephrasing); None (keep the stored prompt) for responses to q0
+    and verl's padding rows."""
+    field = "tagrpo_generation_prompt_ids" if anchored else ORIGINAL_PROMPT_IDS
+    prompts: list[list[int] | None] = [None] * len(layout.real)
+    for position, row in enumerate(np.flatnonzero(layout.real)):
+        if layout.variant[position] == 0:
+            continue
+        extra = extra_fields[row] if isinstance(extra_fields[row], Mapping) else {}
+        ids = extra.get(field)
+        if not ids:
+            raise RuntimeError(
+                f"trajectory {layout.uid[position]} session {int(layout.session[position])} "
+                f"has no {field} in its extra_fields: the tagrpo agent loop records it for every "
+                "neighbour response"
+            )
+        prompts[row] = [int(x) for x in ids]
+    return prompts
+
+
+def counterpart_records(
+    stored: TensorDict, tags: Sequence[Mapping[str, Any]], prompts: Sequence[list[int] | None]
+) -> tuple[TensorDict, list[dict[str, Any]]]:
+    """Copies of the batch's records (every field, as fetched) with ``prompts[i]`` in place of
+    the stored prompt: ``prompts``, ``input_ids = prompt + response``, its attention mask and
+    position ids, and the length tags, as verl's agent-loop writer builds them."""
+    rows = len(prompts)
+    stored_prompts = list(stored["prompts"].unbind())
+    responses = list(stored["responses"].unbind())
+    stored_positions = list(stored["position_ids"].unbind())
+    new_prompts, inputs, positions, masks, new_tags = [], [], [], [], []
+    for row in range(rows):
+        prompt = stored_prompts[row] if prompts[row] is None else torch.tensor(prompts[row])
+        prompt = prompt.to(stored_prompts[row].dtype)
+        ids = torch.cat([prompt, responses[row].to(prompt.dtype)])
+        expected = torch.arange(len(stored_prompts[row]) + len(responses[row]))
+        if stored_positions[row].dim() != 1 or not torch.equal(
+            stored_positions[row].cpu(), expected.to(stored_positions[row].dtype)
+        ):
+            raise RuntimeError(
+                "the anchoring pass re-scores text-only records (position ids 0..L-1); this "
+                "record has other position ids (multi-modal inputs?)"
+            )
+        new_prompts.append(prompt)
+        inputs.append(ids)
+        positions.append(torch.arange(len(ids), dtype=stored_positions[row].dtype))
+        masks.append(torch.ones_like(ids))
+        tag = dict(tags[row])
+        tag.update({"prompt_len": len(prompt), "seq_len": len(prompt) + len(responses[row])})
+        new_tags.append(tag)
+    records = stored.clone()
+    for name, values in (
+        ("prompts", new_prompts),
+        ("input_ids", inputs),
+        ("position_ids", positions),
+        ("attention_mask", masks),
+    ):
+        records.set(name, torch.nested.as_nested_tensor(values, layout=torch.jagged))
+    return records, new_tags
+
+
+def anchoring_metrics(
+    stored_log_probs: Sequence[torch.Tensor],
+    counterpart_log_probs: Sequence[torch.Tensor],
+    response_masks: Sequence[torch.Tensor],
+    layout: TrajectoryLayout,
+    settings: MethodSettings,
+) -> dict[str, float]:
+    """The ``anchoring/...`` metrics from verl's per-trajectory log-probs of the response tokens
+    under the stored prompt (``old_log_probs``) and under the other one (the anchoring pass),
+    over the tokens of ``response_masks``, for the real neighbour responses; groups: (question,
+    rephrasing)."""
+    under_q0, under_qn, groups = [], [], []
+    anchored = settings.spec.anchor == "original"
+    for position, row in enumerate(np.flatnonzero(layout.real)):
+        variant = int(layout.variant[position])
+        if variant == 0:
+            continue
+        mask = response_masks[row].bool()
+        if not stored_log_probs[row].shape == counterpart_log_probs[row].shape == mask.shape:
+            raise RuntimeError(
+                f"trajectory {layout.uid[position]}: {tuple(mask.shape)} response tokens, "
+                f"{tuple(stored_log_probs[row].shape)} old log-probs, "
+                f"{tuple(counterpart_log_probs[row].shape)} from the anchoring pass"
+            )
+        stored = stored_log_probs[row].double()[mask].numpy()
+        other = counterpart_log_probs[row].double()[mask].numpy()
+        under_q0.append(stored if anchored else other)
+        under_qn.append(other if anchored else stored)
+        groups.append(int(layout.question[position]) * (settings.n_neighbours + 1) + variant)
+    return anchoring_shift(under_q0, under_qn, groups)
+
+
 def require_complete_groups(layout: TrajectoryLayout, rollout_n: int) -> None:
     """Raise if a question of the batch lacks trajectories (failed agent-loop sessions).
 
@@ -272,6 +432,19 @@ def require_complete_groups(layout: TrajectoryLayout, rollout_n: int) -> None:
             f"rollout.n={rollout_n} (uid {uid}: {int(counts[first])}): agent-loop sessions "
             "failed; their error is in the rollout worker's log above"
         )
+
+
+def optimiser_updates_per_step(config: Any) -> int:
+    """verl's optimiser steps per training step: ``ppo_epochs`` passes over the step's
+    ``data.train_batch_size`` questions in mini-batches of ``actor.ppo_mini_batch_size``
+    (both in questions, before verl multiplies them by ``rollout.n``)."""
+    actor = config.actor_rollout_ref.actor
+    batch, mini = int(config.data.train_batch_size), int(actor.ppo_mini_batch_size)
+    if mini < 1 or batch % mini:
+        raise ValueError(
+            f"data.train_batch_size={batch} is not a multiple of ppo_mini_batch_size={mini}"
+        )
+    return int(actor.get("ppo_epochs", 1)) * (batch // mini)
 
 
 def dynamic_sampling_metrics(metrics: Mapping[str, Any], kept_groups: int) -> dict[str, float]:
