@@ -126,7 +126,7 @@ def check_rephrasings(
     )
     from tagrpo.equivalence.report import report_section, summarize
     from tagrpo.rephrase.generate import make_rephraser, read_candidates
-    from tagrpo.rephrase.settings import open_cache
+    from tagrpo.rephrase.settings import open_cache, questions_to_rephrase
 
     section = config.check_equivalence
     settings = CheckSettings.from_section(section)
@@ -134,7 +134,7 @@ def check_rephrasings(
     torch.set_num_threads(section.torch_threads)  # see params.yaml for why it is 1
     timings: dict[str, float] = {}
     started = time.perf_counter()
-    questions = read_questions(str(train_path))
+    questions = questions_to_rephrase(read_questions(str(train_path)), config.rephrase)
     candidates = read_candidates(candidates_path)
     scorer = solver = None
     if settings.similarity_enabled:
