@@ -112,8 +112,15 @@ class VLLMEngineSettings(ConfigModel):
     max_model_len: int | None = Field(None, ge=16, description="null = the model's context")
     dtype: str = Field("auto", min_length=1, description="weights dtype")
     enforce_eager: bool = Field(False, description="disable CUDA graphs")
+    python: str | None = Field(
+        None,
+        description="offline mode: null = vllm.LLM in the stage | an interpreter that runs it "
+        "in a worker process (vLLM in its own venv, e.g. .venv-engines/bin/python)",
+    )
     base_url: str | None = Field(None, description="server mode, e.g. http://127.0.0.1:8000/v1")
-    served_model: str | None = Field(None, description="server mode: served name (null = path)")
+    served_model: str | None = Field(
+        None, description="server mode: served name (null = the path, or the one model served)"
+    )
     api_key_env: EnvVarName = Field("OPENAI_API_KEY", description="server mode: key variable")
     concurrency: int = Field(32, ge=1, description="server mode: requests in flight")
     timeout_s: float = Field(3600, gt=0, description="server mode: per-request timeout")
