@@ -99,3 +99,6 @@ class ReportSettings(ConfigModel):
     curve_ks: list[int] = Field(
         default_factory=lambda: [1, 2, 4, 8, 16, 32], min_length=1, description="k on the curves"
     )
+    example_responses: int = Field(
+        0, ge=0, le=100, description="responses shown per benchmark and policy (0 = none)"
+    )
