@@ -42,6 +42,7 @@ def offline_config(**overrides):
             "vllm.mode": "offline",
             "vllm.python": str(ENGINES_PYTHON),
             "vllm.max_model_len": 2048,
+            "vllm.kv_cache_gib": 1.0,  # else 0.9 of the machine's RAM, refused when not free
             **overrides,
         }
     )
@@ -150,7 +151,7 @@ def test_a_killed_stage_leaves_no_worker(tmp_path):
             sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
             from tagrpo.backends.vllm_backend import VLLMWorker
             worker = VLLMWorker({str(ENGINES_PYTHON)!r}, {{"model": {str(ENGINES_MODEL)!r},
-                                "max_model_len": 1024}})
+                                "max_model_len": 1024, "kv_cache_memory_bytes": 2**30}})
             print("READY", worker.process.pid, flush=True)
             time.sleep(600)
             """

@@ -87,6 +87,17 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def wait_gone(pids: list[int], timeout_s: float = 30.0) -> None:
+    """Until every pid is gone (after SIGKILL: a moment); a RuntimeError naming any left."""
+    deadline = time.monotonic() + timeout_s
+    while any(alive(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"processes still running after SIGKILL: {[p for p in pids if alive(p)]}"
+            )
+        time.sleep(0.1)
+
+
 def _die_with_parent() -> None:
     import ctypes
 
@@ -161,19 +172,27 @@ class VLLMServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        for pid in pids:  # engine processes that outlived the server
-            if pid != self.process.pid and alive(pid):
+        # vLLM's own processes (engine core, resource tracker) end with the server, a moment
+        # later; any still there after the grace period are killed, and gone on return.
+        deadline = time.monotonic() + grace_s
+        while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for pid in pids:
+            if alive(pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+        wait_gone(pids)
         self.process = None
 
     def kill(self) -> None:
         """SIGKILL the server and its engine processes at once (a crashed server)."""
         assert self.process is not None
-        for pid in descendants(self.process.pid):
+        pids = descendants(self.process.pid)
+        for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         self.process.wait()
+        wait_gone(pids)
         self.process = None
 
     def __enter__(self) -> VLLMServer:

