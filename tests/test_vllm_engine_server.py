@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -91,7 +92,12 @@ def server_config(base_url: str, **overrides):
 def backend(server):
     from tagrpo.backends.vllm_backend import make_vllm_backend
 
-    config = server_config(server.base_url, **{"vllm.served_model": "policy"})
+    # One request at a time: vLLM's logits (bf16) depend on which sequences share a batch, so
+    # the same seed repeats its text only when the batches repeat; concurrent requests batch
+    # by arrival time.
+    config = server_config(
+        server.base_url, **{"vllm.served_model": "policy", "vllm.concurrency": 1}
+    )
     return make_vllm_backend(config.vllm, ENGINES_MODEL)
 
 
@@ -174,38 +180,49 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k) if n - c >= k else 1.0
 
 
+def mentions_the_sum(responses, answers, kinds):
+    """A response "passes" when it states the gold sum as a number anywhere. SmolLM2-135M
+    almost never boxes an answer under the Box 2 instruction (0 of 128 sums graded correct by
+    the project's grader), so the boxed-answer grade cannot tell two engines apart; this
+    criterion succeeds about half the time and any difference in what the engines sample
+    (template, instruction, temperature, weights) moves it."""
+    return [
+        (re.search(rf"(?<![0-9]){re.escape(answer)}(?![0-9])", response) is not None, "", "")
+        for response, answer in zip(responses, answers, strict=True)
+    ]
+
+
 def test_hf_and_vllm_agree_on_pass_at_k(backend):
-    """The same policy, 16 problems x 8 samples each by the hf backend and by vLLM: per k,
-    the mean over problems of the difference of their unbiased pass@k estimates lies within
-    3 standard errors of 0 (paired by problem; the backends draw independently)."""
+    """The same policy, 16 problems x 8 samples each by the hf backend and by vLLM, graded
+    by :func:`mentions_the_sum`: per k, the mean over problems of the difference of their
+    unbiased pass@k estimates lies within 3 standard errors of 0 (paired by problem; the
+    engines draw independently). pass@k and tokens/s of both are printed."""
     import torch
 
     from tagrpo.backends.hf import HFBackend
-    from tagrpo.evaluation.grader import make_grade_fn
     from tagrpo.evaluation.runner import evaluate
     from tagrpo.models import load_causal_lm
 
     questions = sums()
     n, ks = 8, [1, 2, 4, 8]
-    sampling = SamplingParams(n=n, max_new_tokens=64, seed=0)
+    sampling = SamplingParams(n=n, max_new_tokens=48, seed=0)
     torch.set_num_threads(2)
     model, tokenizer = load_causal_lm(ENGINES_MODEL)
     results, speed = {}, {}
-    with make_grade_fn(workers=1) as grade:
-        for name, engine in (("vllm", backend), ("hf", HFBackend(model, tokenizer, 64))):
-            started = time.perf_counter()
-            results[name] = evaluate(engine, {"sums": questions}, sampling, grade, ks=ks)
-            seconds = time.perf_counter() - started
-            tokens = int(results[name].responses["num_tokens"].sum())
-            speed[name] = (tokens, seconds)
+    for name, engine in (("vllm", backend), ("hf", HFBackend(model, tokenizer, 64))):
+        started = time.perf_counter()
+        results[name] = evaluate(engine, {"sums": questions}, sampling, mentions_the_sum, ks=ks)
+        seconds = time.perf_counter() - started
+        speed[name] = (int(results[name].responses["num_tokens"].sum()), seconds)
     counts = {
         name: result.responses.groupby("question_id", sort=False)["correct"].sum().tolist()
         for name, result in results.items()
     }
-    print(f"\ncorrect per problem (of {n}): {counts}")
+    print(f"\npassing samples per problem (of {n}): {counts}")
     for name, (tokens, seconds) in speed.items():
         print(f"{name}: {tokens} tokens in {seconds:.1f} s = {tokens / seconds:.1f} tokens/s")
-    assert sum(counts["vllm"]) > 0 and sum(counts["hf"]) > 0, "nothing solved: no comparison"
+    for name in counts:  # something to compare: neither engine at 0 or at n everywhere
+        assert 0 < sum(counts[name]) < n * len(questions), (name, counts[name])
     for k in ks:
         differences = [
             pass_at_k(n, a, k) - pass_at_k(n, b, k)
@@ -229,7 +246,7 @@ def endpoint_overrides(prefix: str, base_url: str) -> dict:
         f"{prefix}.model": "policy",
         f"{prefix}.api_key_env": None,
         f"{prefix}.max_tokens": 48,
-        f"{prefix}.concurrency": 2,
+        f"{prefix}.concurrency": 1,  # the same batches on a rerun (see `backend`)
         f"{prefix}.timeout_s": 120.0,
     }
 
@@ -255,7 +272,7 @@ def rephrase_config(base_url: str, cache_dir: Path, **overrides):
     return config_with(
         {
             "rephrase.backend": "openai",
-            "rephrase.n": 2,
+            "rephrase.n": 3,
             "rephrase.cache_dir": str(cache_dir),
             "rephrase.max_failed_share": 0.0,
             **endpoint_overrides("rephrase.openai", base_url),
@@ -276,11 +293,11 @@ def test_rephrasing_n_and_seeds(server, tmp_path):
         )
         out = tmp_path / f"{name}.parquet"
         metrics = rephrase_training_set(config, tmp_path, train, out)
-        assert metrics["slots"] == 6 and metrics["rephrased"] == 6
-        assert metrics["requests/http_requests"] == 6  # per_variant: one request per slot
+        assert metrics["slots"] == 9 and metrics["rephrased"] == 9
+        assert metrics["requests/http_requests"] == 9  # per_variant: one request per slot
         candidates = read_candidates(out)
         assert [(c.question_id, c.variant) for c in candidates] == [
-            (f"q{i}", slot) for i in range(3) for slot in range(2)
+            (f"q{i}", slot) for i in range(3) for slot in range(3)
         ]
         assert {c.origin for c in candidates} == {"openai:policy"}
         return [c.text for c in candidates]
@@ -392,13 +409,13 @@ def test_a_server_killed_mid_run_is_retried_and_the_cache_resumes(server, tmp_pa
     assert not worker.is_alive(), "the run did not finish after the restart"
     assert "error" not in outcome, outcome.get("error")
     metrics = outcome["metrics"]
-    assert metrics["rephrased"] == 16 and metrics["missing"] == 0
+    assert metrics["rephrased"] == 24 and metrics["missing"] == 0
     assert metrics["requests/retries"] >= 1
     assert metrics["requests/attempt_errors/connection"] >= 1
-    assert metrics["requests/http_requests"] == 16 + metrics["requests/retries"]
+    assert metrics["requests/http_requests"] == 24 + metrics["requests/retries"]
     first = [c.text for c in read_candidates(tmp_path / "r.parquet")]
     rerun = rephrase_training_set(config, tmp_path, train, tmp_path / "again.parquet")
-    assert rerun["requests/cache_hits"] == 16 and rerun["requests/http_requests"] == 0
+    assert rerun["requests/cache_hits"] == 24 and rerun["requests/http_requests"] == 0
     assert [c.text for c in read_candidates(tmp_path / "again.parquet")] == first
 
 

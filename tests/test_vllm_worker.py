@@ -86,11 +86,14 @@ def policy_dir(tmp_path_factory):
 
 
 def test_offline_mode_with_vllm_python_samples_through_the_worker(fake_vllm, policy_dir):
-    settings = params(mode="offline", python=sys.executable, kv_cache_gib=1.5)
+    settings = params(
+        mode="offline", python=sys.executable, kv_cache_gib=1.5, enable_chunked_prefill=False
+    )
     backend = make_vllm_backend(settings.vllm, policy_dir, seed=5)
     assert isinstance(backend, VLLMBackend) and isinstance(backend.llm, VLLMWorker)
     engine_args = json.loads(fake_vllm.read_text())
     assert engine_args["kv_cache_memory_bytes"] == 1610612736 and engine_args["seed"] == 5
+    assert engine_args["enable_chunked_prefill"] is False
     assert backend.llm.vllm_version == "9.9.9"
     conversations = [chat_messages("What is 3 + 4?"), chat_messages("Compute 5 - 2.")]
     sampling = SamplingParams(n=2, max_new_tokens=8, seed=7)
@@ -111,9 +114,10 @@ def test_offline_mode_with_vllm_python_samples_through_the_worker(fake_vllm, pol
     assert process.returncode == 0 and not alive(process.pid)
 
 
-def test_kv_cache_gib_null_sends_nothing(fake_vllm, policy_dir):
+def test_null_engine_options_are_not_sent(fake_vllm, policy_dir):
     backend = make_vllm_backend(params(mode="offline", python=sys.executable).vllm, policy_dir)
-    assert "kv_cache_memory_bytes" not in json.loads(fake_vllm.read_text())
+    sent = json.loads(fake_vllm.read_text())
+    assert "kv_cache_memory_bytes" not in sent and "enable_chunked_prefill" not in sent
     backend.llm.close()
 
 

