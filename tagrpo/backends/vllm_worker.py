@@ -19,7 +19,25 @@ import os
 import sys
 
 
+def exit_with_parent(interval_s: float = 1.0) -> None:
+    """Exit at once when the stage that started this worker is gone (reparented: the stage was
+    killed, no end of stdin arrives while sampling); vLLM's engine processes follow their
+    parent. Measured: PR_SET_PDEATHSIG alone left the worker and its engine running."""
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
+
+
 def main() -> None:
+    exit_with_parent()
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # print() and vLLM's logger (stdout) go to stderr, the stage's log
     engine_args = json.loads(sys.argv[1])
