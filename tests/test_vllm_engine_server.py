@@ -356,9 +356,12 @@ def test_consistency_verdicts_from_real_completions(server, tmp_path):
         expected = "gold_reached" if stat.correct >= rule.min_correct else "solver_unsolved"
         assert verdict.reason == expected
     print("correct of 4:", [s.correct for s in stats], "answers:", [s.answers for s in stats])
-    # Same seed, no cache: the same completions.
+    # Same seed, no cache: k completions per item again, but not the same texts. Measured:
+    # one request at a time, the second pass differed from the first (item 1), as vLLM's
+    # logits change with what it batches and what its prefix cache holds; the reply cache
+    # (above: no request on the second pass) is what makes a rerun's verdicts the same.
     fresh, _ = consistency_solver(server.base_url, None)
-    assert fresh.sample(items, 4) == samples
+    assert [len(texts) for texts in fresh.sample(items, 4)] == [4] * 6
 
 
 def test_a_server_killed_mid_run_is_retried_and_the_cache_resumes(server, tmp_path):
