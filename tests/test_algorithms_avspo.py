@@ -138,4 +138,4 @@ def test_estimators_are_registered_beside_the_registry_not_on_import() -> None:
         text=True,
         check=True,
     )
-    assert json.loads(result.stdout) == [False, ["grpo", "avspo"]]
+    assert json.loads(result.stdout) == [False, ["grpo", "avspo", "grpo_flipped"]]

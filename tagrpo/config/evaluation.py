@@ -93,3 +93,6 @@ class ReportSettings(ConfigModel):
         lt=1,
         description="TOST margin of the section 5.5 row, as a pass@k fraction (0.02 = 2 points)",
     )
+    example_responses: int = Field(
+        ge=0, le=100, description="responses shown per benchmark and policy (0 = none)"
+    )

@@ -99,6 +99,15 @@ class Params(ConfigModel):
                     f"beyond the {base} of the 1x set, but data.synthetic.extra_size is "
                     f"{self.data.synthetic.extra_size}"
                 )
+        limit = self.rephrase.max_questions
+        if limit is not None and self.train.neighbours != "miniworld":
+            trained = self.train.questions
+            if trained is None or trained > limit:
+                problems.append(
+                    f"train.questions ({trained if trained is not None else 'null: all'}) "
+                    f"exceeds rephrase.max_questions ({limit}): the runs would train on "
+                    "questions that were never rephrased or checked"
+                )
         if self.diagnostics.n_neighbours > self.rephrase.n:
             problems.append(
                 f"diagnostics.n_neighbours ({self.diagnostics.n_neighbours}) exceeds rephrase.n "

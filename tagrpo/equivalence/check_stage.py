@@ -34,7 +34,7 @@ from tagrpo.grading.grade_fn import grade_fn_for
 from tagrpo.rephrase.candidates import Candidate, read_candidates
 from tagrpo.rephrase.generate import make_rephraser
 from tagrpo.rephrase.rephrase_stage import check_failed_share
-from tagrpo.rephrase.settings import open_cache
+from tagrpo.rephrase.settings import open_cache, questions_to_rephrase
 
 if TYPE_CHECKING:
     from tagrpo.backends.sample_store import SampleStore
@@ -131,7 +131,7 @@ def check_rephrasings(
     torch.set_num_threads(section.torch_threads)  # see params.yaml for why it is 1
     timings: dict[str, float] = {}
     started = time.perf_counter()
-    questions = read_questions(str(train_path))
+    questions = questions_to_rephrase(read_questions(str(train_path)), config.rephrase)
     candidates = read_candidates(candidates_path)
     scorer = solver = None
     if settings.similarity_enabled:

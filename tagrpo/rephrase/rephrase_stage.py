@@ -17,7 +17,7 @@ from tagrpo.config.params import Params
 from tagrpo.data.schema import read_questions
 from tagrpo.rephrase.candidates import write_candidates
 from tagrpo.rephrase.generate import make_rephraser
-from tagrpo.rephrase.settings import open_cache
+from tagrpo.rephrase.settings import open_cache, questions_to_rephrase
 
 
 class TooManyFailuresError(RuntimeError):
@@ -39,7 +39,8 @@ def rephrase_training_set(
     """Write ``out_path`` (candidates, one row per question and slot); return the metrics."""
     settings = config.rephrase
     started = time.perf_counter()
-    questions = read_questions(str(train_path))
+    source = read_questions(str(train_path))
+    questions = questions_to_rephrase(source, settings)
     cache = open_cache(settings)
     try:
         rephraser = make_rephraser(settings, config.common.seed, cache=cache, root=root)
@@ -51,6 +52,7 @@ def rephrase_training_set(
     metrics: dict[str, Any] = {
         "backend": settings.backend,
         "questions": len(questions),
+        "questions_not_rephrased": len(source) - len(questions),  # rephrase.max_questions
         "slots": len(candidates),
         "rephrased": sum(c.text is not None for c in candidates),
         "missing": sum(c.text is None for c in candidates),

@@ -728,5 +728,13 @@ def build_report(
         f"![pass@k curves]({link})",
         "",
     ]
+    if config.report.example_responses:
+        from tagrpo.report.examples import example_responses_section
+
+        shown = {
+            policy: pd.read_parquet(root / evaluate_outputs(policy)["responses"])
+            for policy in [BASE_POLICY, *trained]
+        }
+        sections += [example_responses_section(shown, config.report.example_responses), ""]
     report_path.write_text("\n".join(sections))
     return {"policies": float(len(trained) + 1), "largest_k": float(largest_k), **headline}

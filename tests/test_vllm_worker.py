@@ -1,0 +1,150 @@
+"""The offline ``vllm.python`` worker with a fake ``vllm`` package (fast; the genuine engine:
+tests/test_vllm_engine_offline.py).
+
+The worker script runs in another interpreter (here: this one, with a fake ``vllm`` and its
+distribution metadata on PYTHONPATH): engine arguments in (``vllm.kv_cache_gib`` as
+``kv_cache_memory_bytes``), prompts as token ids, one reply per request, vLLM's stdout noise
+kept off the protocol, errors raised with the worker's message, its death detected, and the
+worker gone after ``close``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_vllm_backend import params, save_tiny_policy
+from vllm_engine import alive
+
+from tagrpo.backends.base import SamplingParams
+from tagrpo.backends.vllm_backend import (
+    VLLMBackend,
+    VLLMWorker,
+    VLLMWorkerError,
+    make_vllm_backend,
+    problem_seed,
+    worker_vllm_version,
+)
+from tagrpo.data.prompts import chat_messages
+
+FAKE_VLLM = """
+import json, os, sys
+from types import SimpleNamespace
+print("INFO fake vllm logs to stdout")  # as vLLM's logger does
+
+class LLM:
+    def __init__(self, **kwargs):
+        with open(os.environ["FAKE_VLLM_RECORD"], "w") as record:
+            json.dump(kwargs, record)
+        if kwargs.get("model") == "crash":
+            sys.exit(3)
+
+    def generate(self, prompts, sampling_params, use_tqdm=True):
+        print("INFO generating")
+        if any(p.n > 3 for p in sampling_params):
+            raise ValueError("n too large for the fake")
+        return [
+            SimpleNamespace(
+                prompt_token_ids=prompt["prompt_token_ids"],
+                outputs=[
+                    SimpleNamespace(
+                        text=f"{j} {p.seed}",
+                        token_ids=[j, len(prompt["prompt_token_ids"])],
+                        finish_reason="stop" if j == 0 else "length",
+                    )
+                    for j in range(p.n)
+                ],
+            )
+            for prompt, p in zip(prompts, sampling_params)
+        ]
+
+class SamplingParams(SimpleNamespace):
+    pass
+"""
+
+
+@pytest.fixture
+def fake_vllm(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    (site / "vllm").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text(FAKE_VLLM)
+    info = site / "vllm-9.9.9.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 9.9.9\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.setenv("FAKE_VLLM_RECORD", str(tmp_path / "engine_args.json"))
+    return tmp_path / "engine_args.json"
+
+
+@pytest.fixture(scope="module")
+def policy_dir(tmp_path_factory):
+    return save_tiny_policy(tmp_path_factory.mktemp("policy"))
+
+
+def test_offline_mode_with_vllm_python_samples_through_the_worker(fake_vllm, policy_dir):
+    settings = params(
+        mode="offline", python=sys.executable, kv_cache_gib=1.5, enable_chunked_prefill=False
+    )
+    backend = make_vllm_backend(settings.vllm, policy_dir, seed=5)
+    assert isinstance(backend, VLLMBackend) and isinstance(backend.llm, VLLMWorker)
+    engine_args = json.loads(fake_vllm.read_text())
+    assert engine_args["kv_cache_memory_bytes"] == 1610612736 and engine_args["seed"] == 5
+    assert engine_args["enable_chunked_prefill"] is False
+    assert backend.llm.vllm_version == "9.9.9"
+    conversations = [chat_messages("What is 3 + 4?"), chat_messages("Compute 5 - 2.")]
+    sampling = SamplingParams(n=2, max_new_tokens=8, seed=7)
+    samples = backend.generate(conversations, sampling)
+    lengths = [len(backend.prompt_ids(m)) for m in conversations]
+    assert [[c.text for c in s] for s in samples] == [
+        [f"{j} {problem_seed(7, position)}" for j in range(2)] for position in range(2)
+    ]
+    assert [[c.token_ids for c in s] for s in samples] == [
+        [(0, length), (1, length)] for length in lengths
+    ]
+    assert [[c.finished for c in s] for s in samples] == [[True, False], [True, False]]
+    with pytest.raises(VLLMWorkerError, match="ValueError: n too large for the fake"):
+        backend.generate(conversations, SamplingParams(n=4))
+    assert backend.generate(conversations[:1], sampling)[0][0].text == f"0 {problem_seed(7, 0)}"
+    process = backend.llm.process
+    backend.llm.close()
+    assert process.returncode == 0 and not alive(process.pid)
+
+
+def test_null_engine_options_are_not_sent(fake_vllm, policy_dir):
+    backend = make_vllm_backend(params(mode="offline", python=sys.executable).vllm, policy_dir)
+    sent = json.loads(fake_vllm.read_text())
+    assert "kv_cache_memory_bytes" not in sent and "enable_chunked_prefill" not in sent
+    backend.llm.close()
+
+
+def test_a_worker_that_dies_at_start_is_reported(fake_vllm):
+    with pytest.raises(VLLMWorkerError, match=r"exited with code 3 while starting vllm.LLM"):
+        VLLMWorker(sys.executable, {"model": "crash"})
+
+
+def test_a_missing_interpreter_names_make_engines(tmp_path):
+    with pytest.raises(VLLMWorkerError, match=r"does not exist: create the engines environment"):
+        VLLMWorker(tmp_path / "no-venv" / "bin" / "python", {"model": "m"})
+
+
+def test_the_worker_vllm_version_enters_the_samples_fingerprint(fake_vllm):
+    from tagrpo.backends.factory import engine_identity
+
+    config = params(mode="offline", python=sys.executable)
+    identity = engine_identity("vllm", config)
+    assert identity["vllm"] == "9.9.9" == worker_vllm_version(sys.executable)
+    assert "python" not in identity
+
+
+def test_a_worker_whose_stage_was_collected_is_stopped(fake_vllm):
+    import gc
+
+    worker = VLLMWorker(sys.executable, {"model": "m"})
+    process = worker.process
+    del worker
+    gc.collect()
+    assert process.wait(timeout=30) == 0
