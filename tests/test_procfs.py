@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from tagrpo.grading.pool import process_cpu_seconds
-from tagrpo.pipeline.procfs import CLOCK_TICKS, proc_stat, process_alive
-from tagrpo.verl_ext.process import _alive
+from tagrpo.pipeline.procfs import CLOCK_TICKS, pid_alive, proc_stat, process_alive
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -44,13 +43,13 @@ def test_a_process_named_like_a_zombie_is_read_as_alive_then_zombie_then_gone(
         assert stat.parent == os.getpid()
         assert not stat.zombie
         assert process_alive(child.pid, stat.start_ticks)
-        assert _alive(child.pid)  # the verl clean-up must not stop waiting for it
+        assert pid_alive(child.pid)  # the verl clean-up must not stop waiting for it
     finally:
         child.kill()
     # Killed, not yet reaped: a zombie, which the verl clean-up counts as gone.
     assert _wait_for(lambda: proc_stat(child.pid).zombie)
     assert proc_stat(child.pid).start_ticks == stat.start_ticks
-    assert not _alive(child.pid)
+    assert not pid_alive(child.pid)
     child.wait()
     assert proc_stat(child.pid) is None
     assert not process_alive(child.pid, stat.start_ticks)

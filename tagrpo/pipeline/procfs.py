@@ -55,3 +55,16 @@ def process_alive(pid: int, start_ticks: int) -> bool:
     """The process still runs (the same one: pid reuse has another start time)."""
     stat = proc_stat(pid)
     return stat is not None and stat.start_ticks == start_ticks
+
+
+def pid_alive(pid: int) -> bool:
+    """Some process runs under ``pid``: ``kill(pid, 0)`` finds it (another user's counts) and
+    it is not a zombie (exited, not yet reaped by its parent; unreadable: alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = proc_stat(pid)
+    return stat is None or not stat.zombie

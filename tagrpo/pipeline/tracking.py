@@ -51,6 +51,7 @@ import yaml
 from tagrpo.config.model import looks_like_secret
 from tagrpo.pipeline.dvc_stages import load_stages, pipeline_outputs
 from tagrpo.pipeline.paths import checkout_root, home_root, project_root, resolve_path
+from tagrpo.pipeline.procfs import pid_alive
 
 # mlflow, requests and sqlalchemy are imported inside the functions that use them: heavy, and a
 # stage or ``tagrpo params check`` that logs nothing must not load them.
@@ -405,16 +406,6 @@ def deps_hash(dvc_name: str, root: Path | None = None) -> str:
     return digest.hexdigest()[:16]
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def mark_stale_runs_killed(client: Any, experiment_id: str, dvc_name: str) -> int:
     """Runs of this stage left RUNNING by a process that is gone, set to KILLED."""
     runs = client.search_runs(
@@ -433,7 +424,7 @@ def mark_dead_runs_killed(client: Any, runs: list[Any]) -> int:
         if tags.get("tagrpo.host") != host:
             continue  # another machine's run: its process cannot be checked from here
         pid = int(tags.get("tagrpo.pid", "0") or 0)
-        if pid and pid != os.getpid() and _pid_alive(pid):
+        if pid and pid != os.getpid() and pid_alive(pid):
             continue
         client.set_terminated(run.info.run_id, status="KILLED")
         stale += 1

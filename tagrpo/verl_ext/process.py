@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from tagrpo.pipeline.procfs import proc_stat
+from tagrpo.pipeline.procfs import pid_alive
 
 # Ray's Unix sockets live under <temp>/ray/session_<date>_<pid>/sockets/...: Linux allows 107
 # bytes per socket path, so the run's temp dir must be short.
@@ -63,18 +63,6 @@ def processes_marked(marker: str) -> list[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie has exited; its parent just has not reaped it. Unreadable: kill(0) said alive.
-    stat = proc_stat(pid)
-    return stat is None or not stat.zombie
-
-
 def _signal_run(process_group: int | None, marker: str, sig: int) -> list[int]:
     if process_group is not None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -91,7 +79,7 @@ def stop_run(process_group: int | None, marker: str, grace_s: float = 10.0) -> l
     signalled = set(_signal_run(process_group, marker, signal.SIGTERM))
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        remaining = [pid for pid in processes_marked(marker) if _alive(pid)]
+        remaining = [pid for pid in processes_marked(marker) if pid_alive(pid)]
         if not remaining and (process_group is None or not _group_alive(process_group)):
             return sorted(signalled)
         time.sleep(0.2)
