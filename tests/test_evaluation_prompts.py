@@ -149,6 +149,7 @@ def test_raw_needs_vllm_and_reaches_the_vllm_engine(monkeypatch, tmp_path) -> No
         make_backend("hf", config, tmp_path, "raw")
     module = types.ModuleType("vllm")
     module.LLM = lambda **kwargs: SimpleNamespace(init=kwargs)
+    module.SamplingParams = dict  # the backend takes vllm.SamplingParams when it is built
     monkeypatch.setitem(sys.modules, "vllm", module)
     tokenizer = train_tokenizer([AUTHORS_TEXT] * 20, vocab_size=300)
     torch.manual_seed(0)
