@@ -93,6 +93,19 @@ class PrefectAPI:
         body = {"artifacts": {"flow_run_id": {"any_": [flow_run_id]}}, "limit": 50}
         return self.call("POST", "/artifacts/filter", body)
 
+    def logs_containing(
+        self, flow_run_id: str, text: str, timeout: float = 60.0
+    ) -> list[dict[str, Any]]:
+        """The run's logs once one line contains ``text``: the runner sends logs in batches, so
+        a run can read FAILED before its last lines reach the server (the wait counts from the
+        moment the run was seen final, i.e. this call)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = self.logs(flow_run_id)
+            if any(text in line["message"] for line in lines) or time.monotonic() > deadline:
+                return lines
+            time.sleep(1)
+
     def logs(self, flow_run_id: str) -> list[dict[str, Any]]:
         lines: list[dict[str, Any]] = []
         while True:

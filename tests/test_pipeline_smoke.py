@@ -218,8 +218,10 @@ def test_prefect_deployment_reruns_with_parameters(smoke_run: SmokeRun, tmp_path
                 deployment["id"], {"profile": "smoke", "overrides": ["train.no_such_key=1"]}
             )
             assert api.wait(refused["id"], 600)["state_type"] == "FAILED"
-            logged = "\n".join(line["message"] for line in api.logs(refused["id"]))
-            assert "train.no_such_key: not a params key" in logged
+            expected = "train.no_such_key: not a params key"
+            lines = api.logs_containing(refused["id"], expected)
+            logged = "\n".join(line["message"] for line in lines)
+            assert expected in logged
             assert [t["name"] for t in api.task_runs(refused["id"])] == []  # nothing ran
 
             parameters = {
