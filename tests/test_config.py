@@ -184,14 +184,14 @@ def test_embedded_sections_are_the_params_yaml_values() -> None:
         # --data-multiple with nothing to draw from.
         (
             lambda r: r["runs"]["data_scaling"].update(multiples=[3.0]),
-            "multiples up to 3 need 160 extra questions beyond the 80 of the 1x set, but "
-            "data.synthetic.extra_size is 120",
+            "multiples up to 3 need 1280 extra questions beyond the 640 of the 1x set, but "
+            "data.synthetic.extra_size is 960",
         ),
         (
             lambda r: r["runs"]["data_scaling"].update(methods=["ta_grpo"]),
             "['ta_grpo'] sample rephrasings",
         ),
-        (lambda r: r["train"].update(mini_batches=9), "mini_batches (9) > batch_questions (8)"),
+        (lambda r: r["train"].update(mini_batches=33), "mini_batches (33) > batch_questions (32)"),
         (lambda r: r["data"].update(source="s3"), "data.source = 's3'"),
         (
             lambda r: r["rephrase"]["openai"].update(api_key_env="sk-" + "abcdefghijklmnopqrstu"),

@@ -9,6 +9,7 @@ from pydantic import field_validator, model_validator
 from tagrpo.config.model import ConfigModel, Field
 
 WARMSTART_FAMILIES = ("expr", "words", "imperative", "story")
+WARMSTART_STRATEGIES = ("forward", "backward")  # tagrpo.miniworld.tasks.STRATEGIES
 
 
 class TinyModelConfig(ConfigModel):
@@ -50,6 +51,16 @@ class WarmStartCorpus(ConfigModel):
     misconceptions: dict[str, Misconception] = Field(
         description="per family: when its worked answers misread, and how often",
     )
+    # Two solution paths (tagrpo.miniworld.tasks.STRATEGIES) with different failure modes: the
+    # misconceptions above are the forward path's; the backward path slips on a carry instead.
+    strategies: dict[str, float] = Field(
+        description="solution-path mix of the corpus (forward, backward)",
+    )
+    carry_slip: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="probability that a backward worked answer drops the ten of a result >= 10",
+    )
     choice_fraction: float = Field(
         ge=0.0, le=1.0, description="share of examples posed as multiple choice"
     )
@@ -65,11 +76,22 @@ class WarmStartCorpus(ConfigModel):
             raise ValueError(f"unknown families {unknown}; allowed: {list(WARMSTART_FAMILIES)}")
         return value
 
+    @field_validator("strategies")
+    @classmethod
+    def _strategies(cls, value: dict) -> dict:
+        unknown = sorted(set(value) - set(WARMSTART_STRATEGIES))
+        if unknown:
+            raise ValueError(f"unknown strategies {unknown}; allowed: {list(WARMSTART_STRATEGIES)}")
+        return value
+
     @model_validator(mode="after")
     def _some_weight(self) -> WarmStartCorpus:
-        weights = self.family_weights.values()
-        if any(w < 0 for w in weights) or not any(weights):
-            raise ValueError("family_weights must be >= 0 and not all 0")
+        for name, weights in (
+            ("family_weights", self.family_weights.values()),
+            ("strategies", self.strategies.values()),
+        ):
+            if any(w < 0 for w in weights) or not any(weights):
+                raise ValueError(f"{name} must be >= 0 and not all 0")
         return self
 
 

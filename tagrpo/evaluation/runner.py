@@ -21,6 +21,9 @@ from tagrpo.data.schema import Question, read_questions
 from tagrpo.grading.grade_fn import grade_fn_for
 from tagrpo.grading.types import GradeFn
 from tagrpo.metrics.passk import pass_at_k_table
+from tagrpo.miniworld.dataset import SOURCE as MINIWORLD_SOURCE
+from tagrpo.miniworld.dataset import problem_from_meta
+from tagrpo.miniworld.strategy import strategy_of
 from tagrpo.pipeline.progress import labelled
 
 if TYPE_CHECKING:
@@ -90,6 +93,24 @@ def grade_responses(responses: pd.DataFrame, grade: GradeFn) -> pd.DataFrame:
     graded["pred"] = [v[1] for v in verdicts]
     graded["grade_reason"] = [v[2] for v in verdicts]
     return graded
+
+
+def label_strategies(
+    responses: pd.DataFrame, benchmarks: Mapping[str, Sequence[Question]]
+) -> pd.DataFrame:
+    """Mini-world benchmarks only: each response's solution path in a ``strategy`` column
+    (:func:`tagrpo.miniworld.strategy.strategy_of`; the testbed's V3 reads it). Other
+    benchmarks have no known paths: the responses are returned as they are."""
+    questions = {q.id: q for members in benchmarks.values() for q in members}
+    if not questions or any(q.source != MINIWORLD_SOURCE for q in questions.values()):
+        return responses
+    problems = {qid: problem_from_meta(q.meta) for qid, q in questions.items()}
+    labelled = responses.copy()
+    labelled["strategy"] = [
+        strategy_of(problems[qid], text)
+        for qid, text in zip(responses["question_id"], responses["response"], strict=True)
+    ]
+    return labelled
 
 
 def passk_tables(
@@ -171,6 +192,7 @@ def evaluate(
     if not feasible:
         raise ValueError(f"no k in {list(ks)} is <= n={sampling.n} samples per problem")
     graded = grade_responses(sample_benchmarks(backend, benchmarks, sampling, prompt_format), grade)
+    graded = label_strategies(graded, benchmarks)
     table, summary = passk_tables(
         graded, feasible, groups or {}, n_resamples=n_resamples, seed=sampling.seed
     )

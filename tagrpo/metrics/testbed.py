@@ -162,12 +162,16 @@ def phrasing_dispersion(
 
 
 STRATEGY_COLUMN = "strategy"
+# Labels of responses that took no known path (no first step, or one that fits neither path)
+# or whose first step fits both: they count in no question's strategy mix.
+NO_STRATEGY = ("unknown", "ambiguous")
 
 
 def strategy_entropy(responses: pd.DataFrame, column: str = STRATEGY_COLUMN) -> pd.DataFrame | None:
     """Per question: the Shannon entropy (bits) of the solution-strategy labels of its sampled
-    responses, and how many distinct strategies occur. None when the responses carry no
-    strategy label (a world with one solution template)."""
+    responses that took a known path (labels in :data:`NO_STRATEGY` left out), and how many
+    distinct strategies occur. None when the responses carry no strategy label (a world with
+    one solution template). A question none of whose responses took a known path is absent."""
     if column not in responses.columns:
         return None
     if responses[column].isna().any():
@@ -178,7 +182,8 @@ def strategy_entropy(responses: pd.DataFrame, column: str = STRATEGY_COLUMN) -> 
     keys = [c for c in ("benchmark", "question_id") if c in responses.columns]
     if "question_id" not in keys:
         raise KeyError("responses lack question_id")
-    counts = responses.groupby([*keys, column], sort=True).size()
+    labelled = responses[~responses[column].isin(NO_STRATEGY)]
+    counts = labelled.groupby([*keys, column], sort=True).size()
     rows = []
     for key, part in counts.groupby(level=list(range(len(keys))), sort=True):
         shares = part.to_numpy(dtype=np.float64) / part.sum()

@@ -189,26 +189,82 @@ def flipped_result(problem: MiniProblem) -> int:
     return operands[0] + operands[1] + operands[2]
 
 
-def reference_response(
-    problem: MiniProblem, letter: str | None = None, misread: bool = False
-) -> str:
-    """A worked answer: the steps, then the boxed result (or option letter).
+# Two valid solution paths per problem, with different failure modes (so the policy's
+# strategy mix can narrow or widen under RL, and diversity can collapse):
+#   forward:  left to right, "a + b = s. s - c = r." It inherits the phrasing's misconception
+#             (the last operation misread, ``misread=True``).
+#   backward: the last operation first, "b - c = t. a + t = r." (two operands: "b + a = r.",
+#             and for a difference "b + r = a."). It reads every operation right, but slips on a
+#             carry (``slip=True``: a result of 10 or more is written without its ten).
+STRATEGIES = ("forward", "backward")
 
-    ``misread=True`` writes the answer of a solver who flipped the last operation: the format
-    is right, the reasoning is consistent, the result is wrong.
+
+def slipped_result(problem: MiniProblem) -> int:
+    """The result of the backward path's carry slip: the ten dropped from a result >= 10."""
+    answer = problem.answer
+    return answer - 10 if answer >= 10 else answer
+
+
+def can_slip(problem: MiniProblem) -> bool:
+    """Whether the backward path's carry slip can change this problem's result."""
+    return problem.answer >= 10
+
+
+def _signed_step(left: int, right: int, result: int) -> str:
+    # "a + t = r" with a negative t written as a subtraction ("7 - 2 = 5", not "7 + -2").
+    return f"{left} - {-right} = {result}." if right < 0 else f"{left} + {right} = {result}."
+
+
+def reference_response(
+    problem: MiniProblem,
+    letter: str | None = None,
+    misread: bool = False,
+    strategy: str = "forward",
+    slip: bool = False,
+) -> str:
+    """A worked answer along ``strategy``: the steps, then the boxed result (or option letter).
+
+    ``misread=True`` (forward only) writes the answer of a solver who flipped the last
+    operation; ``slip=True`` (backward only) drops the ten of a result >= 10. Either way the
+    format is right, the steps are consistent with themselves, the result is wrong.
     """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; known: {list(STRATEGIES)}")
+    if misread and strategy != "forward":
+        raise ValueError("a misread belongs to the forward path")
+    if slip and strategy != "backward":
+        raise ValueError("a carry slip belongs to the backward path")
+    if strategy == "forward":
+        final = flipped_result(problem) if misread else problem.answer
+        steps = _forward_steps(problem, misread, final)
+    else:
+        final = slipped_result(problem) if slip else problem.answer
+        steps = _backward_steps(problem, final)
+    boxed = letter if letter is not None else str(final)
+    return f"{steps} The answer is \\boxed{{{boxed}}}."
+
+
+def _forward_steps(problem: MiniProblem, misread: bool, final: int) -> str:
     a, b = problem.operands[:2]
     last_sign = "-" if problem.operation in ("sub", "addsub") else "+"
     if misread:
         last_sign = "+" if last_sign == "-" else "-"
-    final = flipped_result(problem) if misread else problem.answer
     if problem.operation in ("add", "sub"):
-        steps = f"{a} {last_sign} {b} = {final}."
-    else:
-        c = problem.operands[2]
-        steps = f"{a} + {b} = {a + b}. {a + b} {last_sign} {c} = {final}."
-    boxed = letter if letter is not None else str(final)
-    return f"{steps} The answer is \\boxed{{{boxed}}}."
+        return f"{a} {last_sign} {b} = {final}."
+    c = problem.operands[2]
+    return f"{a} + {b} = {a + b}. {a + b} {last_sign} {c} = {final}."
+
+
+def _backward_steps(problem: MiniProblem, final: int) -> str:
+    a, b = problem.operands[:2]
+    if problem.operation == "add":
+        return f"{b} + {a} = {final}."
+    if problem.operation == "sub":
+        return f"{b} + {final} = {a}."
+    c = problem.operands[2]
+    partial = b - c if problem.operation == "addsub" else b + c
+    sign = "-" if problem.operation == "addsub" else "+"
+    return f"{b} {sign} {c} = {partial}. {_signed_step(a, partial, final)}"
 
 
 # Features of a problem that can trigger a phrasing's misconception. They are visible in the

@@ -29,12 +29,15 @@ from tagrpo.data.prompts import CHOICE_LETTERS, chat_messages
 from tagrpo.miniworld.tasks import (
     MISCONCEPTION_TRIGGERS,
     PHRASING_FAMILIES,
+    STRATEGIES,
     MiniProblem,
     ProblemSpace,
+    can_slip,
     choice_options,
     flipped_result,
     reference_response,
     render,
+    slipped_result,
 )
 from tagrpo.miniworld.tokenizer import train_tokenizer
 from tagrpo.pipeline.progress import track
@@ -48,6 +51,8 @@ class SftExample:
     problem: MiniProblem
     misread: bool = False
     choices: tuple[str, ...] = ()  # the options of a multiple-choice example
+    strategy: str = "forward"
+    slip: bool = False
 
 
 def build_corpus(
@@ -59,6 +64,8 @@ def build_corpus(
     """Warm-start examples, never using arithmetic whose key is in ``exclude_keys``."""
     families = [f for f in PHRASING_FAMILIES if config.family_weights.get(f, 0) > 0]
     weights = [config.family_weights[f] for f in families]
+    strategies = [s for s in STRATEGIES if config.strategies.get(s, 0) > 0]
+    strategy_weights = [config.strategies[s] for s in strategies]
     # Problems are drawn i.i.d. (repeats allowed: the add/sub space is small on purpose), but
     # never with arithmetic reserved for RL training or evaluation.
     rng = random.Random(seed + 202)
@@ -68,10 +75,25 @@ def build_corpus(
         while problem.key() in exclude_keys:
             problem = space.sample(rng)
         family = rng.choices(families, weights=weights)[0]
-        misread = rng.random() < misread_probability(problem, family, config.misconceptions)
+        strategy = rng.choices(strategies, weights=strategy_weights)[0]
+        if strategy == "forward":
+            misread = rng.random() < misread_probability(problem, family, config.misconceptions)
+            slip = False
+        else:
+            misread = False
+            slip = can_slip(problem) and rng.random() < config.carry_slip
         as_choice = rng.random() < config.choice_fraction
         corpus.append(
-            make_example(problem, family, as_choice, index, misread, config.choice_options)
+            make_example(
+                problem,
+                family,
+                as_choice,
+                index,
+                misread,
+                config.choice_options,
+                strategy=strategy,
+                slip=slip,
+            )
         )
     return corpus
 
@@ -93,26 +115,31 @@ def make_example(
     seed: int,
     misread: bool = False,
     choice_count: int = 4,
+    strategy: str = "forward",
+    slip: bool = False,
 ) -> SftExample:
     text = render(problem, family)
     if not as_choice:
+        response = reference_response(problem, misread=misread, strategy=strategy, slip=slip)
         return SftExample(
-            chat_messages(text), reference_response(problem, misread=misread), problem, misread
+            chat_messages(text), response, problem, misread, strategy=strategy, slip=slip
         )
     options, letter = choice_options(problem, seed, choice_count)
-    if misread:  # the misread result if it is an option, else the first distractor
+    if misread or slip:  # the wrong result if it is an option, else the first distractor
         lettered = list(zip(CHOICE_LETTERS, options, strict=False))
-        wrong = str(flipped_result(problem))
+        wrong = str(flipped_result(problem) if misread else slipped_result(problem))
         candidates = [x for x, option in lettered if option == wrong] or [
             x for x, option in lettered if option != str(problem.answer)
         ]
         letter = candidates[0]
     return SftExample(
         chat_messages(text, options),
-        reference_response(problem, letter, misread=misread),
+        reference_response(problem, letter, misread=misread, strategy=strategy, slip=slip),
         problem,
         misread,
         tuple(options),
+        strategy=strategy,
+        slip=slip,
     )
 
 
