@@ -453,3 +453,36 @@ def test_ctrl_c_stops_the_server_and_frees_the_port(tmp_path):
             owner.wait()
     assert not port_in_use(int(port))
     assert [pid for pid in pids if alive(pid)] == []
+
+
+def test_a_killed_owner_leaves_no_server(tmp_path):
+    """SIGKILL to the process that started the server (no clean-up can run there): the server
+    and its engine processes are gone and the port is free soon after."""
+    script = Path(__file__).with_name("vllm_engine.py")
+    owner = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "server.log")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TAGRPO_ENGINES_PYTHON": str(ENGINES_PYTHON)},
+    )
+    pids: list[int] = []
+    try:
+        line = owner.stdout.readline()
+        assert line.startswith("READY"), (line, (tmp_path / "server.log").read_text()[-2000:])
+        _, port, listed = line.split()
+        pids = [int(pid) for pid in listed.split(",")]
+        assert len(pids) >= 2  # the API server and its engine core
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait()
+        deadline = time.monotonic() + 60
+        while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert [pid for pid in pids if alive(pid)] == []
+        assert not port_in_use(int(port))
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+        for pid in pids:  # a failed test leaves no server behind either
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)

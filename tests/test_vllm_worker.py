@@ -11,7 +11,11 @@ worker gone after ``close``.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -31,6 +35,7 @@ from tagrpo.backends.vllm_backend import (
 )
 from tagrpo.data.prompts import chat_messages
 
+ROOT = Path(__file__).resolve().parents[1]
 FAKE_VLLM = """
 import json, os, sys
 from types import SimpleNamespace
@@ -42,9 +47,20 @@ class LLM:
             json.dump(kwargs, record)
         if kwargs.get("model") == "crash":
             sys.exit(3)
+        if kwargs.get("model") == "engine-process":
+            # As vLLM's engine core: a child that does not watch its parent and keeps running.
+            import subprocess
+            self.engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+            with open(os.environ["FAKE_VLLM_RECORD"] + ".engine", "w") as record:
+                record.write(str(self.engine.pid))
+        self.model = kwargs.get("model")
 
     def generate(self, prompts, sampling_params, use_tqdm=True):
         print("INFO generating")
+        if self.model == "engine-process":  # sampling for a long time
+            open(os.environ["FAKE_VLLM_RECORD"] + ".sampling", "w").close()
+            import time
+            time.sleep(600)
         if any(p.n > 3 for p in sampling_params):
             raise ValueError("n too large for the fake")
         return [
@@ -148,3 +164,93 @@ def test_a_worker_whose_stage_was_collected_is_stopped(fake_vllm):
     del worker
     gc.collect()
     assert process.wait(timeout=30) == 0
+
+
+def engine_pid(fake_vllm: Path) -> int:
+    return int(Path(f"{fake_vllm}.engine").read_text())
+
+
+def wait_all_gone(pids: list[int], timeout_s: float) -> list[int]:
+    """The pids still alive after up to ``timeout_s`` (from now)."""
+    deadline = time.monotonic() + timeout_s
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [pid for pid in pids if alive(pid)]
+
+
+STAGE = """
+import sys, time
+from tagrpo.backends.vllm_backend import VLLMWorker
+from tagrpo.backends.base import SamplingParams
+worker = VLLMWorker(sys.executable, {"model": "engine-process"})
+print("READY", worker.process.pid, flush=True)
+if sys.argv[1] == "sample":
+    worker.generate([{"prompt_token_ids": [1, 2]}], [{"n": 1}])
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("when", ["idle", "sample"])
+def test_a_killed_stage_leaves_neither_worker_nor_engine_process(fake_vllm, tmp_path, when):
+    """SIGKILL to the stage (no clean-up runs there), the worker idle on its stdin or busy
+    sampling: the worker and the engine process it started are gone within seconds (was: the
+    worker exited, its engine process kept running, as vLLM's engine core did)."""
+    script = tmp_path / "stage.py"
+    script.write_text(STAGE)
+    stage = subprocess.Popen(
+        [sys.executable, str(script), when],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": f"{os.environ['PYTHONPATH']}:{ROOT}"},
+    )
+    pids: list[int] = []
+    try:
+        line = stage.stdout.readline()
+        assert line.startswith("READY"), line
+        pids = [int(line.split()[1]), engine_pid(fake_vllm)]
+        if when == "sample":
+            deadline = time.monotonic() + 30
+            while not Path(f"{fake_vllm}.sampling").exists():
+                assert time.monotonic() < deadline, "the worker never started sampling"
+                time.sleep(0.1)
+        assert [pid for pid in pids if alive(pid)] == pids
+        os.kill(stage.pid, signal.SIGKILL)
+        stage.wait()
+        assert wait_all_gone(pids, 15) == []
+    finally:
+        if stage.poll() is None:
+            stage.kill()
+            stage.wait()
+        for pid in pids:  # a failed test leaves nothing behind either
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_close_kills_an_engine_process_left_after_the_grace_period(fake_vllm):
+    """The worker exits at the end of its stdin; its engine process does not: ``close`` kills
+    it once ``stop_grace_s`` has passed from the moment stdin was closed (was: left running)."""
+    worker = VLLMWorker(sys.executable, {"model": "engine-process"}, stop_grace_s=2.0)
+    engine = engine_pid(fake_vllm)
+    started = time.monotonic()
+    try:
+        worker.close()
+        took = time.monotonic() - started
+        assert worker.process.returncode == 0  # the worker itself ended normally
+        assert not alive(engine)
+        assert 2.0 <= took < 10.0
+    finally:
+        if alive(engine):
+            os.kill(engine, signal.SIGKILL)
+
+
+def test_sigterm_to_the_worker_kills_its_engine_process(fake_vllm):
+    worker = VLLMWorker(sys.executable, {"model": "engine-process"})
+    engine = engine_pid(fake_vllm)
+    try:
+        os.kill(worker.process.pid, signal.SIGTERM)
+        assert worker.process.wait(timeout=30) == -signal.SIGKILL  # by its own group kill
+        assert wait_all_gone([engine], 10) == []
+    finally:
+        worker.close()
+        if alive(engine):
+            os.kill(engine, signal.SIGKILL)

@@ -27,11 +27,11 @@ tests pass fakes.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
 import subprocess
-import sys
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -136,32 +136,30 @@ class VLLMWorkerError(RuntimeError):
     """The vLLM worker process failed to start, died, or refused a request."""
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """SIGTERM to the worker when the stage's process dies (Linux; elsewhere a no-op): a killed
-    stage leaves no engine holding its memory."""
-    import contextlib
-    import ctypes
-    import signal
-
-    with contextlib.suppress(OSError):  # no glibc: the worker ends at the end of its stdin
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 def _stop_worker(process: subprocess.Popen, grace_s: float = 60.0) -> None:
-    """End of stdin (the worker shuts its engine down and exits), then SIGTERM, then SIGKILL."""
-    if process.poll() is not None:
-        return
-    try:
-        if process.stdin and not process.stdin.closed:
-            process.stdin.close()
-        process.wait(timeout=grace_s)
-    except (subprocess.TimeoutExpired, OSError):
-        process.terminate()
-        try:
-            process.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    """End of stdin: the worker shuts its engine down and exits, and vLLM's engine processes end
+    with it. Whatever of its process group (it leads one) is left after ``grace_s`` from that
+    moment is SIGKILLed: the worker and the engine processes together (killing the worker
+    alone orphans them, and they keep running); gone on return."""
+    import signal
+    import time
+
+    from tagrpo.pipeline.procfs import group_members
+
+    deadline = time.monotonic() + grace_s
+    if process.poll() is None:
+        with contextlib.suppress(OSError):  # the worker already gone: a broken pipe
+            if process.stdin and not process.stdin.closed:
+                process.stdin.close()
+    while group_members(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):  # none left
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    # A SIGKILLed process is gone once the kernel has run it (a moment on a loaded machine).
+    killed = time.monotonic()
+    while group_members(process.pid) and time.monotonic() < killed + 30:
+        time.sleep(0.05)
 
 
 class VLLMWorker:
@@ -169,11 +167,18 @@ class VLLMWorker:
     is tagrpo/backends/vllm_worker.py): the ``llm`` of :class:`VLLMBackend`, with the same
     ``generate`` (token-id prompts, one keyword dict of SamplingParams per prompt).
 
-    The worker's logs go to this process's stderr. It is stopped by :meth:`close`, when this
-    object is collected, at interpreter exit (Ctrl-C included), and by the kernel when this
-    process dies (PR_SET_PDEATHSIG)."""
+    The worker's logs go to this process's stderr. It leads its own process group (a new
+    session: a Ctrl-C at the terminal reaches this process, which stops it), which vLLM's
+    engine processes join. It is stopped, engine processes included, by :meth:`close`, when
+    this object is collected, at interpreter exit (Ctrl-C included), and by itself when this
+    process dies (tagrpo/backends/vllm_worker.py watches its parent: no PR_SET_PDEATHSIG,
+    which fires when the creating *thread* ends, e.g. a pool thread)."""
 
-    def __init__(self, python: str | Path, engine_args: Mapping[str, Any]) -> None:
+    def __init__(
+        self, python: str | Path, engine_args: Mapping[str, Any], stop_grace_s: float = 60.0
+    ) -> None:
+        """``stop_grace_s``: how long a stop waits, from closing the worker's stdin, for the
+        worker and its engine processes to end before killing them."""
         python = Path(python)
         if not python.exists():
             raise VLLMWorkerError(
@@ -183,13 +188,13 @@ class VLLMWorker:
             )
         self.python = python
         self.process = subprocess.Popen(
-            [str(python), str(WORKER_SCRIPT), json.dumps(dict(engine_args))],
+            [str(python), str(WORKER_SCRIPT), json.dumps(dict(engine_args)), str(os.getpid())],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            start_new_session=True,
         )
-        self._finalizer = weakref.finalize(self, _stop_worker, self.process)
+        self._finalizer = weakref.finalize(self, _stop_worker, self.process, stop_grace_s)
         ready = self._read("starting vllm.LLM")
         self.vllm_version = str(ready.get("vllm"))
 

