@@ -603,6 +603,64 @@ def _differences_markdown(differences: pd.DataFrame, updates: Mapping[str, str])
     return markdown_table(header, rows)
 
 
+def figure_link_of(layout: Mapping[str, Path]) -> str:
+    """The figures folder as the report links it (relative to the report's folder)."""
+    return Path(os.path.relpath(layout["figures"], layout["report"].parent)).as_posix()
+
+
+def _strategy_section(config: Params, root: Path, figures_dir: Path, figure_link: str) -> str:
+    """Strategy entropy over training per method (:mod:`tagrpo.report.strategies`): a figure and
+    its table, or why there is none (a world with one solution path, or no probe)."""
+    from tagrpo.data.schema import read_questions
+    from tagrpo.report.strategies import strategy_figure, strategy_over_training
+
+    heading = ["## Strategy entropy over training", ""]
+    probe_path = root / base_model_outputs()["probe_samples"]
+    train_path = root / data_outputs()["processed"] / "train.parquet"
+    probe = pd.read_parquet(probe_path) if probe_path.exists() else None
+    questions = read_questions(str(train_path)) if train_path.exists() else []
+    if probe is None or probe.empty or not all("family" in q.meta for q in questions[:1]):
+        return "\n".join(
+            [*heading, "Not measurable: the solution paths are the mini world's (no probe of "
+             "mini-world questions in this profile)."]
+        )  # fmt: skip
+    frame = strategy_over_training(
+        root,
+        {
+            m: [policy_name(m, s) for s in config.runs.seeds_of(m)]
+            for m in config.runs.all_methods()
+        },
+        config.train.checkpoints,
+        config.train.group_size,
+        probe,
+        {q.id: q.problem for q in questions},
+    )
+    strategy_figure(frame, figures_dir / "strategy_entropy.png")
+    table = (
+        frame.groupby(["method", "fraction"], sort=False)["entropy_bits"]
+        .agg(["mean", "count"])
+        .reset_index()
+    )
+    rows = [
+        [m, f"{f:.2f}", f"{v:.3f}", str(int(c))]
+        for m, f, v, c in table[["method", "fraction", "mean", "count"]].itertuples(index=False)
+    ]
+    return "\n".join(
+        [
+            *heading,
+            "Per question, the entropy (bits) of the solution paths its first G responses to "
+            "q0 took (forward or backward; 1 = both equally, 0 = one only), averaged over the "
+            "questions of the base probe (fraction 0) and of the batch dumped at each checkpoint; "
+            "each line the mean over the method's seeds, each seed a faint point. A fall is a "
+            "narrowing of the policy's solution paths (the paper's diversity collapse).",
+            "",
+            f"![Strategy entropy over training]({figure_link}/strategy_entropy.png)",
+            "",
+            markdown_table(["method", "fraction", "entropy (bits)", "runs"], rows),
+        ]
+    )
+
+
 def build_report(
     config: Params, root: Path, out: dict[str, Path], git: dict[str, str]
 ) -> dict[str, Any]:
@@ -638,6 +696,7 @@ def build_report(
         for method in config.runs.all_methods()
     }
     reward_figure(rewards, figures_dir / "training_reward.png")
+    strategy_section = _strategy_section(config, root, figures_dir, figure_link_of(layout))
     figure_link = Path(os.path.relpath(layout["figures"], layout["report"].parent)).as_posix()
     anchoring_path = figures_dir / "anchoring_shift.png"
     anchoring_figure(load_anchoring_histories(root, trained), anchoring_path)
@@ -678,13 +737,7 @@ def build_report(
         "",
         f"![pass@k with intervals]({figure_link}/passk_intervals.png)",
         "",
-        "Strategy entropy over training per method: "
-        + (
-            "see the testbed validity table."
-            if "validity/V3" in headline and headline["validity/V3"] == 1.0
-            else "not measurable: the world's responses carry no solution-strategy label (one "
-            "solution template), so no entropy can be computed at any checkpoint."
-        ),
+        strategy_section,
         "",
         statistics,
         "",
