@@ -1,4 +1,5 @@
-"""README's results section quotes the committed claims table verbatim (nothing added by hand)."""
+"""README's results section quotes the committed claims and testbed-validity tables verbatim
+(nothing added by hand)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 BLOCK = re.compile(r"<!-- claims:begin -->\n(.*?)<!-- claims:end -->", re.DOTALL)
+VALIDITY = re.compile(r"<!-- validity:begin -->\n(.*?)<!-- validity:end -->", re.DOTALL)
 
 
 def test_readme_quotes_the_committed_claims_table() -> None:
@@ -18,3 +20,13 @@ def test_readme_quotes_the_committed_claims_table() -> None:
     match = BLOCK.search((root / "README.md").read_text(encoding="utf-8"))
     assert match, "README.md has no <!-- claims:begin --> ... <!-- claims:end --> block"
     assert match.group(1).strip() == claims.read_text(encoding="utf-8").strip()
+
+
+def test_readme_quotes_the_committed_validity_table() -> None:
+    root = Path(__file__).resolve().parents[1]
+    table = root / "reports" / "validity.md"
+    if not table.exists():
+        pytest.skip("no committed run (reports/validity.md is written by `dvc repro`)")
+    match = VALIDITY.search((root / "README.md").read_text(encoding="utf-8"))
+    assert match, "README.md has no <!-- validity:begin --> ... <!-- validity:end --> block"
+    assert match.group(1).strip() == table.read_text(encoding="utf-8").strip()
