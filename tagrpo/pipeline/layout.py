@@ -143,7 +143,6 @@ def report_outputs() -> Outputs:
             "report": Path("reports/report.md"),
             "figures": Path("reports/figures"),
             "claims": Path("reports/claims.md"),
-            "validity": Path("reports/validity.md"),
             "scores": Path("reports/tables/scores.csv"),
             "differences": Path("reports/tables/differences.csv"),
             "paper_scores": Path("reports/tables/paper_scores.csv"),

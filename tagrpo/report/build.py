@@ -187,10 +187,8 @@ def validity_section(
     runs: Mapping[str, Any],
     base: Any,
     passk: pd.DataFrame,
-    table_path: Path,
 ) -> tuple[str, dict[str, float]]:
-    """The "Testbed validity" table (:mod:`tagrpo.report.validity`) and its PASS/FAIL metrics;
-    the table alone is written to ``table_path`` (README quotes it)."""
+    """The "Testbed validity" table (:mod:`tagrpo.report.validity`) and its PASS/FAIL metrics."""
     from tagrpo.metrics.testbed import phrasing_dispersion
     from tagrpo.report import validity
     from tagrpo.report.claims import negative_controls
@@ -245,8 +243,6 @@ def validity_section(
         "",
         validity.validity_table(criteria),
     ]
-    table_path.parent.mkdir(parents=True, exist_ok=True)
-    table_path.write_text(validity.validity_table(criteria) + "\n")
     if not strategies.empty:
         lines += [
             "",
@@ -279,8 +275,7 @@ def statistics_sections(
     """The validity table, the claims table (markdown), the scores/differences section, and
     headline metrics.
 
-    Writes ``out["claims"]`` and ``out["validity"]`` (the tables alone: README quotes them),
-    ``out["scores"]`` and
+    Writes ``out["claims"]`` (the table alone: README quotes it), ``out["scores"]`` and
     ``out["differences"]`` (long-form CSVs behind the tables).
     """
 
@@ -318,7 +313,7 @@ def statistics_sections(
     )
     table = claims_table(claims)
     out["claims"].write_text(table + "\n")
-    validity, validity_metrics = validity_section(config, root, runs, base, passk, out["validity"])
+    validity, validity_metrics = validity_section(config, root, runs, base, passk)
     scores = score_table(runs, groups, config.evaluate.bootstrap_resamples)
     baselines = [m for m in methods if m != "ta_grpo"]
     differences = difference_table(runs, groups, baselines, config.evaluate.bootstrap_resamples)
