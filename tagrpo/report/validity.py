@@ -36,7 +36,12 @@ from tagrpo.metrics.compare import (
     half_width,
     paired_difference,
 )
-from tagrpo.metrics.testbed import PhrasingDispersion, reward_rise, strategy_entropy
+from tagrpo.metrics.testbed import (
+    NO_STRATEGY,
+    PhrasingDispersion,
+    reward_rise,
+    strategy_entropy,
+)
 from tagrpo.report.markdown import markdown_table
 
 MIN_RL_GAIN = 0.10  # V1: GRPO - base at pass@1, in-distribution
@@ -135,7 +140,10 @@ def strategy_criterion(responses: Mapping[str, pd.DataFrame]) -> tuple[Criterion
                 "policy": policy,
                 "entropy_bits": float(entropy["entropy_bits"].mean()),
                 "questions_with_two_or_more": float((entropy["strategies"] >= 2).mean()),
-                "strategies": int(frame["strategy"].nunique()),
+                # Known paths only: "unknown" and "ambiguous" are not strategies.
+                "strategies": int(
+                    frame.loc[~frame["strategy"].isin(NO_STRATEGY), "strategy"].nunique()
+                ),
             }
         )
     summary = pd.DataFrame(rows)
