@@ -283,8 +283,13 @@ def test_rephrasing_n_and_seeds(server, tmp_path):
     train = write_training_set(tmp_path / "train.parquet", 3)
 
     def run(name: str, seed: int) -> list[str]:
+        # One request at a time: a seeded reply is the same text only when the server computes
+        # it alone (a batch of other requests, or a cached prefix, changes the float sums on
+        # the CPU); the session's server runs without prefix caching for the same reason.
         config = rephrase_config(
-            server.base_url, tmp_path / f"cache-{name}", **{"common.seed": seed}
+            server.base_url,
+            tmp_path / f"cache-{name}",
+            **{"common.seed": seed, "rephrase.openai.concurrency": 1},
         )
         out = tmp_path / f"{name}.parquet"
         metrics = rephrase_training_set(config, tmp_path, train, out)
