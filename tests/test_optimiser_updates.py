@@ -54,6 +54,7 @@ def test_plans_steps_updates_and_responses_per_reading(tmp_path) -> None:
         "train.neighbours": "miniworld",
         "train.batch_questions": 16,
         "train.batch_unit": "rows",
+        "train.epochs": 2,
     }
     rows = config_with(base)
     matched = config_with({**base, "train.rows_matched_updates": True})

@@ -143,7 +143,7 @@ def test_a_learning_rate_reruns_training_and_everything_after_it(reproduced: Pat
     assert {p: p.stat().st_mtime_ns for p in reproduced.rglob("*.txt")} == outputs_before
     expected = ["train@grpo-0", "train@ta_grpo-0", "evaluate@grpo-0", "evaluate@ta_grpo-0"]
     assert [s.name for s in plan.runs] == [*expected, "report"]
-    assert plan.changed_params == {"train.learning_rate": (0.0001, 0.0002)}
+    assert plan.changed_params == {"train.learning_rate": (0.0003, 0.0002)}
     by_name = {stage.name: stage for stage in plan.runs}
     assert by_name["train@grpo-0"].reasons == ("params: train.learning_rate",)
     assert by_name["evaluate@grpo-0"].reasons == ()
@@ -191,11 +191,11 @@ def test_params_are_compared_with_the_last_run_not_with_params_yaml(reproduced: 
     compares with dvc.lock); YAML 1.2 numbers such as train.epsilon: 1e-6 compare equal."""
     original = (reproduced / "params.yaml").read_text()
     edited = yaml.safe_load(original)
-    edited["train"]["learning_rate"] = 0.0003
+    edited["train"]["learning_rate"] = 0.0005
     (reproduced / "params.yaml").write_text(yaml.safe_dump(edited, sort_keys=False))
     try:
         assert _names(reproduced, RerunRequest())[:2] == ["train@grpo-0", "train@ta_grpo-0"]
-        assert _names(reproduced, RerunRequest(overrides=["train.learning_rate=1e-4"])) == []
+        assert _names(reproduced, RerunRequest(overrides=["train.learning_rate=3e-4"])) == []
     finally:
         (reproduced / "params.yaml").write_text(original)
 

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -56,11 +58,18 @@ def test_profiles_subsets_and_overrides_resolve_into_validated_params() -> None:
     assert "data.synthetic.train_size" in changes and "train.kl_coef" not in changes
 
 
-def _runs(request: RerunRequest) -> dict:
-    return resolve_params(ROOT, request)["runs"]
+def _runs(request: RerunRequest, root: Path = ROOT) -> dict:
+    return resolve_params(root, request)["runs"]
 
 
-def test_method_and_seed_subsets_restrict_every_list_of_runs() -> None:
+def test_method_and_seed_subsets_restrict_every_list_of_runs(tmp_path: Path) -> None:
+    # The checkout's params with one-seed methods, as profiles/smoke.yaml has them (the default
+    # has none).
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["runs"]["one_seed_methods"] = ["grpo_ds", "grpo_x4_ds", "avspo"]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    shutil.copytree(ROOT / "profiles", tmp_path / "profiles")
+    _runs = functools.partial(globals()["_runs"], root=tmp_path)
     keep_diagnostics = ["diagnostics.policies=[grpo-s0]"]
     runs = _runs(RerunRequest(methods=["grpo", "avspo"], overrides=keep_diagnostics))
     assert runs["methods"] == ["grpo"] and runs["seeds"] == [0, 1, 2]
@@ -74,7 +83,7 @@ def test_method_and_seed_subsets_restrict_every_list_of_runs() -> None:
     runs = _runs(RerunRequest(seeds=[1], overrides=["diagnostics.policies=[ta_grpo-s1]"]))
     assert runs["seeds"] == [1] and runs["one_seed_methods"] == [] and runs["one_seed"] == [1]
     assert runs["data_scaling"]["seeds"] == [] and runs["data_scaling"]["methods"] == []
-    assert runs["methods"] == yaml.safe_load((ROOT / "params.yaml").read_text())["runs"]["methods"]
+    assert runs["methods"] == params["runs"]["methods"]
 
 
 @pytest.mark.parametrize(

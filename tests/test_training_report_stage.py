@@ -108,8 +108,8 @@ def test_batch_units_and_updates_per_epoch() -> None:
     """The two readings of "batch size 256": updates per epoch for each method."""
     from tagrpo.config.params import config_with
 
-    questions = config_with({})
-    rows = config_with({"train.batch_unit": "rows"})
+    questions = config_with({"train.batch_questions": 8})
+    rows = config_with({"train.batch_unit": "rows", "train.batch_questions": 8})
     assert questions.train.questions_per_step("ta_grpo") == 8
     assert rows.train.questions_per_step("ta_grpo") == 2  # 8 rows of (question, variant)
     assert rows.train.questions_per_step("grpo") == 8
@@ -133,7 +133,12 @@ def test_plan_counts_optimiser_updates_per_epoch_for_both_batch_units(tmp_path) 
     )["train"].questions
     (tmp_path / "data").mkdir()
     write_questions(train, str(tmp_path / "data" / "train.parquet"))
-    base = {"train.input": "data/train.parquet", "train.neighbours": "miniworld"}
+    base = {
+        "train.input": "data/train.parquet",
+        "train.neighbours": "miniworld",
+        "train.batch_questions": 8,
+        "train.epochs": 2,
+    }
     questions = config_with(base)
     rows = config_with({**base, "train.batch_unit": "rows"})
     # 80 questions, batch 8, 2 mini-batches, 2 epochs.
