@@ -46,7 +46,7 @@ def test_entropy_per_checkpoint_from_the_first_g_answers_to_q0(tmp_path: Path) -
     frame = strategy_over_training(
         tmp_path,
         {"ta_grpo": ["ta_grpo-s0"], "grpo": ["grpo-s0"]},
-        [1.0],
+        [0.25, 1.0],  # a short run: the 25% dump shares the last step and is not written
         4,
         probe,
         {"q1": render(PROBLEM, "expr")},
@@ -61,7 +61,9 @@ def test_entropy_per_checkpoint_from_the_first_g_answers_to_q0(tmp_path: Path) -
 
 
 def test_a_missing_checkpoint_dump_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="train stage of grpo-s0"):
+    with pytest.raises(
+        FileNotFoundError, match="no checkpoint dump: run the train stage of grpo-s0"
+    ):
         strategy_over_training(
             tmp_path, {"grpo": ["grpo-s0"]}, [0.5], 4, pd.DataFrame(
                 columns=["question_id", "is_original", "sample_index", "response"]

@@ -161,3 +161,18 @@ def test_edges_per_benchmark() -> None:
     assert "chance 80.6%, 20 options; margin +3.4 points" in criteria[1].measured
     with pytest.raises(KeyError, match="missing: the base policy has no pass@32"):
         validity.edge_criteria(passk, ["missing"], {}, 32)
+
+
+def test_v3_with_a_policy_that_took_no_known_path() -> None:
+    """The smoke profile's untrained policy writes no equation: its entropy is NaN and V3 fails
+    for the base instead of the report crashing."""
+    from tagrpo.report.validity import strategy_criterion
+
+    unknown = pd.DataFrame(
+        {"benchmark": ["b"] * 2, "question_id": ["q1", "q2"], "strategy": ["unknown"] * 2}
+    )
+    criterion, summary = strategy_criterion({"base": unknown})
+    assert not criterion.passed
+    assert np.isnan(summary.loc[0, "entropy_bits"])
+    assert summary.loc[0, "questions_with_two_or_more"] == 0.0
+    assert summary.loc[0, "strategies"] == 0

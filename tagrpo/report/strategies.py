@@ -69,10 +69,17 @@ def strategy_over_training(
     for method, members in policies.items():
         for policy in members:
             folder = root / train_outputs(policy)["rollouts"]
-            for fraction in fractions:
-                path = folder / f"{checkpoint_name(fraction)}.parquet"
-                if not path.exists():
-                    raise FileNotFoundError(f"{path} is missing: run the train stage of {policy}")
+            # A short run writes fewer dumps than ``fractions`` (two fractions on one step
+            # share it): read those written, and refuse a run that wrote none.
+            written = {
+                fraction: folder / f"{checkpoint_name(fraction)}.parquet" for fraction in fractions
+            }
+            written = {f: path for f, path in written.items() if path.exists()}
+            if not written:
+                raise FileNotFoundError(
+                    f"{folder} has no checkpoint dump: run the train stage of {policy}"
+                )
+            for fraction, path in written.items():
                 dump = pd.read_parquet(path, columns=["question_id", "variant", "sample_index",
                                                       "prompt_used", "response"])  # fmt: skip
                 q0 = dump[(dump["variant"] == 0) & (dump["sample_index"] < group_size)]

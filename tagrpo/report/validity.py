@@ -135,11 +135,16 @@ def strategy_criterion(responses: Mapping[str, pd.DataFrame]) -> tuple[Criterion
         entropy = strategy_entropy(frame)
         if entropy is None:
             continue
+        # A policy none of whose responses took a known path (e.g. the smoke profile's
+        # untrained tiny model) has no entropy: NaN, and no question with two paths.
+        labelled = "entropy_bits" in entropy.columns and len(entropy) > 0
         rows.append(
             {
                 "policy": policy,
-                "entropy_bits": float(entropy["entropy_bits"].mean()),
-                "questions_with_two_or_more": float((entropy["strategies"] >= 2).mean()),
+                "entropy_bits": float(entropy["entropy_bits"].mean()) if labelled else np.nan,
+                "questions_with_two_or_more": (
+                    float((entropy["strategies"] >= 2).mean()) if labelled else 0.0
+                ),
                 # Known paths only: "unknown" and "ambiguous" are not strategies.
                 "strategies": int(
                     frame.loc[~frame["strategy"].isin(NO_STRATEGY), "strategy"].nunique()
