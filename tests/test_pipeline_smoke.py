@@ -355,7 +355,9 @@ def test_dvc_exp_run_with_documented_overrides_and_exp_show(smoke_run: SmokeRun)
     experiment = next(row for row in rows if row["Experiment"] == "lr-2e-4")
     baseline = next(row for row in rows if row["rev"] not in ("workspace", experiment["rev"]))
     assert float(experiment["train.learning_rate"]) == pytest.approx(2e-4)
-    assert float(baseline["train.learning_rate"]) == pytest.approx(1e-4)
+    # The baseline keeps the checkout's learning rate (the smoke profile does not set one).
+    checkout_lr = yaml.safe_load((ROOT / "params.yaml").read_text())["train"]["learning_rate"]
+    assert float(baseline["train.learning_rate"]) == pytest.approx(float(checkout_lr))
     key = [column for column in experiment if column.endswith("competition.ta_grpo.pass@4")]
     assert key and 0.0 <= float(experiment[key[0]]) <= 1.0 and baseline[key[0]]
     # The key columns, not every metric of every stage.
