@@ -603,11 +603,6 @@ def _differences_markdown(differences: pd.DataFrame, updates: Mapping[str, str])
     return markdown_table(header, rows)
 
 
-def figure_link_of(layout: Mapping[str, Path]) -> str:
-    """The figures folder as the report links it (relative to the report's folder)."""
-    return Path(os.path.relpath(layout["figures"], layout["report"].parent)).as_posix()
-
-
 def _strategy_section(config: Params, root: Path, figures_dir: Path, figure_link: str) -> str:
     """Strategy entropy over training per method (:mod:`tagrpo.report.strategies`): a figure and
     its table, or why there is none (a world with one solution path, or no probe)."""
@@ -696,8 +691,8 @@ def build_report(
         for method in config.runs.all_methods()
     }
     reward_figure(rewards, figures_dir / "training_reward.png")
-    strategy_section = _strategy_section(config, root, figures_dir, figure_link_of(layout))
     figure_link = Path(os.path.relpath(layout["figures"], layout["report"].parent)).as_posix()
+    strategy_section = _strategy_section(config, root, figures_dir, figure_link)
     anchoring_path = figures_dir / "anchoring_shift.png"
     anchoring_figure(load_anchoring_histories(root, trained), anchoring_path)
     anchoring_link = Path(
