@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 BLOCK = re.compile(r"<!-- claims:begin -->\n(.*?)<!-- claims:end -->", re.DOTALL)
-VALIDITY = re.compile(r"<!-- validity:begin -->\n(.*?)<!-- validity:end -->", re.DOTALL)
 
 
 def test_readme_quotes_the_committed_claims_table() -> None:
@@ -22,18 +21,33 @@ def test_readme_quotes_the_committed_claims_table() -> None:
     assert match.group(1).strip() == claims.read_text(encoding="utf-8").strip()
 
 
-def test_readme_quotes_the_committed_validity_table() -> None:
-    root = Path(__file__).resolve().parents[1]
-    report = root / "reports" / "report.md"
-    if not report.exists():
-        pytest.skip("no committed run (reports/report.md is written by `dvc repro`)")
-    # The report's first table under "## Testbed validity".
+def _validity_table(report: Path) -> str:
+    """The report's first table under "## Testbed validity"."""
     section = report.read_text(encoding="utf-8").split("## Testbed validity", 1)
-    assert len(section) == 2, "reports/report.md has no testbed validity section"
+    assert len(section) == 2, f"{report} has no testbed validity section"
     rows = [line for line in section[1].split("\n## ", 1)[0].splitlines() if line]
     first = next(i for i, line in enumerate(rows) if line.startswith("|"))
     end = next((i for i in range(first, len(rows)) if not rows[i].startswith("|")), len(rows))
-    table = "\n".join(rows[first:end])
-    match = VALIDITY.search((root / "README.md").read_text(encoding="utf-8"))
-    assert match, "README.md has no <!-- validity:begin --> ... <!-- validity:end --> block"
-    assert match.group(1).strip() == table
+    return "\n".join(rows[first:end])
+
+
+# (report, README marker): the default's committed run, and committed runs of profiles
+# (reports/profiles/<profile>/, copied from that profile's `dvc repro`).
+VALIDITY_QUOTES = [
+    ("reports/report.md", "validity"),
+    ("reports/profiles/power/report.md", "power-validity"),
+]
+
+
+@pytest.mark.parametrize(("report_path", "marker"), VALIDITY_QUOTES)
+def test_readme_quotes_the_committed_validity_table(report_path: str, marker: str) -> None:
+    root = Path(__file__).resolve().parents[1]
+    report = root / report_path
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    block = re.compile(rf"<!-- {marker}:begin -->\n(.*?)<!-- {marker}:end -->", re.DOTALL)
+    match = block.search(readme)
+    if not report.exists():
+        assert not match, f"README quotes {report_path}, which is not committed"
+        pytest.skip(f"no committed run ({report_path})")
+    assert match, f"README.md has no <!-- {marker}:begin --> ... <!-- {marker}:end --> block"
+    assert match.group(1).strip() == _validity_table(report)
