@@ -145,6 +145,20 @@ def test_resolution_and_power_from_the_variance_components() -> None:
     assert validity.needed_problem_multiple(1e-4, [0.0, 0.0], 3) == 1.0  # already there
 
 
+def test_resolution_with_one_seed_a_side_is_not_measurable() -> None:
+    # One run each and identical scores: the interval is +/-0 conditional on those runs, which
+    # says nothing about the design's resolution (it passed vacuously before).
+    ta, grpo = _constant([0.0]), _constant([0.0])
+    criterion, power = validity.resolution_criterion(ta, grpo, ["x", "y"], 32, 100)
+    assert not criterion.passed
+    assert criterion.measured == (
+        "not measurable: seeds 1 vs 1; the between-seed variance needs at least 2 seeds per method"
+    )
+    assert "Not computable: a method has one seed" in power
+    one_side, _ = validity.resolution_criterion(_constant([0.5, 0.6]), grpo, ["x", "y"], 32, 100)
+    assert not one_side.passed and one_side.measured.startswith("not measurable: seeds 2 vs 1")
+
+
 def test_edges_per_benchmark() -> None:
     passk = pd.DataFrame(
         {

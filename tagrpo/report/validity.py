@@ -198,19 +198,27 @@ def resolution_criterion(
     if ta is None or grpo is None:
         return Criterion("V5", requirement, "not run: runs lacks ta_grpo or grpo", False), ""
     _, parts = difference_parts(ta, grpo, benchmarks, n_resamples)
-    estimate = next(e for e in paired_difference(ta, grpo, benchmarks, n_resamples) if e.k == k)
     i = ta.ks.index(k)
-    # The unclipped half-width (t x se): what the design resolves.
     per_seed = [float(v[i]) for v in parts.per_seed]
+    n_problems = ta.values.shape[1]
+    power = power_markdown(float(parts.problems[i]), per_seed, parts.seeds, n_problems, k)
+    seeds = (ta.values.shape[0], grpo.values.shape[0])
+    if min(seeds) < 2:
+        # One run a side: the interval is conditional on that run (no between-seed variance),
+        # so its width says nothing about the design's resolution, however narrow it is.
+        measured = (
+            f"not measurable: seeds {seeds[0]} vs {seeds[1]}; the between-seed variance "
+            "needs at least 2 seeds per method"
+        )
+        return Criterion("V5", requirement, measured, False), power
+    estimate = next(e for e in paired_difference(ta, grpo, benchmarks, n_resamples) if e.k == k)
+    # The unclipped half-width (t x se): what the design resolves.
     width = half_width(float(parts.problems[i]), per_seed, parts.seeds)
     measured = (
-        f"+/-{100 * width:.2f} points ({_points(estimate)}; seeds {ta.values.shape[0]} vs "
-        f"{grpo.values.shape[0]}, {ta.values.shape[1]} problems)"
+        f"+/-{100 * width:.2f} points ({_points(estimate)}; seeds {seeds[0]} vs {seeds[1]}, "
+        f"{n_problems} problems)"
     )
-    criterion = Criterion("V5", requirement, measured, width <= MAX_HALF_WIDTH)
-    return criterion, power_markdown(
-        float(parts.problems[i]), per_seed, parts.seeds, ta.values.shape[1], k
-    )
+    return Criterion("V5", requirement, measured, width <= MAX_HALF_WIDTH), power
 
 
 def needed_problem_multiple(
