@@ -348,7 +348,8 @@ def curves_grid_figure(
                 )
                 axis.set_ylabel(f"{label}\npass@k (%)", fontsize=8)
     figure.suptitle(
-        "pass@k per benchmark (rows) and method (columns): the method (colour) over the base "
+        # Two lines: one line is cut at both ends when few methods make the figure narrow.
+        "pass@k per benchmark (rows) and method (columns)\nthe method (colour) over the base "
         "policy (black), 95% intervals shaded; dashed: chance",
         fontsize=9,
     )
