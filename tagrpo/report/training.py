@@ -193,7 +193,9 @@ def reward_figure(
                 np.arange(1, reference_mean.size + 1), 100 * reference_mean, color="#777777",
                 lw=1.0, ls="--", label=f"{reference} (mean)",
             )  # fmt: skip
-        axis.plot(steps, 100 * mean, color=colour, lw=1.6, label="mean over seeds")
+        # A one-step run has a single point, which a line alone does not draw.
+        marker = "o" if mean.size == 1 else None
+        axis.plot(steps, 100 * mean, color=colour, lw=1.6, marker=marker, label="mean over seeds")
         if low is not None:
             axis.fill_between(steps, 100 * low, 100 * high, color=colour, alpha=0.2, lw=0)
         seeds = len(histories[method])
@@ -203,6 +205,10 @@ def reward_figure(
         if index % columns == 0:
             axis.set_ylabel("reward on q0 (%)", fontsize=8)
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if mean.size == 1:
+            # Else the axis spans +/-5% of step 1 in fractional ticks.
+            axis.set_xlim(0.5, 1.5)
+            axis.set_xticks([1])
         if index + columns >= len(methods):  # nothing below it: label its steps
             axis.xaxis.set_tick_params(labelbottom=True)
             axis.set_xlabel("training step", fontsize=8)
