@@ -254,3 +254,51 @@ def test_sigterm_to_the_worker_kills_its_engine_process(fake_vllm):
         worker.close()
         if alive(engine):
             os.kill(engine, signal.SIGKILL)
+
+
+def write_stat(proc: Path, pid: int, state: str, flags: int) -> None:
+    """A /proc/<pid>/stat line: comm with a space and a parenthesis, as the kernel allows."""
+    (proc / "self").mkdir(parents=True, exist_ok=True)
+    (proc / str(pid)).mkdir()
+    (proc / str(pid) / "stat").write_text(
+        f"{pid} (python (stage)) {state} 1 {pid} {pid} 0 -1 {flags} 10 0 0 0 5 1 0 0 20 0 1 0\n"
+    )
+
+
+def test_a_parent_with_pf_exiting_counts_as_gone_before_it_is_reparented(tmp_path):
+    """The race CI met: a SIGKILLed stage closes its files (the worker reads EOF) before the
+    kernel reparents the worker, so ``getppid()`` still named the stage, the worker exited
+    normally and its engine process was left running. The stage's PF_EXITING flag (0x4), set
+    before its files close, decides instead."""
+    from tagrpo.backends.vllm_worker import exiting
+
+    proc = tmp_path / "proc"
+    write_stat(proc, 101, "S", 0x400000)  # asleep, PF_RANDOMIZE only: alive
+    write_stat(proc, 102, "R", 0x400004)  # running its do_exit(): going
+    write_stat(proc, 103, "Z", 0x400044)
+    write_stat(proc, 104, "D", 0x4)
+    assert [exiting(pid, str(proc)) for pid in (101, 102, 103, 104, 105)] == [
+        False,
+        True,
+        True,
+        True,
+        True,  # no /proc/105: reaped
+    ]
+    (proc / "self").rmdir()  # no procfs at all (not Linux): getppid() alone decides
+    assert exiting(105, str(proc)) is False
+
+
+def test_exiting_reads_the_real_procfs():
+    from tagrpo.backends.vllm_worker import exiting, orphaned
+
+    assert orphaned(os.getppid()) is False  # our parent: alive, and still our parent
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while alive(child.pid):  # a zombie until reaped: dead
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert exiting(child.pid) is True
+    child.wait()
+    assert exiting(child.pid) is True  # reaped: gone
+    assert exiting(os.getpid()) is False
+    assert orphaned(child.pid) is True  # not our parent

@@ -40,9 +40,29 @@ def lead_own_group() -> None:
         os.setpgid(0, 0)
 
 
+PF_EXITING = 0x4  # include/linux/sched.h: set first thing in do_exit()
+
+
+def exiting(pid: int, proc: str = "/proc") -> bool:
+    """``pid`` is dying, dead or gone, read from ``/proc/<pid>/stat`` (False where there is no
+    procfs to read). A killed process closes its files (our stdin: EOF here) *before* the
+    kernel reparents its children, so at that EOF ``getppid()`` still names it; its
+    PF_EXITING flag, set before its files are closed, does not race."""
+    if not os.path.isdir(os.path.join(proc, "self")):
+        return False
+    try:
+        with open(os.path.join(proc, str(pid), "stat")) as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return True  # reaped (or a pid that never was)
+    state, flags = fields[0], int(fields[6])
+    return state in ("Z", "X", "x") or bool(flags & PF_EXITING)
+
+
 def orphaned(parent: int) -> bool:
-    """The stage that started this worker is gone: the worker was reparented."""
-    return os.getppid() != parent
+    """The stage that started this worker is gone or going: the worker was reparented, or the
+    stage is exiting (killed: no clean-up of its own will run)."""
+    return os.getppid() != parent or exiting(parent)
 
 
 def kill_group_with_parent(parent: int, interval_s: float = 1.0) -> None:
