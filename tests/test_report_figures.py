@@ -328,3 +328,18 @@ def test_passk_grid_one_panel_per_benchmark_and_method_each_over_the_base(
     # The multiple-choice row has its chance floor; the free-form row has none.
     assert [to_hex(line.get_color()) for line in panels[2].lines][-1] == to_hex(CHANCE_COLOUR)
     assert all(to_hex(line.get_color()) != to_hex(CHANCE_COLOUR) for line in panels[0].lines)
+
+
+def test_anchoring_figure_draws_a_one_step_run(tmp_path: Path, saved: list[Figure]) -> None:
+    """A one-step run (the real-tiny profile) has one point per series: the mean and ESS are
+    drawn as markers and the token bands as vertical bars (a line or a fill drew nothing)."""
+    from tagrpo.report.anchoring import HISTORY_COLUMNS, anchoring_figure
+
+    row = dict.fromkeys(HISTORY_COLUMNS, 0.5) | {"step": 1}
+    row |= {"anchoring/log_ratio_p1": -0.4, "anchoring/log_ratio_p99": 1.2}
+    anchoring_figure({"ta_grpo-s0": pd.DataFrame([row])}, tmp_path / "a.png")
+    top, bottom = saved[0].axes[0], saved[0].axes[1]
+    assert [line.get_marker() for line in top.get_lines() if len(line.get_xdata()) == 1] == ["s"]
+    bars = [segment for c in top.collections for segment in c.get_segments()]
+    assert sorted((s[0][1], s[1][1]) for s in bars) == [(-0.4, 1.2), (0.5, 0.5)]
+    assert {line.get_marker() for line in bottom.get_lines()} == {"s", "o"}

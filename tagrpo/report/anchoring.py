@@ -86,7 +86,20 @@ def anchoring_figure(histories: Mapping[str, pd.DataFrame], path: Path) -> None:
                 continue
             style = seed_style(seed)
             steps = frame["step"]
+            # A one-step run has one point: a line or a band alone draws nothing there.
+            one_step = len(steps) == 1
+            point = "s" if one_step else None
             for low, high, alpha in BANDS:
+                if one_step:
+                    top.vlines(
+                        steps,
+                        frame[f"{LOG_RATIO}{low}"],
+                        frame[f"{LOG_RATIO}{high}"],
+                        color=colour,
+                        alpha=alpha + 0.2,
+                        lw=6,
+                    )
+                    continue
                 top.fill_between(
                     steps,
                     frame[f"{LOG_RATIO}{low}"],
@@ -95,8 +108,12 @@ def anchoring_figure(histories: Mapping[str, pd.DataFrame], path: Path) -> None:
                     alpha=alpha,
                     lw=0,
                 )
-            (line,) = top.plot(steps, frame[f"{LOG_RATIO}mean"], color=colour, ls=style)
-            bottom.plot(steps, frame["anchoring/ess_fraction"], color=colour, ls=style)
+            (line,) = top.plot(
+                steps, frame[f"{LOG_RATIO}mean"], color=colour, ls=style, marker=point
+            )
+            bottom.plot(
+                steps, frame["anchoring/ess_fraction"], color=colour, ls=style, marker=point
+            )
             bottom.plot(
                 steps,
                 frame["anchoring/ess_fraction_group_mean"],
@@ -107,6 +124,8 @@ def anchoring_figure(histories: Mapping[str, pd.DataFrame], path: Path) -> None:
                 alpha=0.6,
             )
             entries.append((line, policy))
+        if len(top.get_lines()) and all(len(ln.get_xdata()) == 1 for ln in top.get_lines()):
+            bottom.set_xticks(sorted({float(ln.get_xdata()[0]) for ln in top.get_lines()}))
         top.axhline(0.0, color="black", lw=0.6)
         top.set_title(method)
         top.set_ylabel("log pi_old(o|q0) - log pi_old(o|q^n)\nper token (nats)")
