@@ -72,9 +72,10 @@ def strategy_over_training(
             # A short run writes fewer dumps than ``fractions`` (two fractions on one step
             # share it): read those written, and refuse a run that wrote none.
             written = {
-                fraction: folder / f"{checkpoint_name(fraction)}.parquet" for fraction in fractions
+                fraction: path
+                for fraction in fractions
+                if (path := folder / f"{checkpoint_name(fraction)}.parquet").exists()
             }
-            written = {f: path for f, path in written.items() if path.exists()}
             if not written:
                 raise FileNotFoundError(
                     f"{folder} has no checkpoint dump: run the train stage of {policy}"
