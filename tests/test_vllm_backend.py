@@ -179,7 +179,10 @@ def test_engine_in_process_sets_vllms_variable_before_the_engine_starts(
 ):
     """``vllm.engine_in_process`` is VLLM_ENABLE_V1_MULTIPROCESSING as the engine starts;
     null leaves vLLM's default (the variable unset)."""
-    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    # set, then removed: monkeypatch then restores the shell's state, also when the code
+    # under test sets the variable (a bare delenv of an unset name records nothing)
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "unset by the test")
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING")
     seen = []
     monkeypatch.setattr(
         FakeLLM,

