@@ -80,12 +80,14 @@ def anchoring_figure(histories: Mapping[str, pd.DataFrame], path: Path) -> None:
         bottom = figure.add_subplot(grid[1, column], sharex=top)
         top_axes.append(top)
         colour = method_colour(method)
+        longest = 0  # steps of this column's longest run
         for policy, frame in histories.items():
             name, seed, _ = split_policy(policy)
             if name != method:
                 continue
             style = seed_style(seed)
             steps = frame["step"]
+            longest = max(longest, len(steps))
             # A one-step run has one point: a line or a band alone draws nothing there.
             one_step = len(steps) == 1
             point = "s" if one_step else None
@@ -124,8 +126,8 @@ def anchoring_figure(histories: Mapping[str, pd.DataFrame], path: Path) -> None:
                 alpha=0.6,
             )
             entries.append((line, policy))
-        if len(top.get_lines()) and all(len(ln.get_xdata()) == 1 for ln in top.get_lines()):
-            bottom.set_xticks(sorted({float(ln.get_xdata()[0]) for ln in top.get_lines()}))
+        if longest == 1:  # else the axis spans +/-5% of the step in fractional ticks
+            bottom.set_xticks(sorted({float(line.get_xdata()[0]) for line in top.get_lines()}))
         top.axhline(0.0, color="black", lw=0.6)
         top.set_title(method)
         top.set_ylabel("log pi_old(o|q0) - log pi_old(o|q^n)\nper token (nats)")
