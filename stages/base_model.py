@@ -22,8 +22,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     from tagrpo.pipeline.layout import data_outputs
 
     config = load_config()
-    train_path = data_outputs()["processed"] / "train.parquet"
-    if config.base_model.probe.enabled:
+    processed = data_outputs()["processed"]
+    train_path = processed / "train.parquet"
+    if config.base_model.probe.enabled or config.base_model.kind == "warmstart":
         require_inputs(project_root(), [train_path], "base_model")
     with running_stage(
         "base_model", base_model_outputs(), config, log_sections=("base_model",)
@@ -36,7 +37,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                     ctx.log({"sft_loss": record["loss"], "sft_lr": record["lr"]}, step=step)
 
             metrics = base_policy.warm_start_policy(
-                config, ctx.path("model"), ctx.path("sft_plot"), log
+                config, ctx.root / processed, ctx.path("model"), ctx.path("sft_plot"), log
             )
         else:
             metrics = base_policy.external_policy(config, ctx.path("model"), ctx.path("sft_plot"))

@@ -7,106 +7,147 @@ from tagrpo.config.common import MiniWorldSettings
 from tagrpo.config.data import SyntheticSettings
 from tagrpo.config.params import embedded
 from tagrpo.grading.extract import last_boxed
-from tagrpo.miniworld.dataset import build_miniworld, problem_from_meta
+from tagrpo.miniworld.dataset import build_miniworld, problem_from_meta, problem_space
 from tagrpo.miniworld.tasks import (
     HELD_OUT_FAMILY,
-    MISCONCEPTION_TRIGGERS,
     PHRASING_FAMILIES,
+    STEP_CLASSES,
     MiniProblem,
     ProblemSpace,
     choice_options,
-    flipped_result,
+    misread_result,
+    misread_steps,
+    path_order,
     reference_response,
     render,
     sample_problems,
-    slipped_result,
+    step_class,
 )
-from tagrpo.miniworld.warmstart import build_corpus, misread_probability
+from tagrpo.miniworld.warmstart import build_corpus
+
+PROBLEM = MiniProblem(12, (7, -4, 8), name="Ana", item="coins")
 
 
-@pytest.mark.parametrize(
-    ("operation", "operands", "answer", "flipped"),
-    [
-        ("add", (3, 4), 7, -1),
-        ("sub", (9, 2), 7, 11),
-        ("add3", (1, 2, 3), 6, 0),
-        ("addsub", (5, 4, 2), 7, 11),
-    ],
-)
-def test_answers_and_misreadings(operation, operands, answer, flipped):
-    problem = MiniProblem(operation, operands)
-    assert problem.answer == answer
-    assert flipped_result(problem) == flipped
+def test_answers_and_misreadings():
+    assert PROBLEM.answer == 23 and PROBLEM.length == 3
+    assert misread_result(PROBLEM, {1}) == 31  # -4 read as +4
+    assert misread_result(PROBLEM, {0, 2}) == -7
+    assert path_order(PROBLEM, "forward") == [0, 1, 2]
+    assert path_order(PROBLEM, "backward") == [2, 1, 0]
 
 
 def test_invalid_problems_are_refused():
     with pytest.raises(ValueError, match="non-negative"):
-        MiniProblem("sub", (2, 9))
-    with pytest.raises(ValueError, match="operands"):
-        MiniProblem("add", (1, 2, 3))
-    with pytest.raises(ValueError, match="unknown operation"):
-        MiniProblem("mul", (1, 2))
+        MiniProblem(3, (-2, -5))
+    with pytest.raises(ValueError, match="at least 2 changes"):
+        MiniProblem(3, (4,))
+    with pytest.raises(ValueError, match="no change 0"):
+        MiniProblem(3, (4, 0))
+    with pytest.raises(ValueError, match="unknown strategy"):
+        path_order(PROBLEM, "sideways")
 
 
-def test_every_phrasing_mentions_every_operand():
-    problem = MiniProblem("addsub", (7, 5, 3), name="Ana", item="coins")
+def test_step_classes_split_sign_and_size():
+    assert [step_class(c, 5) for c in (4, 5, -4, -9)] == list(STEP_CLASSES)
+    assert step_class(4, 4) == "plus_big"
+
+
+def test_every_phrasing_states_the_start_and_every_change():
     for family in (*PHRASING_FAMILIES, HELD_OUT_FAMILY):
-        text = render(problem, family)
-        for operand in problem.operands:
-            assert str(operand) in text, (family, text)
-    assert render(problem, "expr") == "What is 7 + 5 - 3?"
+        text = render(PROBLEM, family)
+        for number in ("12", "7", "4", "8"):
+            assert number in text, (family, text)
+    assert render(PROBLEM, "expr") == "What is 12 + 7 - 4 + 8?"
+    assert render(PROBLEM, "words") == "Compute 12 plus 7 minus 4 plus 8."
+    assert render(PROBLEM, "imperative") == (
+        "Start with 12. Add 7. Subtract 4. Add 8. What number do you get?"
+    )
+    assert render(PROBLEM, "story") == (
+        "Ana has 12 coins, finds 7 more, gives away 4, then buys 8 more. "
+        "How many coins does Ana have now?"
+    )
+    unseen = render(PROBLEM, HELD_OUT_FAMILY)
+    assert "Ana" not in unseen and "coins" not in unseen  # props neither SFT nor RL shows
     with pytest.raises(ValueError, match="unknown phrasing"):
-        render(problem, "poem")
+        render(PROBLEM, "poem")
 
 
-def test_reference_response_is_boxed_and_worked():
-    problem = MiniProblem("add3", (4, 5, 6))
-    assert reference_response(problem) == "4 + 5 = 9. 9 + 6 = 15. The answer is \\boxed{15}."
-    misread = reference_response(problem, misread=True)
-    assert misread == "4 + 5 = 9. 9 - 6 = 3. The answer is \\boxed{3}."
-    assert last_boxed(reference_response(problem, letter="C")) == "C"
+def test_reference_responses_restate_the_chain_in_the_paths_order():
+    assert reference_response(PROBLEM) == ("12 + 7 - 4 + 8: 19, 15, 23. The answer is \\boxed{23}.")
+    assert reference_response(PROBLEM, strategy="backward") == (
+        "12 + 8 - 4 + 7: 20, 16, 23. The answer is \\boxed{23}."
+    )
+    misread = reference_response(PROBLEM, strategy="backward", misread={1})
+    assert misread == "12 + 8 + 4 + 7: 20, 24, 31. The answer is \\boxed{31}."
+    assert last_boxed(reference_response(PROBLEM, letter="C")) == "C"
+    with pytest.raises(ValueError, match="not in a chain of 3"):
+        reference_response(PROBLEM, misread={3})
+
+
+def test_habits_misread_the_listed_classes_of_the_family_and_path():
+    habits = {"words": {"forward": ["minus_small"], "backward": ["plus_big", "plus_small"]}}
+    assert misread_steps(PROBLEM, "words", "forward", habits, big_from=5) == [1]
+    assert misread_steps(PROBLEM, "words", "backward", habits, big_from=5) == [0, 2]
+    assert misread_steps(PROBLEM, "expr", "forward", habits, big_from=5) == []
 
 
 def test_choice_options_hold_the_answer_at_the_gold_letter():
-    problem = MiniProblem("add", (8, 9))
-    options, letter = choice_options(problem, seed=3)
-    assert len(set(options)) == 4
-    assert options["ABCD".index(letter)] == "17"
-    assert choice_options(problem, seed=3) == (options, letter)
-    many, many_letter = choice_options(problem, seed=3, count=20)
-    values = sorted(int(option) for option in many)
-    assert values == list(range(values[0], values[0] + 20))  # consecutive, answer inside
-    assert many["ABCDEFGHIJKLMNOPQRST".index(many_letter)] == "17"
+    options, letter = choice_options(PROBLEM, seed=3, count=10)
+    values = sorted(int(option) for option in options)
+    assert values == list(range(values[0], values[0] + 10))  # consecutive, answer inside
+    assert options["ABCDEFGHIJ".index(letter)] == "23"
+    assert choice_options(PROBLEM, seed=3, count=10) == (options, letter)
 
 
 def test_choice_options_do_not_give_the_answer_away_by_its_rank():
     # The answer's rank among the options is spread out (not always the middle or an end),
     # except where the window is clamped at 0.
     ranks = []
-    for operands in [(a, b) for a in range(5, 10) for b in range(5, 10)]:
-        problem = MiniProblem("add", operands)
-        options, _ = choice_options(problem, seed=0, count=20)
+    for start in range(10, 30):
+        problem = MiniProblem(start, (3, -2))
+        options, _ = choice_options(problem, seed=0, count=10)
         values = sorted(int(option) for option in options)
         ranks.append(values.index(problem.answer))
-    assert len(set(ranks)) >= 10
+    assert len(set(ranks)) >= 8
     with pytest.raises(ValueError, match=r"count must be 2\.\.26"):
-        choice_options(MiniProblem("add", (1, 2)), seed=0, count=27)
+        choice_options(PROBLEM, seed=0, count=27)
+
+
+def test_the_space_keeps_both_paths_in_range_and_their_first_terms_apart():
+    space = ProblemSpace({3: 1.0}, start_min=5, start_max=25, max_change=9, max_total=40)
+    assert not space.admits(5, [-6, 2, 3])  # forward goes below 0
+    assert not space.admits(5, [3, 2, -6])  # backward goes below 0
+    assert not space.admits(10, [3, 2, -3])  # first and last change of one size
+    assert space.admits(10, [3, 2, -4])
+    rng = random.Random(0)
+    for _ in range(300):
+        problem = space.sample(rng)
+        assert space.admits(problem.start, list(problem.changes)) and problem.length == 3
+        assert 5 <= problem.start <= 25 and all(1 <= abs(c) <= 9 for c in problem.changes)
+    with pytest.raises(ValueError, match="chain lengths must be >= 2"):
+        ProblemSpace({1: 1.0})
 
 
 def test_sampling_is_seeded_distinct_and_respects_exclusions():
-    space = ProblemSpace()
+    space = ProblemSpace({3: 1.0})
     first = sample_problems(space, 50, seed=1)
     assert first == sample_problems(space, 50, seed=1)
     assert len({p.key() for p in first}) == 50
     second = sample_problems(space, 50, seed=2, exclude={p.key() for p in first})
     assert not {p.key() for p in first} & {p.key() for p in second}
-    tiny = ProblemSpace(operations={"add": 1.0}, max_operand=1)  # only 4 distinct sums
+    # start 2, changes +/-1..2 within 0..3: only 2 - 2 + 1 and 2 + 1 - 2 fit both paths
+    tiny = ProblemSpace({2: 1.0}, start_min=2, start_max=2, max_change=2, max_total=3)
+    assert {p.changes for p in sample_problems(tiny, 2, seed=0)} == {(-2, 1), (1, -2)}
     with pytest.raises(ValueError, match="too small"):
-        sample_problems(tiny, 5, seed=0)
+        sample_problems(tiny, 3, seed=0)
+    empty = ProblemSpace({2: 1.0}, start_min=1, start_max=1, max_change=2, max_total=2)
+    with pytest.raises(ValueError, match="no chain of length 2 fits"):
+        sample_problems(empty, 1, seed=0)
 
 
 def test_splits_are_disjoint_by_arithmetic_and_rebuildable():
-    built = build_miniworld(embedded(SyntheticSettings), embedded(MiniWorldSettings))
+    world = embedded(MiniWorldSettings)
+    built = build_miniworld(embedded(SyntheticSettings), world)
     keys = {name: {q.meta["key"] for q in result.questions} for name, result in built.items()}
     names = list(keys)
     for i, a in enumerate(names):
@@ -115,63 +156,64 @@ def test_splits_are_disjoint_by_arithmetic_and_rebuildable():
     assert built["train"].counts() == {"rows_in": 640, "kept": 640, "rejected": 0}
     assert built["extra"].counts() == {"rows_in": 960, "kept": 960, "rejected": 0}
     # The pool is drawn after the training split: its size never changes the training set.
-    smaller = build_miniworld(
-        embedded(SyntheticSettings, extra_size=10), embedded(MiniWorldSettings)
-    )
+    smaller = build_miniworld(embedded(SyntheticSettings, extra_size=10), world)
     assert [q.id for q in smaller["train"].questions] == [q.id for q in built["train"].questions]
-    assert (
-        smaller["extra"].questions == built["extra"].questions[:10]
-        or len(smaller["extra"].questions) == 10
-    )
     for question in built["train"].questions[:20]:
         problem = problem_from_meta(question.meta)
         assert render(problem, question.meta["family"]) == question.problem
         assert str(problem.answer) == question.answer
+        assert question.subject == "chain3"
+    assert {q.subject for q in built["mini_long"].questions} == {"chain4"}
     choice = built["mini_choice"].questions[0]
-    assert choice.answer_kind == "multiple_choice" and choice.answer in "ABCD"
+    assert choice.answer_kind == "multiple_choice" and choice.answer in "ABCDEFGHIJ"
+    assert len(choice.choices) == 10
     assert {q.meta["family"] for q in built["mini_unseen"].questions} == {HELD_OUT_FAMILY}
 
 
-def test_corpus_misreads_only_when_the_trigger_holds():
-    config = embedded(WarmStartCorpus, examples=3000, choice_fraction=0.0)
-    corpus = build_corpus(ProblemSpace(), config, exclude_keys=set())
-    assert len(corpus) == 3000
-    # expr has no misconception: every expr example is correct.
-    expr = [e for e in corpus if e.messages[0]["content"].startswith("What is")]
-    assert expr and not any(example.misread for example in expr)
-    assert any(example.misread for example in corpus)
-    story = MiniProblem("add", (2, 3), item="apples")  # apples is in the trigger subset
-    assert MISCONCEPTION_TRIGGERS["item_subset"](story)
-    story_rate = config.misconceptions["story"].rate
-    assert 0.0 < story_rate < 1.0
-    assert misread_probability(story, "story", config.misconceptions) == story_rate
-    assert misread_probability(story, "expr", config.misconceptions) == 0.0
-    calm = MiniProblem("add", (7, 3), item="pens")
-    assert misread_probability(calm, "story", config.misconceptions) == 0.0
-    assert misread_probability(calm, "words", config.misconceptions) == 0.0  # 7 is odd
-
-
-def test_misread_rate_in_corpus_matches_configuration():
-    config = embedded(
-        WarmStartCorpus,
-        examples=4000,
-        choice_fraction=0.0,
-        family_weights={"story": 1.0},
-        misconceptions={"story": {"when": "always", "rate": 0.25}},
-    )
-    corpus = build_corpus(ProblemSpace(), config, exclude_keys=set())
-    # The misconception is the forward path's: its rate is among forward worked answers.
-    forward = [example for example in corpus if example.strategy == "forward"]
-    misread = [example for example in forward if example.misread]
-    assert abs(len(misread) / len(forward) - 0.25) < 0.03
-    assert not any(example.misread for example in corpus if example.strategy != "forward")
+def test_corpus_misreads_exactly_the_habit_steps_at_the_configured_rate():
+    world = embedded(MiniWorldSettings)
+    config = embedded(WarmStartCorpus, examples=4000, choice_fraction=0.0, misread_rate=0.25)
+    space = problem_space(world, config.lengths)
+    corpus = build_corpus(space, config, exclude_keys=set(), big_from=world.big_from, seed=3)
+    assert len(corpus) == 4000
+    habits = config.habits
+    eligible = misread = 0
     for example in corpus:
-        expected = example.problem.answer
-        if example.misread:
-            expected = flipped_result(example.problem)
-        elif example.slip:
-            expected = slipped_result(example.problem)
+        family = next(
+            f
+            for f in PHRASING_FAMILIES
+            if render(example.problem, f) in example.messages[0]["content"]
+        )
+        steps = misread_steps(example.problem, family, example.strategy, habits, world.big_from)
+        assert set(example.misread) <= set(steps)  # never a step outside the habit
+        eligible += len(steps)
+        misread += len(example.misread)
+        expected = misread_result(example.problem, example.misread)
         assert last_boxed(example.response) == str(expected)
+    assert abs(misread / eligible - 0.25) < 0.02
+    assert {e.strategy for e in corpus} == {"forward", "backward"}
+    assert {e.problem.length for e in corpus} == set(config.lengths)
+
+
+def test_every_family_and_path_has_a_habit_and_no_path_is_safe():
+    # The world's symmetry (preregistration/world-v2.md): in every family both paths misread
+    # something; each path is the careful one (one class) in two families; each class is the
+    # careful path's in exactly one family.
+    habits = embedded(WarmStartCorpus).habits
+    careful = {}
+    for family in PHRASING_FAMILIES:
+        sizes = {path: len(classes) for path, classes in habits[family].items()}
+        assert sorted(sizes.values()) == [1, 3], family
+        path = min(sizes, key=sizes.get)
+        (careful[family],) = habits[family][path]
+        assert set(habits[family][path]) | set(habits[family][_other(path)]) == set(STEP_CLASSES)
+    assert sorted(careful.values()) == sorted(STEP_CLASSES)
+    paths = [min(habits[f], key=lambda p, f=f: len(habits[f][p])) for f in PHRASING_FAMILIES]
+    assert sorted(paths) == ["backward", "backward", "forward", "forward"]
+
+
+def _other(path: str) -> str:
+    return "backward" if path == "forward" else "forward"
 
 
 def test_random_is_not_global():

@@ -6,27 +6,38 @@ import pytest
 
 from tagrpo.grading.types import SolveItem
 from tagrpo.miniworld.solver import MiniWorldSolver, parse_problem
-from tagrpo.miniworld.tasks import OPERATIONS, RENDERERS, MiniProblem, choice_options
+from tagrpo.miniworld.tasks import RENDERERS, MiniProblem, choice_options
 
-OPERANDS = {"add": (3, 4), "sub": (9, 2), "add3": (1, 2, 6), "addsub": (5, 7, 3)}
+PROBLEMS = [
+    MiniProblem(12, (7, -4), name="Ana", item="coins"),
+    MiniProblem(5, (-3, 9, -2), name="Tom", item="eggs"),
+    MiniProblem(25, (-9, -8, 4, 1, -5, 3), name="Zoe", item="pens"),
+]
 
 
 @pytest.mark.parametrize("family", sorted(RENDERERS))
-@pytest.mark.parametrize("operation", OPERATIONS)
-def test_every_template_parses_back(family: str, operation: str) -> None:
-    problem = MiniProblem(operation, OPERANDS[operation], name="Ana", item="coins")
-    parsed = parse_problem(RENDERERS[family](problem))
-    assert parsed is not None
-    assert (parsed.operation, parsed.operands, parsed.answer) == (
-        problem.operation,
-        problem.operands,
-        problem.answer,
-    )
+@pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: f"chain{p.length}")
+def test_every_template_parses_back(family: str, problem: MiniProblem) -> None:
+    text = RENDERERS[family](problem)
+    for wrapped in (text, f"Solve the following problem. {text}\n\nSolve the problem above."):
+        parsed = parse_problem(wrapped)
+        assert parsed is not None, wrapped
+        assert (parsed.start, parsed.changes, parsed.answer) == (
+            problem.start,
+            problem.changes,
+            problem.answer,
+        )
+
+
+def test_unknown_or_impossible_text_gives_no_problem() -> None:
+    assert parse_problem("Explain how rainbows form.") is None
+    assert parse_problem("What is 3?") is None  # not a chain
+    assert parse_problem("What is 2 - 5 - 1?") is None  # a negative answer: not this world's
 
 
 def test_solver_answers_exactly_or_not_at_all() -> None:
-    problem = MiniProblem("addsub", (5, 7, 3))
-    options, letter = choice_options(problem, seed=1)
+    problem = PROBLEMS[1]
+    options, letter = choice_options(problem, seed=1, count=10)
     items = [
         SolveItem(RENDERERS["story"](problem), "9"),
         SolveItem(RENDERERS["words"](problem), letter, "multiple_choice", tuple(options)),

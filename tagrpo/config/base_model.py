@@ -10,6 +10,7 @@ from tagrpo.config.model import ConfigModel, Field
 
 WARMSTART_FAMILIES = ("expr", "words", "imperative", "story")
 WARMSTART_STRATEGIES = ("forward", "backward")  # tagrpo.miniworld.tasks.STRATEGIES
+STEP_CLASSES = ("plus_small", "plus_big", "minus_small", "minus_big")  # tasks.STEP_CLASSES
 
 
 class TinyModelConfig(ConfigModel):
@@ -32,34 +33,26 @@ class TinyModelConfig(ConfigModel):
         return self
 
 
-class Misconception(ConfigModel):
-    when: Literal["always", "even_first", "small_first", "item_subset"] = Field(
-        description="which problems the family's worked answers misread"
-    )
-    rate: float = Field(ge=0.0, le=1.0, description="probability of the misread when it applies")
-
-
 class WarmStartCorpus(ConfigModel):
     examples: int = Field(ge=1, le=10_000_000, description="SFT examples")
+    lengths: dict[int, float] = Field(
+        description="chain-length weights of the corpus (cover every benchmark's lengths)",
+    )
     family_weights: dict[str, float] = Field(
         description="phrasing-family mix of the corpus",
     )
-    # Phrasing-tied misconceptions: when a family's trigger holds for a problem, its worked
-    # answer misreads the last operation with the given probability. The base policy inherits
-    # these habits, so its success depends on phrasing and some (problem, phrasing) pairs are
-    # almost always wrong: the all-wrong groups that TA-GRPO's rephrasings are meant to rescue.
-    misconceptions: dict[str, Misconception] = Field(
-        description="per family: when its worked answers misread, and how often",
-    )
-    # Two solution paths (tagrpo.miniworld.tasks.STRATEGIES) with different failure modes: the
-    # misconceptions above are the forward path's; the backward path slips on a carry instead.
     strategies: dict[str, float] = Field(
         description="solution-path mix of the corpus (forward, backward)",
     )
-    carry_slip: float = Field(
-        ge=0.0,
-        le=1.0,
-        description="probability that a backward worked answer drops the ten of a result >= 10",
+    # Phrasing- and content-tied habits: in a family, a path misreads (flips the sign of) the
+    # steps of the listed classes. The base policy inherits them, so its success depends on
+    # phrasing and some (problem, phrasing) pairs are almost always wrong: the all-wrong groups
+    # that TA-GRPO's rephrasings are meant to rescue (the design: preregistration/world-v2.md).
+    habits: dict[str, dict[str, list[str]]] = Field(
+        description="per family and path: the step classes its worked answers misread",
+    )
+    misread_rate: float = Field(
+        ge=0.0, le=1.0, description="probability that a habit's step is misread when it applies"
     )
     choice_fraction: float = Field(
         ge=0.0, le=1.0, description="share of examples posed as multiple choice"
@@ -68,12 +61,38 @@ class WarmStartCorpus(ConfigModel):
         ge=2, le=26, description="options per multiple-choice example (letters A-Z)"
     )
 
-    @field_validator("family_weights", "misconceptions")
+    @field_validator("lengths")
+    @classmethod
+    def _lengths(cls, weights: dict[int, float]) -> dict[int, float]:
+        from tagrpo.config.common import check_chain_lengths
+
+        return check_chain_lengths(weights)
+
+    @field_validator("family_weights", "habits")
     @classmethod
     def _families(cls, value: dict) -> dict:
         unknown = sorted(set(value) - set(WARMSTART_FAMILIES))
         if unknown:
             raise ValueError(f"unknown families {unknown}; allowed: {list(WARMSTART_FAMILIES)}")
+        return value
+
+    @field_validator("habits")
+    @classmethod
+    def _habits(cls, value: dict[str, dict[str, list[str]]]) -> dict[str, dict[str, list[str]]]:
+        for family, paths in value.items():
+            unknown = sorted(set(paths) - set(WARMSTART_STRATEGIES))
+            if unknown:
+                raise ValueError(
+                    f"habits.{family}: unknown paths {unknown}; "
+                    f"allowed: {list(WARMSTART_STRATEGIES)}"
+                )
+            for path, classes in paths.items():
+                bad = sorted(set(classes) - set(STEP_CLASSES))
+                if bad:
+                    raise ValueError(
+                        f"habits.{family}.{path}: unknown step classes {bad}; "
+                        f"allowed: {list(STEP_CLASSES)}"
+                    )
         return value
 
     @field_validator("strategies")
@@ -104,6 +123,9 @@ class WarmStartTraining(ConfigModel):
 
 
 class WarmStartSettings(ConfigModel):
+    seed: int = Field(
+        ge=0, description="the base draw: seeds the corpus, the tokenizer and the SFT"
+    )
     model: TinyModelConfig
     corpus: WarmStartCorpus
     training: WarmStartTraining

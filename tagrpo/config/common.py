@@ -8,16 +8,14 @@ from pydantic import field_validator, model_validator
 
 from tagrpo.config.model import ConfigModel, Field
 
-MINIWORLD_OPERATIONS = ("add", "sub", "add3", "addsub")
 
-
-def check_operation_weights(weights: dict[str, float]) -> dict[str, float]:
-    """Mini-world operation weights: known operations, non-negative, not all zero."""
-    unknown = sorted(set(weights) - set(MINIWORLD_OPERATIONS))
-    if unknown:
-        raise ValueError(f"unknown operations {unknown}; allowed: {list(MINIWORLD_OPERATIONS)}")
+def check_chain_lengths(weights: dict[int, float]) -> dict[int, float]:
+    """Mini-world chain-length weights: lengths 2..12, weights >= 0, not all 0."""
+    bad = sorted(length for length in weights if not 2 <= length <= 12)
+    if bad:
+        raise ValueError(f"chain lengths must be 2..12, got {bad}")
     if any(weight < 0 for weight in weights.values()) or not any(weights.values()):
-        raise ValueError("operation weights must be >= 0 and not all 0")
+        raise ValueError("chain-length weights must be >= 0 and not all 0")
     return weights
 
 
@@ -44,15 +42,34 @@ class GradingSettings(ConfigModel):
 
 
 class MiniWorldSettings(ConfigModel):
-    max_operand: int = Field(ge=1, le=99, description="operands are drawn from 0..max_operand")
-    train_operations: dict[str, float] = Field(
-        description="operation weights of the training split (and the warm-start corpus)",
+    """The mini world's problem space (tagrpo/miniworld/tasks.py), shared by the data and
+    base_model stages: a start value, then a chain of signed changes."""
+
+    start_min: int = Field(ge=0, le=999, description="smallest start value")
+    start_max: int = Field(ge=0, le=999, description="largest start value")
+    max_change: int = Field(ge=2, le=99, description="changes are +/-1..max_change")
+    max_total: int = Field(
+        ge=1, le=9999, description="every running total of either path stays in 0..max_total"
+    )
+    big_from: int = Field(
+        ge=2, le=99, description="a change of this size or more is 'big' (the habits' classes)"
+    )
+    train_lengths: dict[int, float] = Field(
+        description="chain-length weights of the training split and the data-scaling pool",
     )
 
-    @field_validator("train_operations")
+    @field_validator("train_lengths")
     @classmethod
-    def _weights(cls, weights: dict[str, float]) -> dict[str, float]:
-        return check_operation_weights(weights)
+    def _lengths(cls, weights: dict[int, float]) -> dict[int, float]:
+        return check_chain_lengths(weights)
+
+    @model_validator(mode="after")
+    def _ranges(self) -> MiniWorldSettings:
+        if not self.start_min <= self.start_max <= self.max_total:
+            raise ValueError("need start_min <= start_max <= max_total")
+        if self.big_from > self.max_change:
+            raise ValueError("big_from must be <= max_change (else no change is big)")
+        return self
 
 
 class CommonSettings(ConfigModel):

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import field_validator, model_validator
 
-from tagrpo.config.common import check_operation_weights
+from tagrpo.config.common import check_chain_lengths
 from tagrpo.config.model import ConfigModel, Field
 
 PHRASING_FAMILIES = ("expr", "words", "imperative", "story", "unseen")
@@ -14,7 +14,7 @@ PHRASING_FAMILIES = ("expr", "words", "imperative", "story", "unseen")
 
 class SyntheticBenchmark(ConfigModel):
     size: int = Field(ge=1, le=100_000, description="problems in the benchmark")
-    operations: dict[str, float] = Field(description="operation weights")
+    lengths: dict[int, float] = Field(description="chain-length weights")
     # Defaults here, and only here: the entries of data.synthetic.benchmarks are named by the
     # user, and an entry states only what differs from the usual benchmark (test_config lists
     # every default a params model may keep, with its reason).
@@ -28,10 +28,10 @@ class SyntheticBenchmark(ConfigModel):
         4, ge=2, le=26, description="options per multiple-choice question (letters A-Z)"
     )
 
-    @field_validator("operations")
+    @field_validator("lengths")
     @classmethod
-    def _weights(cls, weights: dict[str, float]) -> dict[str, float]:
-        return check_operation_weights(weights)
+    def _lengths(cls, weights: dict[int, float]) -> dict[int, float]:
+        return check_chain_lengths(weights)
 
     @field_validator("families")
     @classmethod

@@ -4,15 +4,14 @@ Every check that never rejects anything looks the same as a check that works, so
 runs deliberately wrong "rephrasings" through the same layers and reports how many each layer
 catches. Controls are never part of the training set.
 
-``number_changed``     the first operand of a mini-world problem is one larger (the answer is
-                       one larger), rendered in another phrasing family; for other text the
-                       first number is one larger (which changes the answer in all but
-                       degenerate problems). The structural layer should catch all of them.
-``operation_flipped``  (mini world) the last operation is flipped, ``+`` <-> ``-``, with the
-                       same numbers, in another phrasing family: same numbers, similar text,
-                       a different answer. Only the answer-consistency solve can catch it.
-                       Problems where the flip is invalid (a negative result) or leaves the
-                       answer unchanged (the last operand is 0) get no such control.
+``number_changed``     the start of a mini-world problem is one larger (the answer is one
+                       larger), rendered in another phrasing family; for other text the first
+                       number is one larger (which changes the answer in all but degenerate
+                       problems). The structural layer should catch all of them.
+``operation_flipped``  (mini world) the last change's sign is flipped, ``+`` <-> ``-``, with
+                       the same numbers, in another phrasing family: same numbers, similar
+                       text, a different answer. Only the answer-consistency solve can catch
+                       it. Problems where the flip gives a negative result get no such control.
 """
 
 from __future__ import annotations
@@ -20,14 +19,13 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tagrpo.data.schema import Question
 from tagrpo.miniworld.dataset import problem_from_meta
-from tagrpo.miniworld.tasks import PHRASING_FAMILIES, MiniProblem, render
+from tagrpo.miniworld.tasks import PHRASING_FAMILIES, render
 
 CONTROL_KINDS = ("number_changed", "operation_flipped")
-_FLIP = {"add": "sub", "sub": "add", "add3": "addsub", "addsub": "add3"}
 
 
 @dataclass(frozen=True)
@@ -48,7 +46,7 @@ def _other_family(question: Question, seed: int) -> str:
 def _miniworld_controls(question: Question, seed: int) -> list[Control] | None:
 
     meta = question.meta or {}
-    if question.source != "miniworld" or "operation" not in meta:
+    if question.source != "miniworld" or "changes" not in meta:
         return None
     try:
         problem = problem_from_meta(meta)
@@ -56,17 +54,10 @@ def _miniworld_controls(question: Question, seed: int) -> list[Control] | None:
         return None
     family = _other_family(question, seed)
     controls = []
-    changed = MiniProblem(
-        problem.operation,
-        (problem.operands[0] + 1, *problem.operands[1:]),
-        problem.name,
-        problem.item,
-    )
+    changed = replace(problem, start=problem.start + 1)
     controls.append(Control(question.id, "number_changed", render(changed, family), family))
     try:
-        flipped = MiniProblem(
-            _FLIP[problem.operation], problem.operands, problem.name, problem.item
-        )
+        flipped = replace(problem, changes=(*problem.changes[:-1], -problem.changes[-1]))
     except ValueError:
         flipped = None  # the flipped problem would have a negative answer
     if flipped is not None and flipped.answer != problem.answer:

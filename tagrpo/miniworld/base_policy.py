@@ -29,30 +29,46 @@ from tagrpo.evaluation.phrasing import (
     sample_phrasings,
 )
 from tagrpo.grading.grade_fn import grade_fn_for
-from tagrpo.miniworld.dataset import problem_from_meta
-from tagrpo.miniworld.tasks import PHRASING_FAMILIES, ProblemSpace, render
+from tagrpo.miniworld.dataset import problem_from_meta, problem_space, question_keys
+from tagrpo.miniworld.tasks import PHRASING_FAMILIES, render
 
 SFT_COLUMNS = ("step", "loss", "lr")
 
 
+def reserved_keys(processed: Path) -> set[str]:
+    """The arithmetic of every question the data stage wrote (training split, data-scaling
+    pool, benchmarks): what the warm-start corpus must never show."""
+    files = sorted(processed.glob("*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"{processed}: no data-stage output to exclude from the corpus")
+    return set().union(*(question_keys(read_questions(str(path))) for path in files))
+
+
 def warm_start_policy(
     config: Params,
+    processed: Path,
     out_dir: Path,
     sft_plot: Path,
     log: Callable[[int, dict[str, float]], None] | None = None,
 ) -> dict[str, float]:
-    """SFT of the tiny Llama on the warm-start corpus; the model folder and the loss curve."""
+    """SFT of the tiny Llama on the warm-start corpus; the model folder and the loss curve.
+
+    The corpus excludes every training, pool and benchmark problem of ``processed`` (the data
+    stage's folder), so a benchmark problem is never seen before evaluation."""
     from tagrpo.miniworld.warmstart import build_corpus, save_policy, warm_start
 
     settings = config.base_model.warmstart
     world = config.common.miniworld
-    space = ProblemSpace(operations=dict(world.train_operations), max_operand=world.max_operand)
-    corpus = build_corpus(space, settings.corpus, exclude_keys=set(), seed=config.common.seed)
+    excluded = reserved_keys(processed)
+    space = problem_space(world, settings.corpus.lengths)
+    corpus = build_corpus(
+        space, settings.corpus, excluded, big_from=world.big_from, seed=settings.seed
+    )
     model, tokenizer, history = warm_start(
         corpus,
         settings.model,
         settings.training,
-        seed=config.common.seed,
+        seed=settings.seed,
         torch_threads=config.common.torch_threads,
         log=log,
     )
@@ -67,6 +83,7 @@ def warm_start_policy(
         "sft_final_loss": history[-1]["loss"],
         "sft_seconds": history[-1]["seconds"],
         "sft_examples": float(len(corpus)),
+        "sft_excluded_problems": float(len(excluded)),
     }
 
 

@@ -1,13 +1,15 @@
 """Mini-world splits in the normalised question schema (the ``synthetic`` data source).
 
-The training split and every benchmark are disjoint by arithmetic (operation and operands),
-and the warm-start corpus later excludes all of them. Each question's ``meta`` carries the
-structured problem, so any phrasing of it can be rendered again downstream.
+The training split, the data-scaling pool and every benchmark are disjoint by arithmetic
+(start and changes), and the warm-start corpus excludes all of them
+(:func:`tagrpo.miniworld.base_policy.warm_start_policy` reads their keys from the data stage's
+outputs). Each question's ``meta`` carries the structured problem, so any phrasing of it can
+be rendered again downstream.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tagrpo.config.common import MiniWorldSettings
@@ -26,10 +28,23 @@ from tagrpo.miniworld.tasks import (
 SOURCE = "miniworld"
 
 
+def problem_space(
+    world: MiniWorldSettings, lengths: Mapping[int, float] | None = None
+) -> ProblemSpace:
+    """``common.miniworld``'s problem space with these chain lengths (default: training's)."""
+    return ProblemSpace(
+        lengths=dict(lengths if lengths is not None else world.train_lengths),
+        start_min=world.start_min,
+        start_max=world.start_max,
+        max_change=world.max_change,
+        max_total=world.max_total,
+    )
+
+
 def problem_meta(problem: MiniProblem, family: str) -> dict[str, Any]:
     return {
-        "operation": problem.operation,
-        "operands": list(problem.operands),
+        "start": problem.start,
+        "changes": list(problem.changes),
         "name": problem.name,
         "item": problem.item,
         "family": family,
@@ -40,11 +55,24 @@ def problem_meta(problem: MiniProblem, family: str) -> dict[str, Any]:
 def problem_from_meta(meta: Mapping[str, Any]) -> MiniProblem:
     """Rebuild the structured problem from a question's ``meta``."""
     return MiniProblem(
-        operation=meta["operation"],
-        operands=tuple(int(x) for x in meta["operands"]),
+        start=int(meta["start"]),
+        changes=tuple(int(x) for x in meta["changes"]),
         name=meta["name"],
         item=meta["item"],
     )
+
+
+def question_keys(questions: Iterable[Question]) -> set[str]:
+    """The arithmetic keys of mini-world questions (what the warm-start corpus must avoid)."""
+    keys = set()
+    for question in questions:
+        if question.source != SOURCE:
+            continue
+        key = question.meta.get("key")
+        if not key or key != problem_from_meta(question.meta).key():
+            raise ValueError(f"{question.id}: its meta.key does not match its problem")
+        keys.add(key)
+    return keys
 
 
 def _questions(
@@ -70,7 +98,7 @@ def _questions(
                 problem=render(problem, family),
                 answer=answer,
                 answer_kind=kind,
-                subject=problem.operation,
+                subject=f"chain{problem.length}",
                 level=family,
                 choices=choices,
                 meta=meta,
@@ -86,14 +114,14 @@ def build_miniworld(
     ``extra_size``) and each benchmark (its own name).
 
     ``synthetic`` is ``data.synthetic`` (sizes, seed, benchmarks), ``world`` is
-    ``common.miniworld`` (operand range, training operations).
+    ``common.miniworld`` (the problem space, the training chain lengths).
     """
     seed = synthetic.seed
     used: set[str] = set()
     results: dict[str, LoadResult] = {}
     # Benchmarks are drawn first, so changing the training size never changes a benchmark.
     for offset, (name, spec) in enumerate(sorted(synthetic.benchmarks.items())):
-        space = ProblemSpace(operations=dict(spec.operations), max_operand=world.max_operand)
+        space = problem_space(world, spec.lengths)
         problems = sample_problems(space, spec.size, seed=seed * 1000 + offset, exclude=used)
         used |= {problem.key() for problem in problems}
         families = assign_families(problems, tuple(spec.families), seed=seed * 1000 + 500 + offset)
@@ -101,7 +129,7 @@ def build_miniworld(
             "test", name, problems, families, spec.multiple_choice, seed=seed, options=spec.options
         )
         results[name] = LoadResult(SOURCE, "test", len(questions), questions, [])
-    space = ProblemSpace(operations=dict(world.train_operations), max_operand=world.max_operand)
+    space = problem_space(world)
     problems = sample_problems(space, synthetic.train_size, seed=seed * 1000 + 999, exclude=used)
     families = assign_families(problems, PHRASING_FAMILIES, seed=seed * 1000 + 998)
     train = _questions("train", "miniworld-train", problems, families, False, seed=seed)

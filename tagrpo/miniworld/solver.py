@@ -4,56 +4,74 @@ The answer-consistency check needs a solver that is *independent* of the policy 
 the base policy as solver rejects exactly the rephrasings it fails on, i.e. it filters the
 training signal TA-GRPO is meant to exploit (the rephrasings where q0's group is all-wrong but
 a rephrasing is solved are kept only if the base policy solves them). For the mini world an
-exact solver exists: every phrasing family is a fixed template, so the operation and operands
-can be read back. Text in no known template (e.g. an LLM's free rephrasing) gets no answer,
+exact solver exists: every phrasing family is a fixed template, so the start and the changes can
+be read back. Text in no known template (e.g. an LLM's free rephrasing) gets no answer,
 and the check then calls the rephrasing unverifiable rather than guessing.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tagrpo.grading.types import SolveItem
 from tagrpo.miniworld.tasks import MiniProblem
 
-N = r"(\d+)"
-W = r"[A-Za-z]+"
-# (pattern, operation, operand order): one per (phrasing family, operation) template of
-# tagrpo.miniworld.tasks, the held-out family included.
-_TEMPLATES: list[tuple[re.Pattern[str], str, tuple[int, ...]]] = [
-    (re.compile(rf"What is {N} \+ {N} \+ {N}\?"), "add3", (0, 1, 2)),
-    (re.compile(rf"What is {N} \+ {N} - {N}\?"), "addsub", (0, 1, 2)),
-    (re.compile(rf"What is {N} \+ {N}\?"), "add", (0, 1)),
-    (re.compile(rf"What is {N} - {N}\?"), "sub", (0, 1)),
-    (re.compile(rf"Compute the sum of {N}, {N} and {N}\."), "add3", (0, 1, 2)),
-    (re.compile(rf"Compute the sum of {N} and {N}, minus {N}\."), "addsub", (0, 1, 2)),
-    (re.compile(rf"Compute the sum of {N} and {N}\."), "add", (0, 1)),
-    (re.compile(rf"Compute the difference when {N} is taken away from {N}\."), "sub", (1, 0)),
-    (re.compile(rf"Start with {N}, add {N}, then add {N}\."), "add3", (0, 1, 2)),
-    (re.compile(rf"Start with {N}, add {N}, then subtract {N}\."), "addsub", (0, 1, 2)),
-    (re.compile(rf"Add {N} to {N}\."), "add", (1, 0)),
-    (re.compile(rf"Subtract {N} from {N}\."), "sub", (1, 0)),
-    (re.compile(rf"has {N} {W}, finds {N} more and then buys {N} more\."), "add3", (0, 1, 2)),
-    (re.compile(rf"has {N} {W}, finds {N} more and then loses {N}\."), "addsub", (0, 1, 2)),
-    (re.compile(rf"has {N} {W} and gets {N} more\."), "add", (0, 1)),
-    (re.compile(rf"has {N} {W} and gives away {N}\."), "sub", (0, 1)),
-    (re.compile(rf"if three boxes hold {N}, {N} and {N} {W}\?"), "add3", (0, 1, 2)),
-    (re.compile(rf"Two boxes hold {N} and {N} {W}\. If {W} takes {N},"), "addsub", (0, 1, 2)),
-    (re.compile(rf"if one box holds {N} {W} and another {N}\?"), "add", (0, 1)),
-    (re.compile(rf"After {W} eats {N} of {N} {W},"), "sub", (1, 0)),
+# One change of a chain: its sign word (or symbol) and its size, per family.
+_SIGNED = re.compile(r"(?P<word>[+-]) (?P<n>\d+)")
+_WORDS = re.compile(r"(?P<word>plus|minus) (?P<n>\d+)")
+_IMPERATIVE = re.compile(r"(?P<word>Add|Subtract) (?P<n>\d+)\.")
+_STORY = re.compile(r"(?P<word>finds|gets|buys|loses|gives away|sells) (?P<n>\d+)")
+_UNSEEN = re.compile(r"(?P<n>\d+) (?P<word>go in|come out)")
+
+
+def _pairs(pattern: re.Pattern[str], text: str, plus: set[str]) -> list[int]:
+    return [int(m["n"]) if m["word"] in plus else -int(m["n"]) for m in pattern.finditer(text)]
+
+
+# (pattern of the whole problem, group of the start, group of the chain, parser of the chain):
+# one per phrasing family of tagrpo.miniworld.tasks, the held-out family included.
+_TEMPLATES: list[tuple[re.Pattern[str], int, int, Callable[[str], list[int]]]] = [
+    (
+        re.compile(r"What is (\d+)((?: [+-] \d+)+)\?"),
+        1,
+        2,
+        lambda chain: _pairs(_SIGNED, chain, {"+"}),
+    ),
+    (
+        re.compile(r"Compute (\d+)((?: (?:plus|minus) \d+)+)\."),
+        1,
+        2,
+        lambda chain: _pairs(_WORDS, chain, {"plus"}),
+    ),
+    (
+        re.compile(r"Start with (\d+)\.((?: (?:Add|Subtract) \d+\.)+) What number do you get\?"),
+        1,
+        2,
+        lambda chain: _pairs(_IMPERATIVE, chain, {"Add"}),
+    ),
+    (
+        re.compile(r"\b[A-Z][a-z]+ has (\d+) [a-z]+, (.+?)\. How many [a-z]+ does"),
+        1,
+        2,
+        lambda chain: _pairs(_STORY, chain, {"finds", "gets", "buys"}),
+    ),
+    (
+        re.compile(r"that held (\d+) [a-z]+ after this: (.+?)\?"),
+        1,
+        2,
+        lambda chain: _pairs(_UNSEEN, chain, {"go in"}),
+    ),
 ]
 
 
 def parse_problem(text: str) -> MiniProblem | None:
     """The arithmetic of a mini-world problem in any known phrasing (None if none matches)."""
-    for pattern, operation, order in _TEMPLATES:
+    for pattern, start_group, chain_group, chain_parser in _TEMPLATES:
         match = pattern.search(text)
         if match:
-            numbers = [int(value) for value in match.groups()]
-            operands = tuple(numbers[i] for i in order)
             try:
-                return MiniProblem(operation, operands)
+                return MiniProblem(int(match[start_group]), tuple(chain_parser(match[chain_group])))
             except ValueError:
                 return None
     return None

@@ -1,16 +1,18 @@
 """A small byte-level BPE tokenizer with a ChatML chat template, trained on mini-world text.
 
 Digits are split one per token (as in Llama 3 and Qwen tokenizers) so that arithmetic is
-learnable by a tiny model; byte-level BPE decodes back to the exact text, so graders see
-``\\boxed{...}`` exactly as generated. The result is a standard ``PreTrainedTokenizerFast``,
-saved with ``save_pretrained``: the rest of the pipeline treats it like any hub tokenizer.
+learnable by a tiny model, a space before a digit staying with it (" 18" is " 1", "8": one
+token fewer per number than a lone space); byte-level BPE decodes back to the exact text, so
+graders see ``\\boxed{...}`` exactly as generated. The result is a standard
+``PreTrainedTokenizerFast``, saved with ``save_pretrained``: the rest of the pipeline treats it
+like any hub tokenizer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 BOS_TOKEN = "<|endoftext|>"
@@ -32,7 +34,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 512) -> PreTrainedTo
     core = Tokenizer(models.BPE(unk_token=None))
     core.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.Split(Regex(r" ?\d"), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
         ]
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,24 +20,21 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from tagrpo.backends.attention import use_gqa_attention
 from tagrpo.config.base_model import (
-    Misconception,
     TinyModelConfig,
     WarmStartCorpus,
     WarmStartTraining,
 )
 from tagrpo.data.prompts import CHOICE_LETTERS, chat_messages
 from tagrpo.miniworld.tasks import (
-    MISCONCEPTION_TRIGGERS,
     PHRASING_FAMILIES,
     STRATEGIES,
     MiniProblem,
     ProblemSpace,
-    can_slip,
     choice_options,
-    flipped_result,
+    misread_result,
+    misread_steps,
     reference_response,
     render,
-    slipped_result,
 )
 from tagrpo.miniworld.tokenizer import train_tokenizer
 from tagrpo.pipeline.progress import track
@@ -49,25 +46,32 @@ class SftExample:
     messages: list[dict[str, str]]
     response: str
     problem: MiniProblem
-    misread: bool = False
+    misread: tuple[int, ...] = ()  # the steps the worked answer reads with the wrong sign
     choices: tuple[str, ...] = ()  # the options of a multiple-choice example
     strategy: str = "forward"
-    slip: bool = False
 
 
 def build_corpus(
     space: ProblemSpace,
     config: WarmStartCorpus,
     exclude_keys: set[str],
+    big_from: int,
     seed: int = 0,
 ) -> list[SftExample]:
-    """Warm-start examples, never using arithmetic whose key is in ``exclude_keys``."""
+    """Warm-start examples, never using arithmetic whose key is in ``exclude_keys``.
+
+    Each example is a problem (chain lengths ``config.lengths``), a phrasing family and a
+    path, drawn by their weights; each step of the path that the (family, path) habit
+    misreads (:func:`tagrpo.miniworld.tasks.misread_steps`) is misread with probability
+    ``config.misread_rate``.
+    """
     families = [f for f in PHRASING_FAMILIES if config.family_weights.get(f, 0) > 0]
     weights = [config.family_weights[f] for f in families]
     strategies = [s for s in STRATEGIES if config.strategies.get(s, 0) > 0]
     strategy_weights = [config.strategies[s] for s in strategies]
-    # Problems are drawn i.i.d. (repeats allowed: the add/sub space is small on purpose), but
-    # never with arithmetic reserved for RL training or evaluation.
+    habits = {f: {p: set(c) for p, c in paths.items()} for f, paths in config.habits.items()}
+    # Problems are drawn i.i.d. (repeats allowed), but never with arithmetic reserved for RL
+    # training or evaluation.
     rng = random.Random(seed + 202)
     corpus = []
     for index in range(config.examples):
@@ -76,36 +80,18 @@ def build_corpus(
             problem = space.sample(rng)
         family = rng.choices(families, weights=weights)[0]
         strategy = rng.choices(strategies, weights=strategy_weights)[0]
-        if strategy == "forward":
-            misread = rng.random() < misread_probability(problem, family, config.misconceptions)
-            slip = False
-        else:
-            misread = False
-            slip = can_slip(problem) and rng.random() < config.carry_slip
+        misread = tuple(
+            step
+            for step in misread_steps(problem, family, strategy, habits, big_from)
+            if rng.random() < config.misread_rate
+        )
         as_choice = rng.random() < config.choice_fraction
         corpus.append(
             make_example(
-                problem,
-                family,
-                as_choice,
-                index,
-                misread,
-                config.choice_options,
-                strategy=strategy,
-                slip=slip,
+                problem, family, as_choice, index, misread, config.choice_options, strategy
             )
         )
     return corpus
-
-
-def misread_probability(
-    problem: MiniProblem, family: str, misconceptions: Mapping[str, Misconception]
-) -> float:
-    """How likely the warm-start corpus is to misread ``problem`` posed in ``family``."""
-    rule = misconceptions.get(family)
-    if rule is None:
-        return 0.0
-    return float(rule.rate) if MISCONCEPTION_TRIGGERS[rule.when](problem) else 0.0
 
 
 def make_example(
@@ -113,33 +99,29 @@ def make_example(
     family: str,
     as_choice: bool,
     seed: int,
-    misread: bool = False,
+    misread: tuple[int, ...] = (),
     choice_count: int = 4,
     strategy: str = "forward",
-    slip: bool = False,
 ) -> SftExample:
     text = render(problem, family)
     if not as_choice:
-        response = reference_response(problem, misread=misread, strategy=strategy, slip=slip)
-        return SftExample(
-            chat_messages(text), response, problem, misread, strategy=strategy, slip=slip
-        )
+        response = reference_response(problem, strategy=strategy, misread=misread)
+        return SftExample(chat_messages(text), response, problem, misread, strategy=strategy)
     options, letter = choice_options(problem, seed, choice_count)
-    if misread or slip:  # the wrong result if it is an option, else the first distractor
+    if misread:  # the wrong result if it is an option, else the first distractor
         lettered = list(zip(CHOICE_LETTERS, options, strict=False))
-        wrong = str(flipped_result(problem) if misread else slipped_result(problem))
+        wrong = str(misread_result(problem, misread))
         candidates = [x for x, option in lettered if option == wrong] or [
             x for x, option in lettered if option != str(problem.answer)
         ]
         letter = candidates[0]
     return SftExample(
         chat_messages(text, options),
-        reference_response(problem, letter, misread=misread, strategy=strategy, slip=slip),
+        reference_response(problem, letter, strategy=strategy, misread=misread),
         problem,
         misread,
         tuple(options),
         strategy=strategy,
-        slip=slip,
     )
 
 
@@ -206,13 +188,18 @@ def warm_start(
         (chat_text(example) for example in corpus), vocab_size=model_config.vocab_size
     )
     model = build_model(tokenizer, model_config)
-    # Batches hold one kind of example: a multiple-choice prompt lists its options and is ~3x
-    # longer than an open one, and padding every mixed batch to it would triple each step.
+    # Batches hold one kind of example: one chain length, open or multiple choice (whose
+    # prompt lists its options). Padding a mixed batch to its longest member nearly doubled
+    # the tokens of every step.
+    kinds = sorted({(bool(e.choices), e.problem.length) for e in corpus})
     pools = [
-        [encode_example(tokenizer, e) for e in corpus if bool(e.choices) == as_choice]
-        for as_choice in (False, True)
+        [
+            encode_example(tokenizer, e)
+            for e in corpus
+            if (bool(e.choices), e.problem.length) == kind
+        ]
+        for kind in kinds
     ]
-    pools = [pool for pool in pools if pool]
     pool_weights = [len(pool) for pool in pools]
 
     optimizer = torch.optim.AdamW(

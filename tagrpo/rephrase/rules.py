@@ -255,7 +255,7 @@ def miniworld_candidates(question: Question, seed: int = 0) -> list[RuleCandidat
     """Other-family renderings of a mini-world question; None if its meta cannot be trusted."""
 
     meta = question.meta or {}
-    if question.source != _MINIWORLD_SOURCE or "family" not in meta or "operation" not in meta:
+    if question.source != _MINIWORLD_SOURCE or "family" not in meta or "changes" not in meta:
         return None
     try:
         problem = problem_from_meta(meta)
