@@ -79,6 +79,9 @@ import pandas as pd
 from tagrpo.metrics.passk import pass_at_k_per_problem
 
 CONFIDENCE = 0.95
+# A standard error below this (1e-7 points) is floating-point rounding of inputs that do not
+# vary (0.9 - 0.8 and 0.1 - 0.0 differ by 2e-17): zero variance.
+ZERO_SE = 1e-9
 
 
 class NotMeasurable(ValueError):
@@ -189,7 +192,7 @@ def measurability(estimate: Estimate) -> str | None:
     "supported" or "equivalent" at p < 0.001 would be an artefact of nothing varying."""
     if not np.isfinite(estimate.se):
         return "no standard error"
-    if estimate.se == 0.0:
+    if estimate.se < ZERO_SE:
         return (
             "zero variance: nothing varies across the seeds and problems compared (e.g. "
             "every pass@k is 0)"
