@@ -36,6 +36,7 @@ from tagrpo.report.chance import (
     uninformative_from,
 )
 from tagrpo.report.claims import (
+    FAMILY_SIZE,
     build_claims,
     claims_table,
     difference_table,
@@ -727,10 +728,19 @@ def build_report(
         "",
         "## The paper's claims, as this run measures them",
         "",
-        "The two controls open the table (tested at 5% each); the paper's claims below them "
-        "are one family, adjusted by Holm (*Holm p*; a verdict needs Holm p < 0.05). *seeds*: "
-        "the seeds of the two methods compared; *conditional*: a side has one run, so the "
-        "interval holds for that run only. The section 5.5 row is an equivalence test (TOST) "
+        "The controls open the table (tested at 5% each; with >= 4 GRPO seeds an A/A "
+        "control, GRPO's first half of seeds minus its second half, whose interval should "
+        "cover 0); the paper's claims below them are one fixed family of "
+        f"{FAMILY_SIZE} rows, adjusted by Holm (*Holm p*; a verdict needs Holm p < 0.05): a "
+        "row not run or not measurable counts with p = 1, so the family never shrinks with "
+        "what a profile runs. The primary endpoint (TA-GRPO minus GRPO at "
+        f"pass@{config.evaluate.ks[-1]}) and its widening with k are on the "
+        f"`report.primary_group` group ({primary_benchmarks(config)[0]}); the other "
+        f"pass@{config.evaluate.ks[-1]} rows on the free-form benchmarks (a multiple-choice "
+        "benchmark is reported at pass@1 only). *seeds*: the seeds of the two methods "
+        "compared; *conditional*: a side has one run, so the interval holds for that run "
+        "only; *not measurable*: nothing varies (zero variance) or, for the equivalence test, "
+        "a side has fewer than 2 seeds. The section 5.5 row is an equivalence test (TOST) "
         f"with a margin of +/-{100 * config.report.equivalence_margin:.1f} points, shown with "
         "its 90% interval.",
         "",
