@@ -50,7 +50,11 @@ mean squares, so its degrees of freedom are Welch-Satterthwaite's over ``MS_m / 
 seed term that dominates, close to t with 4 degrees of freedom. The interval is
 ``estimate +/- t * se`` clipped to what the quantity can take, and the two-sided p-value of
 "the difference is 0" comes from the same t. A seeded simulation of the crossed model (an A/A
-null, ``tests/test_metrics_compare.py``) checks its coverage with 2, 3 and 5 seeds a side.
+null, ``tests/test_metrics_compare.py``) checks its coverage with 2, 3 and 5 seeds a side:
+95.9-96.4% of 95% intervals cover 0 at 10,000 simulations each (slightly conservative: the
+problem component truncated at 0, which is 0 in an A/A, and Welch's df with 2-3 seeds); the
+old interval covered 97.5-99.3%. Not a hierarchical bootstrap: with 2-3 seeds a resample of
+the seeds has 3-10 distinct draws, and none with 1.
 
 A method with one seed has no ``MS_m`` or ``I_m``: its seed effect is not counted (its
 intervals are *conditional on that run*, :attr:`Estimate.conditional`) and its interaction stays

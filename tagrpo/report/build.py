@@ -361,7 +361,7 @@ def statistics_sections(
             _differences_markdown(differences, updates),
         ]
     )
-    headline = {f"claims/{i}/{c.verdict}": 1.0 for i, c in enumerate(claims)}
+    headline = {f"claims/{i}/{c.verdict_key}": 1.0 for i, c in enumerate(claims)}
     headline.update(
         {f"claims/{i}/estimate": c.estimate.value for i, c in enumerate(claims) if c.estimate}
     )

@@ -38,6 +38,7 @@ seeds a side.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -123,6 +124,12 @@ class Claim:
             return "not distinguishable"
         return "supported" if self.estimate.value > 0 else "reversed"
 
+    @property
+    def verdict_key(self) -> str:
+        """The verdict without its reason, for a metric name (MLflow allows no ``:`` or
+        parentheses): ``not measurable``, ``not run``, ``covers 0``, ``supported``..."""
+        return re.split(r"[:(]", self.verdict, maxsplit=1)[0].strip()
+
     def row(self) -> list[str]:
         if self.estimate is None or self.refusal:
             shown = "not run" if self.estimate is None else "not measurable"
@@ -167,9 +174,16 @@ def adjust(claims: Sequence[Claim]) -> list[Claim]:
     return out
 
 
+def degrees(estimate: Estimate) -> str:
+    """The t degrees of freedom behind an interval (``t, 4.2 df``; ``normal`` when infinite):
+    with few seeds they, not the problems, set its width."""
+    return f"t, {estimate.df:.1f} df" if np.isfinite(estimate.df) else "normal"
+
+
 def seeds_label(estimate: Estimate) -> str:
-    """``3 vs 3``; a one-seed side makes the row conditional on that run."""
+    """``3 vs 3 (t, 4.2 df)``; a one-seed side makes the row conditional on that run."""
     text = " vs ".join(str(count) for count in estimate.seeds)
+    text += f" ({degrees(estimate)})"
     return f"{text}: conditional on the 1-seed run" if estimate.conditional else text
 
 
@@ -352,7 +366,7 @@ def build_claims(
     def against_base(claim: str, measure: str, estimate: Estimate | None, **kw: Any) -> Claim:
         # Every method starts from the one base model: not a run to resample, so a
         # comparison with it is not "conditional" in the seeds' sense.
-        label = f"{estimate.seeds[0]} vs the base model" if estimate else ""
+        label = f"{estimate.seeds[0]} vs the base model ({degrees(estimate)})" if estimate else ""
         return measured(Claim(claim, measure, estimate, seeds=label, **kw))
 
     def diagnostic(claim: str, measure: str, estimate: Estimate | None, **kw: Any) -> Claim:
@@ -380,16 +394,13 @@ def build_claims(
         first, second = split_seeds(runs["grpo"])
         halves = (first.values.shape[0], second.values.shape[0])
         null_rows.append(
-            measured(
-                Claim(
-                    "A/A control: GRPO's seeds against each other",
-                    f"pass@{k_large}, GRPO's first {halves[0]} seeds minus its last "
-                    f"{halves[1]}, {primary_label}; its interval should cover 0",
-                    at(paired_difference(first, second, primary_members), k_large),
-                    kind=NULL_CONTROL,
-                    seeds=f"{halves[0]} vs {halves[1]}",
-                    updates=count("grpo"),
-                )
+            pass_claim(
+                "A/A control: GRPO's seeds against each other",
+                f"pass@{k_large}, GRPO's first {halves[0]} seeds minus its last "
+                f"{halves[1]}, {primary_label}; its interval should cover 0",
+                at(paired_difference(first, second, primary_members), k_large),
+                kind=NULL_CONTROL,
+                updates=count("grpo"),
             )
         )
     equivalence, scaled_label, refusal = None, "2.5x", ""

@@ -310,8 +310,10 @@ def power_markdown(components: Components, k: int, group: str) -> str:
         + "; seed x problem interaction of one seed's score "
         + ", ".join(_squared_points(v) for v in components.interaction)
         + ". Variance of the difference = method-by-problem / m + sum over methods of (seed + "
-        "interaction / m) / seeds, with m the multiple of the problems (negative components "
-        "truncated at 0; each counted once).",
+        "interaction / m) / seeds, with m the multiple of the problems (each counted once; "
+        "negative components truncated at 0, so where a method's per-seed scores vary less "
+        "than its interaction alone would make them, this design's half-width is wider than "
+        "the measured interval, which uses their variance as it is).",
         "",
     ]
     lines += [
