@@ -207,6 +207,15 @@ def test_embedded_sections_are_the_params_yaml_values() -> None:
             "evaluate.groups.ood: ['gpqa'] are not benchmarks",
         ),
         (
+            lambda r: r["report"].update(primary_group="hard"),
+            "report.primary_group ('hard') is not a group of evaluate.groups",
+        ),
+        (
+            # The primary endpoint is pass@k_large: a 20-option benchmark there is chance.
+            lambda r: r["report"].update(primary_group="ood"),
+            "report.primary_group ('ood') holds multiple-choice benchmarks ['mini_choice']",
+        ),
+        (
             lambda r: r["train"]["estimators"]["avspo"].update(trigger="sometimes"),
             "avspo.trigger",
         ),

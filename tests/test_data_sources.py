@@ -603,6 +603,7 @@ def test_a_new_source_needs_its_module_and_a_registry_entry_only(
         "data.local.options": {"toy_choice": {"flip": True}},
         "evaluate.groups": {},
         "report.in_distribution": None,  # no groups: V1 over every benchmark
+        "report.primary_group": None,  # no groups: every free-form benchmark
     }
     with pytest.raises(ValueError, match="unknown sources \\['toy_choice'\\]"):
         config_with(overrides)

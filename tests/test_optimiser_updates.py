@@ -150,7 +150,7 @@ def test_report_shows_the_updates_beside_every_comparison() -> None:
     assert lines[0].endswith("| optimiser updates (TA-GRPO / other) |")
     by_claim = {line.split(" | ")[0].lstrip("| "): line for line in lines[2:]}
     assert by_claim["TA-GRPO beats the matched budget (N+1)xGRPO at pass@32 (Fig. 6)"].endswith(
-        "| not run |  |  |  | not run | 64 / 16 |"
+        "| not run |  |  |  | not run (not supported) | 64 / 16 |"
     )
     assert by_claim["TA-GRPO beats GRPO with dynamic sampling at pass@32"].endswith(
         "| 64 / 15-16 |"

@@ -278,6 +278,7 @@ def test_multiple_choice_options_come_from_the_data_source() -> None:
             "data.source": "hub",
             "evaluate.groups": {"ood": ["gpqa_diamond"]},
             "report.in_distribution": "ood",
+            "report.primary_group": None,  # its one group is multiple choice
         }
     )
     assert multiple_choice_options(hub) == {"gpqa_diamond": 4}

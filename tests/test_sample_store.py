@@ -64,6 +64,7 @@ def config(**overrides):
             "evaluate.max_new_tokens": 6,
             "evaluate.groups": {},
             "report.in_distribution": None,  # no groups: V1 over every benchmark
+            "report.primary_group": None,  # no groups: every free-form benchmark
             "evaluate.bootstrap_resamples": 10,
             "hf.max_batch_sequences": 4,  # several batches per chunk
             "common.torch_threads": 1,

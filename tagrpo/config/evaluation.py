@@ -88,6 +88,12 @@ class ReportSettings(ConfigModel):
         description="the evaluate.groups group of in-distribution benchmarks (V1, the positive "
         "control); null = every benchmark",
     )
+    primary_group: str | None = Field(
+        min_length=1,
+        description="the evaluate.groups group of the primary endpoint (TA-GRPO - GRPO at "
+        "pass@k_large, its widening with k, V3, V5): unsaturated and free-form only; null = "
+        "every free-form benchmark",
+    )
     equivalence_margin: float = Field(
         gt=0,
         lt=1,

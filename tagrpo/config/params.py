@@ -133,9 +133,32 @@ class Params(ConfigModel):
                 f"report.in_distribution ({self.report.in_distribution!r}) is not a group of "
                 f"evaluate.groups ({sorted(self.evaluate.groups)})"
             )
+        problems += self._primary_group_problems()
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def _primary_group_problems(self) -> list[str]:
+        """``report.primary_group`` must name a group of free-form benchmarks: pass@k of a
+        multiple-choice benchmark at large k measures guessing (its chance floor)."""
+        from tagrpo.report.chance import multiple_choice_options
+
+        primary = self.report.primary_group
+        if primary is None:
+            return []
+        if primary not in self.evaluate.groups:
+            return [
+                f"report.primary_group ({primary!r}) is not a group of evaluate.groups "
+                f"({sorted(self.evaluate.groups)})"
+            ]
+        options = multiple_choice_options(self)
+        chosen = [name for name in self.evaluate.groups[primary] if name in options]
+        if chosen:
+            return [
+                f"report.primary_group ({primary!r}) holds multiple-choice benchmarks {chosen}: "
+                "the primary endpoint is on free-form benchmarks only"
+            ]
+        return []
 
     def benchmark_names(self) -> set[str]:
         """The benchmarks the data stage writes for the configured source."""

@@ -1,5 +1,5 @@
 """pass@k of policies trained with several seeds, and paired differences between methods, with
-intervals that count both the problems and the seeds.
+intervals that count the problems, the seeds and their interaction once each.
 
 For a method with seeds ``s = 1..S`` and problems ``j`` (every benchmark's problems, aligned
 across methods by ``(benchmark, question_id)``), ``P[s, j, k]`` is the unbiased pass@k of
@@ -8,26 +8,68 @@ problems; a group's (the paper's Table 1 averages) the mean over its benchmarks;
 score the mean over its seeds. So every estimate is ``mean_s sum_j w_j P[s, j, k]`` with weights
 ``w_j = 1 / (benchmarks in the group x problems in j's benchmark)``.
 
-Intervals (95%) add two variance components and use a t quantile:
+**The model** (crossed seeds x problems, per method and k)::
 
-* **problems**: the variance of the estimate over a bootstrap of the problems (``n_resamples``
-  draws, resampled within each benchmark, the same indices for every method compared: paired
-  over problems), computed on each method's seed-averaged per-problem values;
-* **seeds**: for each method with ``S >= 2`` seeds, ``var_s(score_s) / S``, the sample variance
-  of its per-seed scores on the evaluated problems (training randomness and evaluation sampling
-  together) over the number of seeds. Seeds of different methods are different training runs:
-  no pairing is assumed. A method with one seed has no estimate of this component: its
-  intervals are *conditional on that run* (:attr:`Estimate.conditional`), never silently
-  widened or narrowed.
+    P[s, j] = mu + seed_s + problem_j + interaction_sj
 
-``se = sqrt(problems + seeds)``; the degrees of freedom are Welch-Satterthwaite's, with the
-bootstrap component's taken as infinite and each seed component's as ``S - 1`` (so with 3
-seeds whose scores vary, the quantile approaches t with 2 degrees of freedom, 4.30, instead of
-1.96; resampling 3 seeds gave only 10 distinct draws and no width at all with 1 seed). The
-interval is ``estimate +/- t * se`` clipped to what the quantity can take, and the two-sided
-p-value of "the difference is 0" comes from the same t. Its interval excluding 0 is what
-"distinguishable" means before the family-wise adjustment (:func:`holm_adjust`) of the report's
-claims table; :func:`equivalence_test` is the TOST of "equal within a margin".
+``seed_s`` (variance ``sigma_seed^2``) is what a training run shifts on every problem;
+``problem_j`` (drawn within its benchmark) is the problem's difficulty; ``interaction_sj``
+(variance ``sigma_int_j^2``) is the run's own luck on that problem together with the binomial
+noise of evaluating it from ``n`` samples. Then
+
+    Var(score) = sigma_seed^2 / S + sum_j w_j^2 sigma_problem^2 + sum_j w_j^2 sigma_int_j^2 / S
+
+(``sigma_problem^2 / J + sigma_int^2 / (S J)`` with equal weights). In a difference of two
+methods the problems are shared (paired): their common difficulty cancels and only the
+method-by-problem part of ``problem_j`` remains; the seeds of different methods are different
+training runs, not paired.
+
+**Estimation** (method of moments, per k; every quantity unbiased before truncation):
+
+* ``MS_m``, the sample variance of method m's per-seed scores, estimates
+  ``sigma_seed^2 + sum_j w_j^2 sigma_int_j^2`` (``S_m - 1`` degrees of freedom);
+* ``sum_j w_j^2 var_s(P[s, j])`` estimates ``sum_j w_j^2 (sigma_seed^2 + sigma_int_j^2)``; the
+  two together give the interaction ``I_m = sum_j w_j^2 sigma_int_j^2`` and the seed component
+  ``sigma_seed^2 = MS_m - I_m`` (the mean covariance of two problems over seeds);
+* ``Q``, the stratified variance of the seed-averaged per-problem contrast
+  (``sum_h W_h^2 s_h^2 / n_h`` over benchmarks h: the analytic form of a bootstrap over problems
+  within benchmarks, with the unbiased ``s_h^2``), estimates the problem part plus
+  ``sum_m I_m / S_m``: the interaction averaged over seeds is in every problem's value. The
+  problem component is therefore ``Q - sum_m I_m / S_m``, truncated at 0, with
+  ``sum_h (n_h - 1)`` degrees of freedom.
+
+The old interval added ``Q`` and ``MS_m / S_m``: the interaction ``I_m / S_m`` twice (too wide).
+Here the variance of an estimate is
+
+    problem component + sum_m MS_m / S_m
+
+each piece once: the seeds' mean square carries the seed effect with the interaction of the
+measured design, the problem component what is left of ``Q``. It is a linear combination of
+mean squares, so its degrees of freedom are Welch-Satterthwaite's over ``MS_m / S_m``
+(``S_m - 1`` each) and the problem component (``sum_h (n_h - 1)``): with 3 seeds a side and a
+seed term that dominates, close to t with 4 degrees of freedom. The interval is
+``estimate +/- t * se`` clipped to what the quantity can take, and the two-sided p-value of
+"the difference is 0" comes from the same t. A seeded simulation of the crossed model (an A/A
+null, ``tests/test_metrics_compare.py``) checks its coverage with 2, 3 and 5 seeds a side:
+95.9-96.4% of 95% intervals cover 0 at 10,000 simulations each (slightly conservative: the
+problem component truncated at 0, which is 0 in an A/A, and Welch's df with 2-3 seeds); the
+old interval covered 97.5-99.3%. Not a hierarchical bootstrap: with 2-3 seeds a resample of
+the seeds has 3-10 distinct draws, and none with 1.
+
+A method with one seed has no ``MS_m`` or ``I_m``: its seed effect is not counted (its
+intervals are *conditional on that run*, :attr:`Estimate.conditional`) and its interaction stays
+in the problem component. The base policy, the one model every method starts from, is such a
+side.
+
+Projections (the report's power table, :func:`half_width`) use the components themselves:
+``seed_m = max(MS_m - I_m, 0)``, ``I_m`` (scaling as 1 / problems) and the problem component
+(scaling as 1 / problems), so with another number of seeds or problems the seed-level variance
+is ``(seed_m + I_m / multiple) / S'``.
+
+An interval excluding 0 is what "distinguishable" means before the family-wise adjustment
+(:func:`holm_adjust`) of the report's claims table; :func:`equivalence_test` is the TOST of
+"equal within a margin". A comparison with zero variance (nothing varies: e.g. every pass@k
+is 0) is :class:`NotMeasurable`, never a finding (:func:`measurability`).
 """
 
 from __future__ import annotations
@@ -41,6 +83,14 @@ import pandas as pd
 from tagrpo.metrics.passk import pass_at_k_per_problem
 
 CONFIDENCE = 0.95
+# A standard error below this (1e-7 points) is floating-point rounding of inputs that do not
+# vary (0.9 - 0.8 and 0.1 - 0.0 differ by 2e-17): zero variance.
+ZERO_SE = 1e-9
+
+
+class NotMeasurable(ValueError):
+    """A comparison the data cannot support (too few seeds, nothing that varies): its row must
+    read "not measurable", never a finding."""
 
 
 @dataclass(frozen=True)
@@ -92,12 +142,14 @@ def group_weights(problems: pd.MultiIndex, benchmarks: Sequence[str]) -> np.ndar
     return weights
 
 
-def _strata(problems: pd.MultiIndex) -> list[np.ndarray]:
+def benchmark_strata(problems: pd.MultiIndex) -> list[np.ndarray]:
+    """Each benchmark's problem indices: problems are sampled, and resampled, within these."""
     names = problems.get_level_values(0)
     return [np.flatnonzero(names == name) for name in pd.unique(names)]
 
 
-def _resampled_problems(strata: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
+def resample_problems(strata: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
+    """One bootstrap draw of problem indices, within each benchmark (its size kept)."""
     return np.concatenate([rng.choice(members, size=members.size) for members in strata])
 
 
@@ -138,15 +190,107 @@ class Estimate:
         return "not distinguishable"
 
 
+def measurability(estimate: Estimate) -> str | None:
+    """Why an estimate cannot be read as a finding (None: it can). With zero variance (every
+    per-seed, per-problem value the same, e.g. all 0) a t statistic is infinite or undefined:
+    "supported" or "equivalent" at p < 0.001 would be an artefact of nothing varying."""
+    if not np.isfinite(estimate.se):
+        return "no standard error"
+    if estimate.se < ZERO_SE:
+        return (
+            "zero variance: nothing varies across the seeds and problems compared (e.g. "
+            "every pass@k is 0)"
+        )
+    return None
+
+
+def satterthwaite(terms: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """``(variance, df)`` of a sum of independent variance terms ``(value, df)``: the sum and
+    Welch-Satterthwaite's ``(sum v)^2 / sum(v^2 / df)`` (infinite when nothing is random)."""
+    total = float(sum(value for value, _ in terms))
+    denominator = sum(value * value / df for value, df in terms if value > 0)
+    return total, (total * total / denominator if denominator > 0 else float("inf"))
+
+
+@dataclass(frozen=True)
+class Components:
+    """The crossed variance components of one contrast at one k (see the module docstring):
+    ``problem`` the method-by-problem part at the measured problems (``sigma_problem^2 sum
+    w_j^2``, >= 0); per method, ``seed[i]`` its ``sigma_seed^2`` (>= 0) and ``interaction[i]``
+    its ``sum_j w_j^2 sigma_int_j^2`` (>= 0), both nan with one seed; ``seeds[i]`` its seeds;
+    ``problems`` and ``strata`` the weighted problems and benchmarks (``problems - strata``
+    degrees of freedom for the problem part)."""
+
+    problem: float
+    seed: tuple[float, ...]
+    interaction: tuple[float, ...]
+    seeds: tuple[int, ...]
+    problems: int
+    strata: int
+
+    def design_variance(
+        self, seeds: Sequence[int] | None = None, problem_multiple: float = 1.0
+    ) -> tuple[float, float]:
+        """``(variance, df)`` of the contrast with ``seeds[i]`` seeds per method (default: the
+        measured ones) and ``problem_multiple`` times the problems: ``problem / multiple +
+        sum_i (seed_i + interaction_i / multiple) / seeds_i``. A method needs >= 2 seeds, and a
+        measured seed component, to be projected."""
+        if problem_multiple <= 0:
+            raise ValueError("problem_multiple must be > 0")
+        counts = tuple(self.seeds if seeds is None else seeds)
+        if len(counts) != len(self.seed):
+            raise ValueError(f"{len(self.seed)} methods, {len(counts)} seed counts")
+        terms = [
+            (
+                self.problem / problem_multiple,
+                max(problem_multiple * self.problems - self.strata, 1.0),
+            )
+        ]
+        for seed, interaction, count in zip(self.seed, self.interaction, counts, strict=True):
+            if count < 2 or not (np.isfinite(seed) and np.isfinite(interaction)):
+                raise ValueError(
+                    "a per-seed variance is unknown (it needs >= 2 measured seeds and >= 2 "
+                    "projected)"
+                )
+            terms.append(((seed + interaction / problem_multiple) / count, count - 1.0))
+        return satterthwaite(terms)
+
+
 @dataclass(frozen=True)
 class VarianceParts:
-    """What an estimate's standard error is made of, per k (for the power calculation):
-    ``problems`` the bootstrap variance over problems; ``per_seed[i]`` the sample variance of
-    method i's per-seed scores (nan with one seed) and ``seeds[i]`` its number of seeds."""
+    """What an estimate's standard error is made of, per k (arrays over ks): the crossed
+    components of :class:`Components` plus ``score_variance[i]``, the sample variance of
+    method i's per-seed scores (``MS_i``; nan with one seed), which the measured interval uses
+    as it is (see the module docstring)."""
 
-    problems: np.ndarray
-    per_seed: tuple[np.ndarray, ...]
+    problem: np.ndarray
+    seed: tuple[np.ndarray, ...]
+    interaction: tuple[np.ndarray, ...]
+    score_variance: tuple[np.ndarray, ...]
     seeds: tuple[int, ...]
+    problems: int
+    strata: int
+
+    def at(self, index: int) -> Components:
+        """The components at ``ks[index]``."""
+        return Components(
+            float(self.problem[index]),
+            tuple(float(v[index]) for v in self.seed),
+            tuple(float(v[index]) for v in self.interaction),
+            self.seeds,
+            self.problems,
+            self.strata,
+        )
+
+    def measured(self, index: int) -> tuple[float, float]:
+        """``(se, df)`` of the estimate at ``ks[index]``: the problem component plus each
+        method's ``MS / S`` (a one-seed method adds none: conditional on its run)."""
+        terms = [(float(self.problem[index]), max(self.problems - self.strata, 1.0))]
+        for variance, count in zip(self.score_variance, self.seeds, strict=True):
+            if count >= 2:
+                terms.append((float(variance[index]) / count, count - 1.0))
+        total, df = satterthwaite(terms)
+        return float(np.sqrt(total)), df
 
 
 def t_interval(
@@ -164,23 +308,39 @@ def t_interval(
     return value - quantile * se, value + quantile * se, p_value
 
 
-def combine(
-    problems: float, per_seed: Sequence[float], seeds: Sequence[int]
-) -> tuple[float, float]:
-    """``(se, df)``: the bootstrap variance over problems plus each method's ``var_s / S``
-    (skipped with one seed: conditional on that run); Welch-Satterthwaite degrees of freedom
-    with the bootstrap component's infinite."""
-    total, denominator = float(problems), 0.0
-    for variance, count in zip(per_seed, seeds, strict=True):
-        if count < 1:
-            raise ValueError("a method needs at least one seed")
-        if count == 1:
+def _stratified_variance(
+    values: np.ndarray, strata: list[np.ndarray], weights: np.ndarray
+) -> np.ndarray:
+    """Variance of ``sum_j w_j values[j, k]`` over draws of each benchmark's problems:
+    ``sum_h W_h^2 s_h^2 / n_h`` (``s_h^2`` the unbiased variance within benchmark h, ``W_h`` its
+    weight; a one-problem benchmark contributes nothing, as a bootstrap of it would)."""
+    total = np.zeros(values.shape[1])
+    for members in strata:
+        weight = float(weights[members].sum())
+        if weight == 0.0 or members.size < 2:
             continue
-        share = float(variance) / count
-        total += share
-        denominator += share * share / (count - 1)
-    df = total * total / denominator if denominator > 0 else float("inf")
-    return float(np.sqrt(total)), float(df)
+        if not np.allclose(weights[members], weights[members][0]):
+            raise ValueError("the weights of a benchmark's problems must be equal")
+        total += weight**2 * values[members].var(axis=0, ddof=1) / members.size
+    return total
+
+
+def _seed_moments(side: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(MS, I)`` per k of one method ``side[s, j, k]``: the sample variance of its per-seed
+    scores and the interaction ``sum_j w_j^2 sigma_int_j^2`` (truncated at 0); nan with one
+    seed. ``E[MS] = sigma_seed^2 + I`` and ``E[sum_j w_j^2 var_s P[s, j]] = W2 sigma_seed^2 + I``
+    (``W2 = sum_j w_j^2``), solved for I."""
+    if side.shape[0] < 2:
+        missing = np.full(side.shape[2], np.nan)
+        return missing, missing
+    squares = weights**2
+    mean_square = np.einsum("sjk,j->sk", side, weights).var(axis=0, ddof=1)
+    per_problem = np.einsum("jk,j->k", side.var(axis=0, ddof=1), squares)
+    w2 = float(squares.sum())
+    if w2 >= 1.0:  # one problem: seed and interaction are one thing, counted as the seed's
+        return mean_square, np.zeros_like(mean_square)
+    interaction = (per_problem - w2 * mean_square) / (1.0 - w2)
+    return mean_square, np.maximum(interaction, 0.0)
 
 
 def _contrast(
@@ -188,28 +348,27 @@ def _contrast(
     signs: Sequence[float],
     weights: np.ndarray,
     problems: pd.MultiIndex,
-    n_resamples: int,
-    seed: int,
 ) -> tuple[np.ndarray, VarianceParts]:
-    """``sum_i signs[i] * score(sides[i])`` per k (``sides[i][s, j, k]``) and its variance parts.
-
-    The problems are resampled once per draw, the same rows for every side (paired)."""
-    if n_resamples < 2:
-        raise ValueError("n_resamples must be >= 2")
-    rng = np.random.default_rng(seed)
-    strata = _strata(problems)
+    """``sum_i signs[i] * score(sides[i])`` per k (``sides[i][s, j, k]``) and its crossed
+    variance components; the problems are shared by every side (paired)."""
+    strata = [members for members in benchmark_strata(problems) if weights[members].sum() > 0]
     means = sum(sign * side.mean(axis=0) for sign, side in zip(signs, sides, strict=True))
     point = np.einsum("jk,j->k", means, weights)
-    rows = np.stack([_resampled_problems(strata, rng) for _ in range(n_resamples)])
-    # Resampling within benchmarks keeps their sizes: the weights still sum to 1.
-    draws = np.einsum("bjk,bj->bk", means[rows], weights[rows])
-    per_seed = tuple(
-        np.einsum("sjk,j->sk", side, weights).var(axis=0, ddof=1)
-        if side.shape[0] > 1
-        else np.full(side.shape[2], np.nan)
-        for side in sides
+    moments = [_seed_moments(side, weights) for side in sides]
+    seeds = tuple(int(side.shape[0]) for side in sides)
+    problem = _stratified_variance(means, strata, weights)
+    for (_, interaction), count in zip(moments, seeds, strict=True):
+        if count >= 2:
+            problem = problem - interaction / count
+    parts = VarianceParts(
+        problem=np.maximum(problem, 0.0),
+        seed=tuple(np.maximum(ms - i, 0.0) for ms, i in moments),
+        interaction=tuple(i for _, i in moments),
+        score_variance=tuple(ms for ms, _ in moments),
+        seeds=seeds,
+        problems=int(sum(members.size for members in strata)),
+        strata=len(strata),
     )
-    parts = VarianceParts(draws.var(axis=0, ddof=1), per_seed, tuple(s.shape[0] for s in sides))
     return point, parts
 
 
@@ -218,49 +377,51 @@ def _estimates(
 ) -> list[Estimate]:
     estimates = []
     for i, k in enumerate(ks):
-        se, df = combine(parts.problems[i], [v[i] for v in parts.per_seed], parts.seeds)
+        se, df = parts.measured(i)
         low, high, p_value = t_interval(float(point[i]), se, df)
         low, high = max(low, bounds[0]), min(high, bounds[1])
         estimates.append(Estimate(int(k), float(point[i]), low, high, p_value, se, df, parts.seeds))
     return estimates
 
 
-def score_with_interval(
-    runs: SeedRuns, benchmarks: Sequence[str], n_resamples: int = 2000, seed: int = 0
-) -> list[Estimate]:
+def score_with_interval(runs: SeedRuns, benchmarks: Sequence[str]) -> list[Estimate]:
     """A method's score on a benchmark group at every k, with its interval (clipped to [0, 1])."""
     weights = group_weights(runs.problems, benchmarks)
-    point, parts = _contrast([runs.values], [1.0], weights, runs.problems, n_resamples, seed)
+    point, parts = _contrast([runs.values], [1.0], weights, runs.problems)
     return _estimates(point, parts, runs.ks, (0.0, 1.0))
 
 
 def difference_parts(
-    first: SeedRuns,
-    second: SeedRuns,
-    benchmarks: Sequence[str],
-    n_resamples: int = 2000,
-    seed: int = 0,
+    first: SeedRuns, second: SeedRuns, benchmarks: Sequence[str]
 ) -> tuple[np.ndarray, VarianceParts]:
-    """``first - second`` per k and its variance parts (see :func:`paired_difference`)."""
+    """``first - second`` per k and its variance components (see :func:`paired_difference`)."""
     if not first.problems.equals(second.problems) or first.ks != second.ks:
         raise ValueError("the two methods were evaluated on different problems or ks")
     weights = group_weights(first.problems, benchmarks)
-    return _contrast(
-        [first.values, second.values], [1.0, -1.0], weights, first.problems, n_resamples, seed
-    )
+    return _contrast([first.values, second.values], [1.0, -1.0], weights, first.problems)
 
 
 def paired_difference(
-    first: SeedRuns,
-    second: SeedRuns,
-    benchmarks: Sequence[str],
-    n_resamples: int = 2000,
-    seed: int = 0,
+    first: SeedRuns, second: SeedRuns, benchmarks: Sequence[str]
 ) -> list[Estimate]:
     """``first - second`` on a benchmark group at every k: paired over problems, each method's
-    seed variance added (see the module docstring); clipped to [-1, 1]."""
-    point, parts = difference_parts(first, second, benchmarks, n_resamples, seed)
+    seeds counted once with their interaction (see the module docstring); clipped to [-1, 1]."""
+    point, parts = difference_parts(first, second, benchmarks)
     return _estimates(point, parts, first.ks, (-1.0, 1.0))
+
+
+def split_seeds(runs: SeedRuns) -> tuple[SeedRuns, SeedRuns]:
+    """A method's seeds in two halves, the first ``S // 2`` against the rest: an A/A contrast
+    (the same method both sides), whose interval should cover 0 in 95% of such splits."""
+    half = runs.values.shape[0] // 2
+    if half < 2:
+        raise NotMeasurable(
+            f"{runs.values.shape[0]} seeds: an A/A split needs >= 2 seeds a half (>= 4 seeds)"
+        )
+    return (
+        SeedRuns(runs.values[:half], runs.problems, runs.ks),
+        SeedRuns(runs.values[half:], runs.problems, runs.ks),
+    )
 
 
 def widening(
@@ -269,8 +430,6 @@ def widening(
     benchmarks: Sequence[str],
     k_small: int,
     k_large: int,
-    n_resamples: int = 2000,
-    seed: int = 0,
 ) -> Estimate:
     """How much the gap ``first - second`` grows from pass@k_small to pass@k_large (the
     paper's "the gain widens with k"): the same intervals, on each seed's and problem's
@@ -283,9 +442,7 @@ def widening(
         return (runs.values[:, :, j] - runs.values[:, :, i])[:, :, None]
 
     weights = group_weights(first.problems, benchmarks)
-    point, parts = _contrast(
-        [growth(first), growth(second)], [1.0, -1.0], weights, first.problems, n_resamples, seed
-    )
+    point, parts = _contrast([growth(first), growth(second)], [1.0, -1.0], weights, first.problems)
     return _estimates(point, parts, [k_large], (-2.0, 2.0))[0]
 
 
@@ -321,14 +478,18 @@ def chance_pass_at_k(options: int, k: int) -> float:
 
 def holm_adjust(p_values: Sequence[float]) -> list[float]:
     """Holm's step-down family-wise adjustment: the i-th smallest of m p-values becomes
-    ``max_{l <= i} min(1, (m - l + 1) p_(l))``. NaN (a row that was not run) stays NaN and is
-    not counted in m."""
+    ``max_{l <= i} min(1, (m - l + 1) p_(l))``. Every member counts in m: a row that was not
+    run, or cannot be measured, enters with p = 1 (the caller's job), so m is the family the
+    report defines and never shrinks with what was run; a missing (nan) p-value is an error."""
     values = np.asarray(p_values, dtype=np.float64)
-    present = np.flatnonzero(~np.isnan(values))
-    if ((values[present] < 0) | (values[present] > 1)).any():
+    if np.isnan(values).any():
+        raise ValueError(
+            "a p-value is missing (nan): a row that was not run counts in the family with p = 1"
+        )
+    if ((values < 0) | (values > 1)).any():
         raise ValueError(f"p-values must lie in [0, 1], got {values.tolist()}")
     adjusted = np.full(values.shape, np.nan)
-    order = present[np.argsort(values[present], kind="stable")]
+    order = np.argsort(values, kind="stable")
     m, running = order.size, 0.0
     for rank, index in enumerate(order):
         running = max(running, min(1.0, (m - rank) * values[index]))
@@ -355,17 +516,27 @@ class Equivalence:
 
 
 def equivalence_test(estimate: Estimate, margin: float, alpha: float = 0.05) -> Equivalence:
-    """Two one-sided t tests (Schuirmann's TOST) on an estimate's se and df."""
+    """Two one-sided t tests (Schuirmann's TOST) on an estimate's se and df.
+
+    Raises :class:`NotMeasurable` when a side has fewer than 2 seeds (or its seeds are
+    unknown): without the between-seed variance a narrow interval is narrow only for those
+    runs, and "equivalent" would claim more than they show; and when the estimate has zero
+    variance (e.g. every pass@k is 0): two identical constants are not evidence of equal
+    methods."""
     from scipy.stats import t as student
 
     if margin <= 0:
         raise ValueError(f"the equivalence margin must be > 0, got {margin}")
+    if not estimate.seeds or min(estimate.seeds) < 2:
+        seeds = " vs ".join(map(str, estimate.seeds)) or "unknown"
+        raise NotMeasurable(
+            f"seeds {seeds}: an equivalence test needs >= 2 seeds per arm (the between-seed "
+            "variance)"
+        )
+    reason = measurability(estimate)
+    if reason is not None:
+        raise NotMeasurable(reason)
     value, se, df = estimate.value, estimate.se, estimate.df
-    if not np.isfinite(se):
-        raise ValueError("the estimate carries no standard error")
-    if se == 0.0:
-        p_value = 0.0 if abs(value) < margin else 1.0
-        return Equivalence(value, margin, p_value, value, value, alpha)
     above_lower = float(student.sf((value + margin) / se, df))  # H0: difference <= -margin
     below_upper = float(student.cdf((value - margin) / se, df))  # H0: difference >= margin
     quantile = float(student.ppf(1.0 - alpha, df))
@@ -376,38 +547,41 @@ def equivalence_test(estimate: Estimate, margin: float, alpha: float = 0.05) -> 
 
 
 def half_width(
-    problems: float, per_seed: Sequence[float], seeds: Sequence[int], problem_multiple: float = 1.0
+    components: Components, seeds: Sequence[int] | None = None, problem_multiple: float = 1.0
 ) -> float:
-    """The 95% half-width with ``seeds[i]`` seeds per method and ``problem_multiple`` times the
-    problems (the bootstrap variance scales as 1 / problems; each method's per-seed variance is
-    the measured one): the power calculation of the report's V5."""
-    if problem_multiple <= 0:
-        raise ValueError("problem_multiple must be > 0")
-    if any(count >= 2 and not np.isfinite(v) for v, count in zip(per_seed, seeds, strict=True)):
-        raise ValueError("a per-seed variance is unknown (it needs >= 2 measured seeds)")
-    se, df = combine(problems / problem_multiple, per_seed, seeds)
-    low, high, _ = t_interval(0.0, se, df)
+    """The 95% half-width ``t * se`` of a contrast with ``seeds[i]`` seeds per method (default:
+    the measured ones) and ``problem_multiple`` times the problems, from its crossed variance
+    components (:meth:`Components.design_variance`): the power calculation of the report's
+    V5."""
+    variance, df = components.design_variance(seeds, problem_multiple)
+    low, high, _ = t_interval(0.0, float(np.sqrt(variance)), df)
     return (high - low) / 2.0
 
 
 __all__ = [
+    "Components",
     "Equivalence",
     "Estimate",
+    "NotMeasurable",
     "SeedRuns",
     "VarianceParts",
+    "benchmark_strata",
     "chance_pass_at_k",
-    "combine",
     "difference_parts",
     "equivalence_test",
     "group_weights",
     "half_width",
     "holm_adjust",
     "mean_difference_interval",
+    "measurability",
     "paired_difference",
     "problem_counts",
+    "resample_problems",
+    "satterthwaite",
     "score_with_interval",
     "seed_runs",
     "sign_test_p",
+    "split_seeds",
     "t_interval",
     "widening",
 ]

@@ -14,7 +14,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tagrpo.metrics.compare import Estimate, t_interval
+from tagrpo.metrics.compare import (
+    Estimate,
+    benchmark_strata,
+    group_weights,
+    resample_problems,
+    t_interval,
+)
 
 
 def quarter_means(rewards: Sequence[float]) -> tuple[float, float]:
@@ -196,3 +202,93 @@ def strategy_entropy(responses: pd.DataFrame, column: str = STRATEGY_COLUMN) -> 
             }
         )
     return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class PathDependence:
+    """V3's "the base needs both paths": pass@k of all the base's responses minus that of its
+    best single solution path, on a benchmark group.
+
+    Per problem j, ``q_j = c_j / n_j`` over all responses and, per path p, ``q_jp = c_jp / n_jp``
+    over the responses labelled p (a problem none of whose responses took p takes ``q_j``:
+    conservative, it can only shrink the difference). Path p's pass@k is the benchmark-weighted
+    mean of the plug-in ``1 - (1 - q_jp)^k``; the base's the same plug-in on ``q_j`` (one form
+    for both, so their small-sample biases match). ``low``/``high``: the 95% percentile interval
+    of ``difference`` over a bootstrap of the problems within benchmarks (the best path chosen
+    again in each draw). ``filled[p]``: the problems that had no response on path p.
+    """
+
+    k: int
+    base: float
+    paths: dict[str, float]
+    best: str
+    difference: float
+    low: float
+    high: float
+    problems: int
+    filled: dict[str, int]
+
+
+def path_dependence(
+    responses: pd.DataFrame,
+    benchmarks: Sequence[str],
+    k: int,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    column: str = STRATEGY_COLUMN,
+) -> PathDependence | None:
+    """:class:`PathDependence` of one policy's evaluated responses (``benchmark``,
+    ``question_id``, ``correct``, ``column``) on ``benchmarks``; None when no response took a
+    known path (labels in :data:`NO_STRATEGY` are none)."""
+    missing = {"benchmark", "question_id", "correct", column} - set(responses.columns)
+    if missing:
+        raise KeyError(f"responses lack columns {sorted(missing)}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    chosen = responses[responses["benchmark"].isin(benchmarks)]
+    paths = sorted(set(chosen[column]) - set(NO_STRATEGY))
+    if not paths:
+        return None
+    keys = ["benchmark", "question_id"]
+    correct = chosen["correct"].astype(np.float64)
+    overall = correct.groupby([chosen[key] for key in keys], sort=True).agg(["size", "sum"])
+    rate = (overall["sum"] / overall["size"]).to_numpy()
+    rates = [rate]
+    filled = {}
+    for path in paths:
+        on_path = chosen[column] == path
+        part = (
+            correct[on_path]
+            .groupby([chosen.loc[on_path, key] for key in keys])
+            .agg(["size", "sum"])
+        )
+        part = part.reindex(overall.index, fill_value=0)
+        size = part["size"].to_numpy()
+        filled[path] = int((size == 0).sum())
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rates.append(np.where(size > 0, part["sum"].to_numpy() / size, rate))
+    values = 1.0 - (1.0 - np.stack(rates, axis=1)) ** k  # problems x (base, paths...)
+    problems = pd.MultiIndex.from_tuples(overall.index.tolist())
+    weights = group_weights(problems, benchmarks)
+
+    def difference(rows: np.ndarray) -> tuple[np.ndarray, float]:
+        means = weights[rows] @ values[rows]
+        return means, float(means[0] - means[1:].max())
+
+    means, point = difference(np.arange(len(values)))
+    rng = np.random.default_rng(seed)
+    strata = benchmark_strata(problems)
+    draws = np.array([difference(resample_problems(strata, rng))[1] for _ in range(n_resamples)])
+    low, high = np.quantile(draws, [0.025, 0.975])
+    best = paths[int(np.argmax(means[1:]))]
+    return PathDependence(
+        k=k,
+        base=float(means[0]),
+        paths={path: float(v) for path, v in zip(paths, means[1:], strict=True)},
+        best=best,
+        difference=point,
+        low=float(low),
+        high=float(high),
+        problems=len(values),
+        filled=filled,
+    )

@@ -36,6 +36,7 @@ from tagrpo.report.chance import (
     uninformative_from,
 )
 from tagrpo.report.claims import (
+    FAMILY_SIZE,
     build_claims,
     claims_table,
     difference_table,
@@ -146,6 +147,16 @@ def in_distribution_benchmarks(config: Params) -> tuple[str, list[str]]:
     return name, list(config.evaluate.groups[name])
 
 
+def primary_benchmarks(config: Params) -> tuple[str, list[str]]:
+    """The group named by ``report.primary_group`` and its benchmarks (validated free-form);
+    every free-form benchmark when it is null."""
+    name = config.report.primary_group
+    if name is None:
+        options = multiple_choice_options(config)
+        return "free-form benchmarks", sorted(set(config.benchmark_names()) - set(options))
+    return name, list(config.evaluate.groups[name])
+
+
 def _histories(root: Path, policies: Sequence[str], column: str) -> list[list[float]]:
     """Each policy's per-step ``column`` from its training history (an error naming a missing
     file or column)."""
@@ -164,8 +175,9 @@ def _histories(root: Path, policies: Sequence[str], column: str) -> list[list[fl
 
 
 def _strategy_responses(root: Path, policies: Sequence[str]) -> dict[str, pd.DataFrame]:
-    """The evaluated responses of each policy that carry a ``strategy`` label (none in a world
-    with one solution template: then nothing is read)."""
+    """The evaluated responses (with ``correct``: V3's pass@k per path) of each policy that
+    carry a ``strategy`` label (none in a world with one solution template: then nothing is
+    read)."""
     import pyarrow.parquet as pq
 
     from tagrpo.metrics.testbed import STRATEGY_COLUMN
@@ -176,7 +188,7 @@ def _strategy_responses(root: Path, policies: Sequence[str]) -> dict[str, pd.Dat
         if not path.exists():
             raise FileNotFoundError(f"{path} is missing: run the evaluate stage of {policy}")
         if STRATEGY_COLUMN in pq.read_schema(path).names:
-            columns = ["benchmark", "question_id", STRATEGY_COLUMN]
+            columns = ["benchmark", "question_id", "correct", STRATEGY_COLUMN]
             frames[policy] = pd.read_parquet(path, columns=columns)
     return frames
 
@@ -211,15 +223,20 @@ def validity_section(
         else None
     )
     controls = negative_controls(list(runs))
+    primary = primary_benchmarks(config)
     strategy, strategies = validity.strategy_criterion(
-        _strategy_responses(root, [BASE_POLICY, *config.runs.policies()])
+        _strategy_responses(root, [BASE_POLICY, *config.runs.policies()]),
+        primary,
+        ks[-1],
+        n_resamples,
+        config.common.seed,
     )
     resolution, power = validity.resolution_criterion(
-        runs.get("ta_grpo"), runs.get("grpo"), benchmarks, ks[-1], n_resamples
+        runs.get("ta_grpo"), runs.get("grpo"), primary, ks[-1]
     )
     base_passk = passk[passk["policy"] == BASE_POLICY]
     criteria = [
-        validity.rl_gain(runs.get("grpo"), base, group, members, n_resamples),
+        validity.rl_gain(runs.get("grpo"), base, group, members),
         validity.reward_trend(histories),
         validity.phrasing_criterion(dispersion),
         strategy,
@@ -227,7 +244,6 @@ def validity_section(
             runs.get("grpo"),
             (controls[0], runs[controls[0]]) if controls else None,
             benchmarks,
-            n_resamples,
         ),
         resolution,
         *validity.edge_criteria(base_passk, benchmarks, multiple_choice_options(config), ks[-1]),
@@ -237,9 +253,10 @@ def validity_section(
         "",
         "Can this run's miniature measure what the project is for? Each criterion (issue 21; "
         "thresholds fixed in `tagrpo/report/validity.py` before any method comparison is "
-        "read) is computed from this run's outputs. Intervals are 95%, t-based over seeds and "
-        "a paired problem bootstrap (see the statistics section); a criterion that cannot be "
-        "measured fails.",
+        "read) is computed from this run's outputs. Intervals are 95%, t-based on crossed "
+        "variance components of seeds and problems (see the statistics section); a criterion "
+        "that cannot be measured fails. V5 is blind: it states the design's resolution, not "
+        "the primary estimate.",
         "",
         validity.validity_table(criteria),
     ]
@@ -304,19 +321,20 @@ def statistics_sections(
         comparisons,
         ta_policies[0] if ta_policies else None,
         ks[-1],
-        config.evaluate.bootstrap_resamples,
         base=base,
         in_distribution=in_distribution_benchmarks(config),
         scaled_grpo=scaled_grpo,
         equivalence_margin=config.report.equivalence_margin,
         updates=updates,
+        primary=primary_benchmarks(config),
+        options=multiple_choice_options(config),
     )
     table = claims_table(claims)
     out["claims"].write_text(table + "\n")
     validity, validity_metrics = validity_section(config, root, runs, base, passk)
-    scores = score_table(runs, groups, config.evaluate.bootstrap_resamples)
+    scores = score_table(runs, groups)
     baselines = [m for m in methods if m != "ta_grpo"]
-    differences = difference_table(runs, groups, baselines, config.evaluate.bootstrap_resamples)
+    differences = difference_table(runs, groups, baselines)
     scores.to_csv(out["scores"], index=False)
     differences.to_csv(out["differences"], index=False)
     section = "\n".join(
@@ -326,12 +344,14 @@ def statistics_sections(
             "Scores are means over each method's seeds (column *seeds*) of benchmark-group "
             "averages (the "
             "paper's Table 1 averages: the mean over a group's benchmarks of their mean over "
-            "problems); differences are TA-GRPO minus each method. 95% intervals: a bootstrap "
-            "over problems (within benchmarks, paired between the two methods) on the "
-            "seed-averaged values, plus each method's between-seed variance (its per-seed "
-            "scores' variance over its seeds), with a t quantile (Welch-Satterthwaite degrees "
-            "of freedom); a method with one seed adds no seed term, so its rows hold for that "
-            "run only (*conditional*). These are exploratory: unadjusted for their number "
+            "problems); differences are TA-GRPO minus each method. 95% intervals from crossed "
+            "variance components (seeds x problems, paired over problems between the two "
+            "methods): the variance of each method's per-seed scores over its seeds (seed "
+            "effect and seed x problem interaction), plus the method-by-problem variance left "
+            "after that interaction is taken out of the problems' variance (counted once, not "
+            "twice), with a t quantile (Welch-Satterthwaite degrees of freedom); a method with "
+            "one seed adds no seed term, so its rows hold for that run only (*conditional*). "
+            "These are exploratory: unadjusted for their number "
             "(the claims table adjusts its family by Holm). Percentage points. *Updates*: the "
             "optimiser updates of each method's runs (they differ between methods with "
             "`train.batch_unit: rows`).",
@@ -341,7 +361,7 @@ def statistics_sections(
             _differences_markdown(differences, updates),
         ]
     )
-    headline = {f"claims/{i}/{c.verdict}": 1.0 for i, c in enumerate(claims)}
+    headline = {f"claims/{i}/{c.verdict_key}": 1.0 for i, c in enumerate(claims)}
     headline.update(
         {f"claims/{i}/estimate": c.estimate.value for i, c in enumerate(claims) if c.estimate}
     )
@@ -356,7 +376,6 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
 
     ks = config.evaluate.ks
     k = ks[-1]
-    n_resamples = config.evaluate.bootstrap_resamples
     runs = {"base": load_policy_runs(root, [BASE_POLICY], ks)}
     methods = config.runs.all_methods()
     runs.update(load_seed_runs(root, {m: config.runs.seeds_of(m) for m in methods}, ks))
@@ -364,7 +383,7 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
     groups = dict(config.evaluate.groups)
     columns = {b: [b] for b in benchmarks} | groups | {"average": benchmarks}
     options = multiple_choice_options(config)
-    frame = paper.scores(runs, columns, n_resamples)
+    frame = paper.scores(runs, columns)
     frame["chance"] = [
         100 * f if (f := chance_floor(c, int(k), options, columns)) is not None else float("nan")
         for c, k in zip(frame["column"], frame["k"], strict=True)
@@ -411,7 +430,6 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
         scaled,
         benchmarks,
         k,
-        n_resamples,
     )
     scaling_frame.to_csv(out["data_scaling"], index=False)
     paper.scaling_figure(
@@ -710,10 +728,19 @@ def build_report(
         "",
         "## The paper's claims, as this run measures them",
         "",
-        "The two controls open the table (tested at 5% each); the paper's claims below them "
-        "are one family, adjusted by Holm (*Holm p*; a verdict needs Holm p < 0.05). *seeds*: "
-        "the seeds of the two methods compared; *conditional*: a side has one run, so the "
-        "interval holds for that run only. The section 5.5 row is an equivalence test (TOST) "
+        "The controls open the table (tested at 5% each; with >= 4 GRPO seeds an A/A "
+        "control, GRPO's first half of seeds minus its second half, whose interval should "
+        "cover 0); the paper's claims below them are one fixed family of "
+        f"{FAMILY_SIZE} rows, adjusted by Holm (*Holm p*; a verdict needs Holm p < 0.05): a "
+        "row not run or not measurable counts with p = 1, so the family never shrinks with "
+        "what a profile runs. The primary endpoint (TA-GRPO minus GRPO at "
+        f"pass@{config.evaluate.ks[-1]}) and its widening with k are on the "
+        f"`report.primary_group` group ({primary_benchmarks(config)[0]}); the other "
+        f"pass@{config.evaluate.ks[-1]} rows on the free-form benchmarks (a multiple-choice "
+        "benchmark is reported at pass@1 only). *seeds*: the seeds of the two methods "
+        "compared; *conditional*: a side has one run, so the interval holds for that run "
+        "only; *not measurable*: nothing varies (zero variance) or, for the equivalence test, "
+        "a side has fewer than 2 seeds. The section 5.5 row is an equivalence test (TOST) "
         f"with a margin of +/-{100 * config.report.equivalence_margin:.1f} points, shown with "
         "its 90% interval.",
         "",

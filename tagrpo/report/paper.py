@@ -48,14 +48,12 @@ def paper_model(hub_id: str | None) -> str | None:
     return paper_numbers()["models"].get(hub_id or "")
 
 
-def scores(
-    runs: Mapping[str, SeedRuns], columns: Mapping[str, Sequence[str]], n_resamples: int
-) -> pd.DataFrame:
+def scores(runs: Mapping[str, SeedRuns], columns: Mapping[str, Sequence[str]]) -> pd.DataFrame:
     """Long form: method, column (a benchmark or a group), k, value and interval (percent)."""
     rows = []
     for method, method_runs in runs.items():
         for column, members in columns.items():
-            for estimate in score_with_interval(method_runs, members, n_resamples):
+            for estimate in score_with_interval(method_runs, members):
                 rows.append(
                     {
                         "method": method,
@@ -217,15 +215,12 @@ def scaling_frame(
     scaled: Mapping[tuple[str, float], SeedRuns],
     benchmarks: Sequence[str],
     k: int,
-    n_resamples: int,
 ) -> pd.DataFrame:
     """Figure 7's data: average pass@k over all benchmarks per (method, data multiple)."""
     rows = []
     points = {(m, 1.0): r for m, r in runs_1x.items()} | dict(scaled)
     for (method, multiple), method_runs in points.items():
-        estimate = next(
-            e for e in score_with_interval(method_runs, benchmarks, n_resamples) if e.k == k
-        )
+        estimate = next(e for e in score_with_interval(method_runs, benchmarks) if e.k == k)
         rows.append(
             {
                 "method": method,

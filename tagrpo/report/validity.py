@@ -3,21 +3,26 @@ measure what the project exists to measure? Each criterion is computed from the 
 and gets PASS or FAIL; a criterion that cannot be measured FAILs and says why.
 
 ======  ==================================================================================
-V1      RL learns: GRPO minus base at pass@1 on the in-distribution group >= +10 points, its
-        interval excluding 0; and the training reward rises (last minus first quarter of
-        steps, over GRPO's seeds), interval excluding 0
+V1      RL learns: GRPO minus base at pass@1 on the in-distribution group, the lower 95% bound
+        >= +10 points; and the training reward rises (last minus first quarter of steps,
+        over GRPO's seeds), interval excluding 0
 V2      Assumption 5.3: at the base, a question's success differs between its phrasings by
         more than binomial noise (permutation test over questions, p < 0.05)
-V3      Room to collapse: the responses use more than one solution strategy (strategy
-        entropy per question, from a ``strategy`` label the world writes)
+V3      The base needs both paths: its pass@k_large minus that of its best single solution
+        path (from the ``strategy`` label the world writes), on the primary group, the lower
+        95% bound >= +3 points (:func:`tagrpo.metrics.testbed.path_dependence`); the
+        strategy entropy per question is reported beside it
 V4      A known effect is seen: GRPO minus the negative control at pass@1 > 0, interval
-        excluding 0
-V5      Resolution: the 95% half-width of TA-GRPO minus GRPO at pass@k_large <= 2 points,
-        with the seeds and problems that would reach it (from the measured variances)
-edges   Per benchmark: the base's pass@k_large <= 90% and >= 5 points above chance
+        excluding 0, the control with >= 2 seeds (its between-seed variance)
+V5      Resolution: the design's 95% half-width of TA-GRPO minus GRPO at pass@k_large on the
+        primary group <= 2 points, with the seeds and problems that would reach it (from the
+        crossed variance components); blind: the estimate itself is not shown here
+edges   Per benchmark: the base's pass@k_large <= 90% and >= 5 points above chance (0 for a
+        free-form answer); a multiple-choice benchmark at pass@1 against 1/options
 ======  ==================================================================================
 
-The thresholds are the issue's, fixed here before any method comparison is read.
+The thresholds are the issue's, fixed here before any method comparison is read. A comparison
+with zero variance (nothing varies: e.g. every pass@k is 0) is not measurable, never a PASS.
 """
 
 from __future__ import annotations
@@ -29,26 +34,30 @@ import numpy as np
 import pandas as pd
 
 from tagrpo.metrics.compare import (
+    Components,
     Estimate,
     SeedRuns,
     chance_pass_at_k,
     difference_parts,
     half_width,
+    measurability,
     paired_difference,
 )
 from tagrpo.metrics.testbed import (
     NO_STRATEGY,
     PhrasingDispersion,
+    path_dependence,
     reward_rise,
     strategy_entropy,
 )
 from tagrpo.report.markdown import markdown_table
 
-MIN_RL_GAIN = 0.10  # V1: GRPO - base at pass@1, in-distribution
+MIN_RL_GAIN = 0.10  # V1: GRPO - base at pass@1, in-distribution, lower 95% bound
 ALPHA = 0.05  # V2 (and every interval: 95%)
+MIN_PATH_GAIN = 0.03  # V3: base - best single path at pass@k_large, lower 95% bound
 MAX_HALF_WIDTH = 0.02  # V5
-BASE_CEILING = 0.90  # edges: base pass@k_large at most
-CHANCE_MARGIN = 0.05  # edges: base pass@k_large at least this far above chance
+BASE_CEILING = 0.90  # edges: base pass@k at most
+CHANCE_MARGIN = 0.05  # edges: base pass@k at least this far above chance
 SEED_PLAN = (3, 5, 10, 20, 40)  # V5's power table
 MAX_PROBLEM_MULTIPLE = 64.0
 
@@ -78,16 +87,19 @@ def _points(estimate: Estimate, conditional: bool | None = None) -> str:
     return text + (" (conditional on a 1-seed run)" if flag else "")
 
 
-def rl_gain(
-    grpo: SeedRuns | None, base: SeedRuns, group: str, members: Sequence[str], n_resamples: int
-) -> Criterion:
+def rl_gain(grpo: SeedRuns | None, base: SeedRuns, group: str, members: Sequence[str]) -> Criterion:
+    """V1 on the lower bound: RL must move the policy by at least +10 points with 95%
+    confidence, not merely on average."""
     requirement = (
-        f"GRPO - base, pass@1, {group}: >= +{100 * MIN_RL_GAIN:.0f} points, interval excluding 0"
+        f"GRPO - base, pass@1, {group}: lower 95% bound >= +{100 * MIN_RL_GAIN:.0f} points"
     )
     if grpo is None:
         return Criterion("V1 (policy)", requirement, "not run: runs lacks grpo", False)
-    estimate = paired_difference(grpo, base, members, n_resamples)[0]
-    passed = estimate.value >= MIN_RL_GAIN and estimate.low > 0
+    estimate = paired_difference(grpo, base, members)[0]
+    reason = measurability(estimate)
+    if reason is not None:
+        return Criterion("V1 (policy)", requirement, f"not measurable: {reason}", False)
+    passed = estimate.low >= MIN_RL_GAIN
     # The base is the one model every method starts from, not a run to resample.
     conditional = estimate.seeds[0] == 1
     measured = f"{_points(estimate, conditional)} ({estimate.seeds[0]} GRPO seeds)"
@@ -127,9 +139,21 @@ def phrasing_criterion(result: PhrasingDispersion | None) -> Criterion:
     return Criterion("V2", requirement, measured, result.permutation_p < ALPHA)
 
 
-def strategy_criterion(responses: Mapping[str, pd.DataFrame]) -> tuple[Criterion, pd.DataFrame]:
-    """V3 from every evaluated policy's responses (``base`` first); the per-policy summary."""
-    requirement = "the base uses more than one solution strategy (entropy per question > 0)"
+def strategy_criterion(
+    responses: Mapping[str, pd.DataFrame],
+    primary: tuple[str, Sequence[str]],
+    k: int,
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> tuple[Criterion, pd.DataFrame]:
+    """V3 from every evaluated policy's responses (``base`` first; the base's with
+    ``correct``): the base needs both paths on the primary group (see the module docstring);
+    the per-policy entropy summary beside it."""
+    group, members = primary
+    requirement = (
+        f"the base needs both paths: base pass@{k} minus its best single path's, {group}: "
+        f"lower 95% bound >= +{100 * MIN_PATH_GAIN:.0f} points"
+    )
     rows = []
     for policy, frame in responses.items():
         entropy = strategy_entropy(frame)
@@ -159,50 +183,76 @@ def strategy_criterion(responses: Mapping[str, pd.DataFrame]) -> tuple[Criterion
         )
         return Criterion("V3", requirement, measured, False), summary
     base = summary[summary["policy"] == "base"].iloc[0]
-    measured = (
-        f"base: {base['entropy_bits']:.2f} bits per question, "
+    entropy_text = (
+        f"entropy {base['entropy_bits']:.2f} bits per question, "
         f"{100 * base['questions_with_two_or_more']:.0f}% of questions with >= 2 strategies, "
         f"{base['strategies']} strategies"
     )
-    passed = base["entropy_bits"] > 0 and base["strategies"] >= 2
-    return Criterion("V3", requirement, measured, bool(passed)), summary
+    paths = path_dependence(responses["base"], members, k, n_resamples, seed)
+    if paths is None or len(paths.paths) < 2:
+        measured = (
+            f"not measurable: the base's responses on {group} take "
+            f"{0 if paths is None else len(paths.paths)} known path(s); {entropy_text}"
+        )
+        return Criterion("V3", requirement, measured, False), summary
+    alone = ", ".join(f"{path} alone {100 * v:.1f}%" for path, v in paths.paths.items())
+    filled = ", ".join(f"{n} without {path}" for path, n in paths.filled.items() if n)
+    measured = (
+        f"base {100 * paths.base:.1f}%, {alone}: {100 * paths.difference:+.2f} "
+        f"[{100 * paths.low:+.2f}, {100 * paths.high:+.2f}] points over {paths.problems} "
+        f"problems{f' ({filled}: their rate)' if filled else ''}; {entropy_text}"
+    )
+    return Criterion("V3", requirement, measured, paths.low >= MIN_PATH_GAIN), summary
 
 
 def control_criterion(
     grpo: SeedRuns | None,
     control: tuple[str, SeedRuns] | None,
     benchmarks: Sequence[str],
-    n_resamples: int,
 ) -> Criterion:
-    requirement = "GRPO - negative control, pass@1, all benchmarks: interval above 0"
+    """V4: the known-bad method must lose, counting its own between-seed variance (so >= 2
+    seeds: with one, a narrow interval holds for that run only, as V5 with one seed a side)."""
+    requirement = (
+        "GRPO - negative control, pass@1, all benchmarks: interval above 0, the control with "
+        ">= 2 seeds"
+    )
     if grpo is None or control is None:
         missing = "grpo" if grpo is None else "a negative-control method (e.g. grpo_flipped)"
         return Criterion("V4", requirement, f"not run: runs lacks {missing}", False)
     name, runs = control
-    estimate = paired_difference(grpo, runs, benchmarks, n_resamples)[0]
+    seeds = runs.values.shape[0]
+    if seeds < 2:
+        measured = (
+            f"not measurable: {name} has {seeds} seed; its between-seed variance needs at least 2"
+        )
+        return Criterion("V4", requirement, measured, False)
+    estimate = paired_difference(grpo, runs, benchmarks)[0]
+    reason = measurability(estimate)
+    if reason is not None:
+        return Criterion("V4", requirement, f"not measurable: {reason}", False)
     return Criterion("V4", requirement, f"{name}: {_points(estimate)}", estimate.low > 0)
 
 
 def resolution_criterion(
     ta: SeedRuns | None,
     grpo: SeedRuns | None,
-    benchmarks: Sequence[str],
+    primary: tuple[str, Sequence[str]],
     k: int,
-    n_resamples: int,
 ) -> tuple[Criterion, str]:
-    """V5 and its power calculation (markdown)."""
+    """V5 and its power calculation (markdown), blind: the design's half-width from the
+    crossed variance components (:meth:`tagrpo.metrics.compare.Components.design_variance`),
+    never the primary estimate, which a gate must not show before it is passed."""
+    group, members = primary
     requirement = (
-        f"TA-GRPO - GRPO, pass@{k}, all benchmarks: 95% half-width <= "
-        f"{100 * MAX_HALF_WIDTH:.0f} points"
+        f"TA-GRPO - GRPO, pass@{k}, {group}: the design's 95% half-width <= "
+        f"{100 * MAX_HALF_WIDTH:.0f} points (blind: no estimate shown)"
     )
     if ta is None or grpo is None:
         return Criterion("V5", requirement, "not run: runs lacks ta_grpo or grpo", False), ""
-    _, parts = difference_parts(ta, grpo, benchmarks, n_resamples)
-    i = ta.ks.index(k)
-    per_seed = [float(v[i]) for v in parts.per_seed]
-    n_problems = ta.values.shape[1]
-    power = power_markdown(float(parts.problems[i]), per_seed, parts.seeds, n_problems, k)
-    seeds = (ta.values.shape[0], grpo.values.shape[0])
+    _, parts = difference_parts(ta, grpo, members)
+    components = parts.at(ta.ks.index(k))
+    power = power_markdown(components, k, group)
+    seeds = components.seeds
     if min(seeds) < 2:
         # One run a side: the interval is conditional on that run (no between-seed variance),
         # so its width says nothing about the design's resolution, however narrow it is.
@@ -211,25 +261,24 @@ def resolution_criterion(
             "needs at least 2 seeds per method"
         )
         return Criterion("V5", requirement, measured, False), power
-    estimate = next(e for e in paired_difference(ta, grpo, benchmarks, n_resamples) if e.k == k)
-    # The unclipped half-width (t x se): what the design resolves.
-    width = half_width(float(parts.problems[i]), per_seed, parts.seeds)
+    _, df = components.design_variance()
+    width = half_width(components)
     measured = (
-        f"+/-{100 * width:.2f} points ({_points(estimate)}; seeds {seeds[0]} vs {seeds[1]}, "
-        f"{n_problems} problems)"
+        f"+/-{100 * width:.2f} points (seeds {seeds[0]} vs {seeds[1]}, "
+        f"{components.problems} problems, t with {df:.1f} df)"
     )
     return Criterion("V5", requirement, measured, width <= MAX_HALF_WIDTH), power
 
 
 def needed_problem_multiple(
-    problems: float, per_seed: Sequence[float], seeds: int, target: float = MAX_HALF_WIDTH
+    components: Components, seeds: int, target: float = MAX_HALF_WIDTH
 ) -> float | None:
     """The smallest multiple of the problems (<= MAX_PROBLEM_MULTIPLE) at which ``seeds`` seeds
     per method reach the target half-width; None when none does."""
-    counts = [seeds] * len(per_seed)
+    counts = [seeds] * len(components.seeds)
 
     def width(multiple: float) -> float:
-        return half_width(problems, per_seed, counts, multiple)
+        return half_width(components, counts, multiple)
 
     if width(MAX_PROBLEM_MULTIPLE) > target:
         return None
@@ -242,29 +291,38 @@ def needed_problem_multiple(
     return high
 
 
-def power_markdown(
-    problems: float, per_seed: Sequence[float], seeds: Sequence[int], n_problems: int, k: int
-) -> str:
+def _squared_points(value: float) -> str:
+    return "unknown (1 seed)" if not np.isfinite(value) else f"{1e4 * value:.3f}"
+
+
+def power_markdown(components: Components, k: int, group: str) -> str:
     """The half-width of TA-GRPO - GRPO for other numbers of seeds and problems, from this
-    run's variance components (problems: the bootstrap variance, scaling as 1 / problems;
-    seeds: each method's measured per-seed variance)."""
+    run's crossed variance components: the method-by-problem part and each method's
+    interaction scale as 1 / problems, each method's seed part and interaction as 1 / seeds."""
+    seeds, n_problems = components.seeds, components.problems
     lines = [
-        f"**Power calculation (V5)**: variance components of TA-GRPO - GRPO at pass@{k} in "
-        f"this run: problems {1e4 * problems:.3f} points^2 ({n_problems} problems), per-seed "
-        "variance "
-        + ", ".join(f"{1e4 * v:.3f}" for v in per_seed)
-        + " points^2 (TA-GRPO, GRPO; "
+        f"**Power calculation (V5)**: crossed variance components of TA-GRPO - GRPO at "
+        f"pass@{k} on {group} in this run ({n_problems} problems; TA-GRPO, GRPO with "
         + " vs ".join(str(s) for s in seeds)
-        + " seeds).",
+        + " seeds), in points^2: method-by-problem "
+        f"{_squared_points(components.problem)}; seed "
+        + ", ".join(_squared_points(v) for v in components.seed)
+        + "; seed x problem interaction of one seed's score "
+        + ", ".join(_squared_points(v) for v in components.interaction)
+        + ". Variance of the difference = method-by-problem / m + sum over methods of (seed + "
+        "interaction / m) / seeds, with m the multiple of the problems (each counted once; "
+        "negative components truncated at 0, so where a method's per-seed scores vary less "
+        "than its interaction alone would make them, this design's half-width is wider than "
+        "the measured interval, which uses their variance as it is).",
         "",
     ]
     lines += [
-        "With few seeds, more problems shrink the problem term but move the t quantile toward "
-        "the seeds' few degrees of freedom (Welch-Satterthwaite): seeds, not problems, then "
-        "set the resolution.",
+        "With few seeds, more problems shrink the problem and interaction terms but not the "
+        "seed term, and the t quantile keeps the seeds' few degrees of freedom "
+        "(Welch-Satterthwaite): seeds, not problems, then set the resolution.",
         "",
     ]
-    if any(count < 2 for count in seeds) or not all(np.isfinite(per_seed)):
+    if any(count < 2 for count in seeds) or not all(np.isfinite(components.seed)):
         lines.append(
             "Not computable: a method has one seed, so its between-seed variance is unknown "
             "(give both at least 2 seeds)."
@@ -273,11 +331,9 @@ def power_markdown(
     multiples = (1.0, 2.0, 4.0, 8.0)
     rows = []
     for count in SEED_PLAN:
-        widths = [
-            f"{100 * half_width(problems, per_seed, [count] * len(per_seed), m):.2f}"
-            for m in multiples
-        ]
-        needed = needed_problem_multiple(problems, per_seed, count)
+        counts = [count] * len(seeds)
+        widths = [f"{100 * half_width(components, counts, m):.2f}" for m in multiples]
+        needed = needed_problem_multiple(components, count)
         rows.append(
             [
                 count,
@@ -303,22 +359,24 @@ def power_markdown(
 def edge_criteria(
     base_passk: pd.DataFrame, benchmarks: Sequence[str], options: Mapping[str, int], k: int
 ) -> list[Criterion]:
-    """Per benchmark: the base's pass@k is at most 90% and at least 5 points above chance
-    (0 for a free-form answer)."""
-    rows = base_passk[(base_passk["kind"] == "benchmark") & (base_passk["k"] == k)]
-    by_name = dict(zip(rows["name"], rows["pass_at_k"], strict=True))
+    """Per benchmark: the base's score is at most 90% and at least 5 points above chance: a
+    free-form benchmark at pass@k (chance 0), a multiple-choice one at pass@1 against
+    1/options (at large k its pass@k measures guessing: 81% at pass@32 with 20 options)."""
+    rows = base_passk[base_passk["kind"] == "benchmark"]
+    by_name = {(r.name, int(r.k)): float(r.pass_at_k) for r in rows.itertuples()}
     criteria = []
     for name in benchmarks:
-        if name not in by_name:
-            raise KeyError(f"{name}: the base policy has no pass@{k}")
-        value = float(by_name[name])
-        chance = chance_pass_at_k(options[name], k) if name in options else 0.0
+        at = 1 if name in options else k
+        if (name, at) not in by_name:
+            raise KeyError(f"{name}: the base policy has no pass@{at}")
+        value = by_name[(name, at)]
+        chance = chance_pass_at_k(options[name], at) if name in options else 0.0
         kind = f"{options[name]} options" if name in options else "free-form"
         passed = value <= BASE_CEILING and value - chance >= CHANCE_MARGIN
         criteria.append(
             Criterion(
                 f"edges: {name}",
-                f"base pass@{k} <= {100 * BASE_CEILING:.0f}% and >= chance + "
+                f"base pass@{at} <= {100 * BASE_CEILING:.0f}% and >= chance + "
                 f"{100 * CHANCE_MARGIN:.0f} points",
                 f"{100 * value:.1f}% (chance {100 * chance:.1f}%, {kind}; "
                 f"margin {100 * (value - chance):+.1f} points)",
