@@ -48,8 +48,8 @@ def test_invalid_problems_are_refused():
 
 
 def test_step_classes_split_sign_and_size():
-    assert [step_class(c, 5) for c in (4, 5, -4, -9)] == list(STEP_CLASSES)
-    assert step_class(4, 4) == "plus_big"
+    assert [step_class(c, 4) for c in (3, 4, -3, -9)] == list(STEP_CLASSES)
+    assert step_class(4, 5) == "plus_small"
 
 
 def test_every_phrasing_states_the_start_and_every_change():
@@ -72,13 +72,15 @@ def test_every_phrasing_states_the_start_and_every_change():
         render(PROBLEM, "poem")
 
 
-def test_reference_responses_restate_the_chain_in_the_paths_order():
-    assert reference_response(PROBLEM) == ("12 + 7 - 4 + 8: 19, 15, 23. The answer is \\boxed{23}.")
+def test_reference_responses_take_the_changes_in_the_paths_order():
+    assert reference_response(PROBLEM) == (
+        "12 + 7 = 19. 19 - 4 = 15. 15 + 8 = 23. The answer is \\boxed{23}."
+    )
     assert reference_response(PROBLEM, strategy="backward") == (
-        "12 + 8 - 4 + 7: 20, 16, 23. The answer is \\boxed{23}."
+        "12 + 8 = 20. 20 - 4 = 16. 16 + 7 = 23. The answer is \\boxed{23}."
     )
     misread = reference_response(PROBLEM, strategy="backward", misread={1})
-    assert misread == "12 + 8 + 4 + 7: 20, 24, 31. The answer is \\boxed{31}."
+    assert misread == "12 + 8 = 20. 20 + 4 = 24. 24 + 7 = 31. The answer is \\boxed{31}."
     assert last_boxed(reference_response(PROBLEM, letter="C")) == "C"
     with pytest.raises(ValueError, match="not in a chain of 3"):
         reference_response(PROBLEM, misread={3})
@@ -162,8 +164,8 @@ def test_splits_are_disjoint_by_arithmetic_and_rebuildable():
         problem = problem_from_meta(question.meta)
         assert render(problem, question.meta["family"]) == question.problem
         assert str(problem.answer) == question.answer
-        assert question.subject == "chain3"
-    assert {q.subject for q in built["mini_long"].questions} == {"chain4"}
+        assert question.subject == "chain4"
+    assert {q.subject for q in built["mini_long"].questions} == {"chain5"}
     choice = built["mini_choice"].questions[0]
     assert choice.answer_kind == "multiple_choice" and choice.answer in "ABCDEFGHIJ"
     assert len(choice.choices) == 10
@@ -196,24 +198,16 @@ def test_corpus_misreads_exactly_the_habit_steps_at_the_configured_rate():
 
 
 def test_every_family_and_path_has_a_habit_and_no_path_is_safe():
-    # The world's symmetry (preregistration/world-v2.md): in every family both paths misread
-    # something; each path is the careful one (one class) in two families; each class is the
-    # careful path's in exactly one family.
+    # The world's symmetry (preregistration/world-v2.md): in every family each path misreads
+    # one class, the two paths different ones; across the families each path misreads every
+    # class once, and each class is misread by two (family, path) pairs.
     habits = embedded(WarmStartCorpus).habits
-    careful = {}
+    assert set(habits) == set(PHRASING_FAMILIES)
     for family in PHRASING_FAMILIES:
-        sizes = {path: len(classes) for path, classes in habits[family].items()}
-        assert sorted(sizes.values()) == [1, 3], family
-        path = min(sizes, key=sizes.get)
-        (careful[family],) = habits[family][path]
-        assert set(habits[family][path]) | set(habits[family][_other(path)]) == set(STEP_CLASSES)
-    assert sorted(careful.values()) == sorted(STEP_CLASSES)
-    paths = [min(habits[f], key=lambda p, f=f: len(habits[f][p])) for f in PHRASING_FAMILIES]
-    assert sorted(paths) == ["backward", "backward", "forward", "forward"]
-
-
-def _other(path: str) -> str:
-    return "backward" if path == "forward" else "forward"
+        (forward,), (backward,) = habits[family]["forward"], habits[family]["backward"]
+        assert forward != backward, family
+    for path in ("forward", "backward"):
+        assert sorted(c for f in PHRASING_FAMILIES for c in habits[f][path]) == sorted(STEP_CLASSES)
 
 
 def test_random_is_not_global():

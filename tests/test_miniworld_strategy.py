@@ -29,13 +29,13 @@ def test_worked_answers_are_labelled_with_their_path(strategy, misread):
 
 def test_strategy_labels_of_sampled_text():
     # A wrong total or a flipped sign does not change the path: the first term's size does.
-    assert strategy_of(PROBLEM, "12 - 7 + 4 + 8: 5, 9, 16. \\boxed{16}") == "forward"
-    assert strategy_of(PROBLEM, "12 + 8 - 4 + 7: 21, 17, 24. \\boxed{24}") == "backward"
+    assert strategy_of(PROBLEM, "12 - 7 = 5. 5 + 4 = 9. \\boxed{9}") == "forward"
+    assert strategy_of(PROBLEM, "12 + 8 = 21. 21 - 4 = 17. \\boxed{17}") == "backward"
     assert strategy_of(PROBLEM, "The answer is \\boxed{23}.") == UNKNOWN
-    assert strategy_of(PROBLEM, "12 + 4 - 7 + 8: 16, 9, 17.") == UNKNOWN  # neither first term
-    assert strategy_of(PROBLEM, "11 + 7 - 4 + 8: 18, 14, 22.") == UNKNOWN  # not the start
+    assert strategy_of(PROBLEM, "12 + 4 = 16. 16 - 7 = 9.") == UNKNOWN  # neither first term
+    assert strategy_of(PROBLEM, "11 + 7 = 18. 18 - 4 = 14.") == UNKNOWN  # not the start
     # First and last changes of one size (possible outside the world's space): both paths.
-    assert strategy_of(MiniProblem(3, (4, 1, -4)), "3 + 4 + 1 - 4: 7, 8, 4.") == AMBIGUOUS
+    assert strategy_of(MiniProblem(3, (4, 1, -4)), "3 + 4 = 7. 7 + 1 = 8.") == AMBIGUOUS
 
 
 def test_strategy_entropy_counts_known_paths_only():

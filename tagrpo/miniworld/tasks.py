@@ -19,8 +19,8 @@ and size, :func:`step_class`), symmetrically for the two paths
 harder without any separate rule: the competition benchmark is the training distribution's
 chains made longer.
 
-Reference responses restate the chain in the path's order, give the running totals and end
-with ``\\boxed{answer}``, the format the paper's Box 2 instruction asks for.
+Reference responses show one equation per change in the path's order and end with
+``\\boxed{answer}``, the format the paper's Box 2 instruction asks for.
 """
 
 from __future__ import annotations
@@ -193,28 +193,26 @@ def reference_response(
     strategy: str = "forward",
     misread: Collection[int] = (),
 ) -> str:
-    """A worked answer along ``strategy``: the chain restated in the path's order, the running
-    totals, then the boxed result (or the option letter).
+    """A worked answer along ``strategy``: one equation per change, then the boxed result (or
+    the option letter).
 
-    ``12 + 8 - 4 + 7: 20, 16, 23. The answer is \\boxed{23}.`` is the backward path of
-    ``12, +7, -4, +8``. Restating first keeps the arithmetic next to its terms (a tiny model
-    reads the k-th term off one line instead of hunting it in a story). ``misread`` (indices
-    into ``problem.changes``) are the steps restated with the wrong sign; the totals follow the
-    restated chain, so the result is wrong but the format right.
+    ``12 + 8 = 20. 20 - 4 = 16. 16 + 7 = 23. The answer is \\boxed{23}.`` is the backward
+    path of ``12, +7, -4, +8``. Each equation holds its own arithmetic (the previous total, the
+    next term, the new total): a tiny model learns that in 1,000 SFT steps, where a restated
+    chain followed by the totals alone was not learned in 2,000 (docs/design.md).
+    ``misread`` (indices into ``problem.changes``) are the steps read with the wrong sign; the
+    equations stay consistent with themselves, so the result is wrong but the format right.
     """
     unknown = sorted(set(misread) - set(range(problem.length)))
     if unknown:
         raise ValueError(f"misread steps {unknown} are not in a chain of {problem.length}")
-    total, terms, totals = problem.start, [], []
+    total, equations = problem.start, []
     for index in path_order(problem, strategy):
         change = -problem.changes[index] if index in misread else problem.changes[index]
-        terms.append(_signed(change))
+        equations.append(f"{total} {_signed(change)} = {total + change}.")
         total += change
-        totals.append(str(total))
     boxed = letter if letter is not None else str(total)
-    return (
-        f"{problem.start} {' '.join(terms)}: {', '.join(totals)}. The answer is \\boxed{{{boxed}}}."
-    )
+    return f"{' '.join(equations)} The answer is \\boxed{{{boxed}}}."
 
 
 def misread_steps(
