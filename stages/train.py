@@ -99,6 +99,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             license_id="apache-2.0" if config.base_model.kind == "warmstart" else "other",
         )
         ctx.set_metrics(summary)
+    if backend == "verl":
+        from tagrpo.verl_ext.launcher import release_work_area
+
+        # Committed: the run's checkpoints are no longer needed (a failed or killed stage
+        # never gets here, and its rerun resumes from them).
+        release_work_area(config, plan.policy)
     return summary
 
 

@@ -328,7 +328,7 @@ class Trainer:
         old = score_log_probs(self.model, batch, micro, settings.temperature)
         ref = score_log_probs(self.ref_model, batch, micro, settings.temperature)
         score_seconds = time.perf_counter() - score_started
-        if spec.use_neighbours:
+        if spec.use_neighbours and settings.anchoring_diagnostic:
             anchoring_started = time.perf_counter()
             metrics.update(self._anchoring_shift(owners, question, variant, responses, batch, old))
             metrics["time/anchoring_s"] = time.perf_counter() - anchoring_started
