@@ -165,3 +165,35 @@ def test_a_training_step_feeds_the_anchor_prompt_to_policy_and_reference(tiny_lm
         q0_text = backend.prompt_text(rollout.question.messages(0))
         assert rollout.generation_prompts[2] == own
         assert scored[(rollout.question.id, 2)] == (q0_text if method == "ta_grpo" else own)
+
+
+def test_the_anchoring_diagnostic_switched_off_costs_no_pass(tiny_lm) -> None:
+    """``train.anchoring_diagnostic: false``: the policy sees the old-log-prob pass and the
+    update only (no second scoring of the neighbour responses), and no anchoring/ metric."""
+    model, tokenizer = tiny_lm
+    model = type(model)(model.config)
+    model.load_state_dict(tiny_lm[0].state_dict())
+    reference = type(model)(model.config)
+    reference.load_state_dict(tiny_lm[0].state_dict())
+    config = TrainConfig.create(
+        "ta_grpo",
+        steps=1,
+        batch_questions=2,
+        mini_batches=2,
+        group_size=2,
+        max_new_tokens=6,
+        micro_batch_sequences=64,
+        anchoring_diagnostic=False,
+    )
+    trainer = Trainer(
+        config, model, tokenizer, tiny_questions()[:2], boxed_grade, ref_model=reference
+    )
+    seen_policy, undo_policy = _record_inputs(model)
+    try:
+        result = trainer.step(1)
+    finally:
+        undo_policy()
+    responses = sum(len(rollout.completions) for rollout in result.generated)
+    assert responses == 2 * 4 * 2
+    assert len(seen_policy) == 2 * responses  # old log-probs + the update, nothing more
+    assert not any(key.startswith("anchoring/") for key in result.metrics)

@@ -90,6 +90,9 @@ class HFEngineSettings(ConfigModel):
     """transformers generation (``evaluate.backend: hf``, ``diagnostics.backend: hf``)."""
 
     max_batch_sequences: int = Field(ge=1, description="generation batch, sequences")
+    device: Literal["cpu", "cuda", "auto"] = Field(
+        description="cpu | cuda | auto (cuda when available); cuda without one is refused"
+    )
 
 
 class VLLMEngineSettings(ConfigModel):

@@ -32,5 +32,34 @@ class VerlRuntimeSettings(ConfigModel):
     grading_workers: int = Field(ge=1, description="grading processes per verl reward worker")
 
 
+class GPUSettings(ConfigModel):
+    """The cards a verl run is planned for and the cost model's assumptions: read by the
+    preflight only (tagrpo/verl_ext/cost.py: ``python -m stages.train --dry-run``, ``tagrpo
+    plan --cost``, and the train stage before verl starts)."""
+
+    memory_gib: float = Field(gt=0, le=4096, description="memory per card, GiB (H100: 80)")
+    overhead_gib: float = Field(
+        ge=0, description="per card: CUDA context, NCCL buffers, allocator fragmentation"
+    )
+    logit_bytes: float = Field(
+        gt=0,
+        le=32,
+        description="bytes per (token, vocabulary entry) of a micro-batch's logits pass "
+        "(bf16 logits + an fp32 copy for the log-softmax: 6)",
+    )
+    peak_tflops: float = Field(gt=0, description="dense bf16 peak per card, TFLOP/s")
+    train_mfu: float = Field(
+        gt=0, le=1, description="share of the peak the forward/backward passes reach"
+    )
+    rollout_mfu: float = Field(gt=0, le=1, description="share of the peak vLLM decoding reaches")
+    response_fill: float = Field(
+        gt=0, le=1, description="mean response length / the maximum (train.max_new_tokens)"
+    )
+    prompt_fill: float = Field(
+        gt=0, le=1, description="mean prompt length / verl.max_prompt_length"
+    )
+
+
 class RuntimeSettings(ConfigModel):
     verl: VerlRuntimeSettings
+    gpu: GPUSettings

@@ -319,6 +319,7 @@ def run_training(
     from tagrpo.algorithms import get_method
     from tagrpo.pipeline.tracking import log_metrics
     from tagrpo.training.outputs import write_history_csv
+    from tagrpo.verl_ext.cost import check_fits
     from tagrpo.verl_ext.data import (
         chat_template_counter,
         check_replaced_share,
@@ -328,6 +329,7 @@ def run_training(
     )
 
     model = resolve_model(config, root)
+    check_fits(config, model)  # memory per card, refused before any GPU work (naming the key)
     area = work_area(root, policy, config.runtime.verl)
     # The data is prepared beside the work area, which is kept only for the same run.
     prepared = area.root.with_name(f".{area.root.name}.prepared")
