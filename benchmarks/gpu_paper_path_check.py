@@ -167,16 +167,16 @@ def main() -> int:
         torch.cuda.reset_peak_memory_stats()
         torch.cuda.synchronize()
         began = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = model(input_ids=ids).logits[:, :-1]
-            labels = ids[:, 1:]
-            if kind == "fused":  # one kernel, like verl's flash-attn cross-entropy
-                log_probs = -torch.nn.functional.cross_entropy(
-                    logits.reshape(-1, arch.vocab), labels.reshape(-1), reduction="none"
-                )
-            else:  # verl's fallback: log-softmax in fp32, then gather
-                log_probs = torch.log_softmax(logits.float(), dim=-1)
-                log_probs = log_probs.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+        with torch.autocast("cuda", dtype=torch.bfloat16):  # FSDP's bf16 compute
+            logits = model(input_ids=ids).logits[:, :-1]  # bf16
+        labels = ids[:, 1:]
+        if kind == "fused":  # on the bf16 logits, no fp32 copy (verl's flash-attn kernel)
+            log_probs = -torch.nn.functional.cross_entropy(
+                logits.reshape(-1, arch.vocab), labels.reshape(-1), reduction="none"
+            )
+        else:  # log-softmax in fp32, then gather
+            log_probs = torch.log_softmax(logits.float(), dim=-1)
+            log_probs = log_probs.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
         log_probs.float().mean().backward()
         torch.cuda.synchronize()
         seconds = time.perf_counter() - began
@@ -208,14 +208,14 @@ def main() -> int:
     try:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = model(input_ids=ids).logits[:, :-1]
+        with torch.no_grad():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                logits = model(input_ids=ids).logits[:, :-1]  # bf16
+            # verl's entropy_from_logits on the logits' dtype, then the log-probs
+            entropy = torch.logsumexp(logits, -1) - (torch.softmax(logits, -1) * logits).sum(-1)
             log_probs = -torch.nn.functional.cross_entropy(
                 logits.reshape(-1, arch.vocab), ids[:, 1:].reshape(-1), reduction="none"
             )
-            entropy = torch.logsumexp(logits.float(), -1) - (
-                torch.softmax(logits.float(), -1) * logits.float()
-            ).sum(-1)
         torch.cuda.synchronize()
         del logits, log_probs, entropy
         peak = (torch.cuda.max_memory_allocated() - state) / GIB
