@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from scratch_project import run_checked
+from scratch_project import copy_checkout, run_checked
 
 from tagrpo.config.params import ConfigError
 from tagrpo.pipeline.paths import project_root
@@ -244,17 +244,7 @@ def with_code(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for stage in ("train", "evaluate"):
         dag["stages"][stage]["deps"] += _code_deps(real[stage]["deps"])
         dag["stages"][stage]["params"] = real[stage]["params"]
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z", "--", "tagrpo", "stages"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split("\0")
-    for name in filter(None, listed):
-        if (ROOT / name).is_file():
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            (root / name).write_bytes((ROOT / name).read_bytes())
+    copy_checkout(root, "tagrpo", "stages")
     env = small_project(root, yaml.safe_dump(dag, sort_keys=False))
     assert len(_ran(run_checked([dvc_binary(), "repro"], root, env))) == 6
     run_checked([*GIT, "add", "-A"], root, env)

@@ -288,21 +288,28 @@ def set_params(root: Path, params: dict, **changes) -> None:
     (root / "params.yaml").write_text(yaml.safe_dump(params))
 
 
+def killed_after_step_3(scratch, monkeypatch, checkpoint_every: int):
+    """A grpo run (4 steps, exports at 50% and 100%) whose process fails after step 3."""
+    root, params, tokenizer = scratch
+    set_params(
+        root,
+        params,
+        **{"train.checkpoints": [0.5, 1.0], "runtime.verl.checkpoint_every": checkpoint_every},
+    )
+    fake = FakeVerlRun(tokenizer, crash_after=3)
+    monkeypatch.setattr(launcher, "run_isolated", fake)
+    with pytest.raises(subprocess.CalledProcessError):
+        train_stage.main(["--method", "grpo", "--seed", "0"])
+    return root, params, root / "checkpoints" / "verl" / "grpo-s0", fake
+
+
 def test_a_killed_run_resumes_from_its_checkpoint_and_keeps_its_exports(
     scratch, monkeypatch
 ) -> None:
     """Attempt 1 fails after step 3 (checkpoint and export of step 2 made); the rerun continues
     from step 2 (not from zero: verl's tracker), keeps checkpoint-050 and the steps logged up to
     the checkpoint, repeats step 3, and the outputs are those of one 4-step run."""
-    root, params, tokenizer = scratch
-    set_params(
-        root, params, **{"train.checkpoints": [0.5, 1.0], "runtime.verl.checkpoint_every": 2}
-    )
-    area = root / "checkpoints" / "verl" / "grpo-s0"
-    fake = FakeVerlRun(tokenizer, crash_after=3)
-    monkeypatch.setattr(launcher, "run_isolated", fake)
-    with pytest.raises(subprocess.CalledProcessError):
-        train_stage.main(["--method", "grpo", "--seed", "0"])
+    root, params, area, fake = killed_after_step_3(scratch, monkeypatch, checkpoint_every=2)
     assert not (root / "models" / "grpo-s0").exists()  # nothing committed
     assert (area / "model" / "checkpoints" / "checkpoint-050" / "config.json").exists()
     # A worker count is not the run's identity: the rerun still resumes.
@@ -335,15 +342,7 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_keeps_its_exports(
 def test_a_run_with_other_results_starts_afresh_and_a_finished_one_is_not_retrained(
     scratch, monkeypatch
 ) -> None:
-    root, params, tokenizer = scratch
-    set_params(
-        root, params, **{"train.checkpoints": [0.5, 1.0], "runtime.verl.checkpoint_every": 1}
-    )
-    area = root / "checkpoints" / "verl" / "grpo-s0"
-    fake = FakeVerlRun(tokenizer, crash_after=3)
-    monkeypatch.setattr(launcher, "run_isolated", fake)
-    with pytest.raises(subprocess.CalledProcessError):
-        train_stage.main(["--method", "grpo", "--seed", "0"])
+    root, params, area, fake = killed_after_step_3(scratch, monkeypatch, checkpoint_every=1)
     # Another learning rate: the checkpoint of step 3 is another run's.
     set_params(root, params, **{"train.learning_rate": 2.0e-6})
     fake.crash_after = None
