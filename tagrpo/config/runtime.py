@@ -37,7 +37,9 @@ class GPUSettings(ConfigModel):
     preflight only (tagrpo/verl_ext/cost.py: ``python -m stages.train --dry-run``, ``tagrpo
     plan --cost``, and the train stage before verl starts)."""
 
-    memory_gib: float = Field(gt=0, le=4096, description="memory per card, GiB (H100: 80)")
+    memory_gib: float = Field(
+        gt=0, le=4096, description="memory per card, GiB (an H100 80 GB: 79.6)"
+    )
     overhead_gib: float = Field(
         ge=0, description="per card: CUDA context, NCCL buffers, allocator fragmentation"
     )
