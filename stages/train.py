@@ -54,6 +54,21 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             )
         planned = run_training(args.method, seed, policy, config, dry_run=True, model=model)
         print("\n".join(evaluation_lines(config)))  # what the evaluate stage will sample with
+        # The preflight: memory per card (refused when it does not fit), GPU-hours, disk.
+        from tagrpo.verl_ext.cost import check_fits, run_lines, training_questions
+        from tagrpo.verl_ext.launcher import resolve_model
+
+        root = project_root()
+        model = model or resolve_model(config, root)
+        print(
+            "\n".join(
+                run_lines(config, args.method, policy, model, training_questions(config, root))
+            )
+        )
+        try:
+            check_fits(config, model)
+        except ValueError as error:
+            parser.exit(2, f"{parser.prog}: {error}\n")
         return planned
     plan = plan_training(config, args.method, seed, args.data_multiple)
     with running_stage(
@@ -99,6 +114,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             license_id="apache-2.0" if config.base_model.kind == "warmstart" else "other",
         )
         ctx.set_metrics(summary)
+    if backend == "verl":
+        from tagrpo.verl_ext.launcher import release_work_area
+
+        # Committed: the run's checkpoints are no longer needed (a failed or killed stage
+        # never gets here, and its rerun resumes from them).
+        release_work_area(config, plan.policy)
     return summary
 
 

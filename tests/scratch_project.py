@@ -53,10 +53,11 @@ def run_checked(
     return result.stdout + result.stderr
 
 
-def scratch_project(target: Path, profile: str | None = None) -> dict[str, str]:
-    """Build the scratch repo in ``target``; the environment to run dvc and stages in it."""
+def copy_checkout(target: Path, *pathspec: str) -> None:
+    """Copy this working tree's tracked and new (not ignored) files, those under ``pathspec``
+    only when given, into ``target``."""
     listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        ["git", "ls-files", "-co", "--exclude-standard", "-z", "--", *pathspec],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -67,6 +68,11 @@ def scratch_project(target: Path, profile: str | None = None) -> dict[str, str]:
         if source.is_file():
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
+
+
+def scratch_project(target: Path, profile: str | None = None) -> dict[str, str]:
+    """Build the scratch repo in ``target``; the environment to run dvc and stages in it."""
+    copy_checkout(target)
     (target / "dvc.lock").unlink(missing_ok=True)
     for out in pipeline_outputs(ROOT):
         path = target / out

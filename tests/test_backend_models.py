@@ -132,3 +132,20 @@ def test_prompts_that_cannot_fit_the_context_are_refused_before_generation(tiny_
     with pytest.raises(PromptTooLongError, match=rf"1 of 2 prompts do not fit .* {context} tokens"):
         backend.generate([short, huge], sampling)
     assert len(backend.generate([short], sampling)[0]) == 2  # short prompts still sample
+
+
+def test_the_hf_engines_device_is_a_setting_refused_without_cuda(tmp_path) -> None:
+    """``hf.device`` (evaluate and diagnostics with the hf backend): auto is the CPU here, and
+    cuda where torch sees no CUDA device is refused naming the key, before any model loads."""
+    import torch
+
+    from tagrpo.backends.factory import make_backend
+    from tagrpo.backends.models import resolve_device
+    from tagrpo.config.params import config_with
+
+    assert resolve_device("cpu", "hf.device") == torch.device("cpu")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    assert resolve_device("auto", "hf.device") == torch.device("cpu")
+    with pytest.raises(ValueError, match=r"hf\.device = cuda, but torch .* sees no CUDA device"):
+        make_backend("hf", config_with({"hf.device": "cuda"}), tmp_path / "no model here")

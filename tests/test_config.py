@@ -127,7 +127,7 @@ def test_no_params_model_declares_a_default_value() -> None:
         (("train", "mini_batches"), "train.mini_batches: required key is missing"),
         (("train", "warmup_ratio"), "train.warmup_ratio: required key is missing"),
         (("train", "checkpoints"), "train.checkpoints: required key is missing"),
-        (("verl", "checkpoint_dir"), "verl.checkpoint_dir: required key is missing"),
+        (("runtime", "verl", "checkpoint_dir"), "runtime.verl.checkpoint_dir: required key"),
         # null is a value (3 x item_timeout_s + 10); an absent key is not
         (("common", "grading", "wall_timeout_s"), "wall_timeout_s: required key is missing"),
         (("data", "synthetic"), "data.synthetic: required key is missing"),

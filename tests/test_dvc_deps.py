@@ -10,14 +10,15 @@ import pytest
 
 from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.stage_deps import (
+    RESULT_NEUTRAL,
     ImportGraph,
     check_stages,
     command_modules,
     compact,
     covers,
     dvc_stages,
-    folder_deps,
     main,
+    neutral_for,
 )
 
 
@@ -163,24 +164,20 @@ def test_compact_writes_a_folder_only_when_all_its_modules_are_needed(tmp_path: 
     ]
 
 
-def test_folder_deps_name_a_package_when_the_stage_loads_at_least_half(tmp_path: Path) -> None:
+def test_result_neutral_modules_and_what_only_they_load_are_no_deps(tmp_path: Path) -> None:
+    """A RESULT_NEUTRAL module (tracking, progress bars) is not entered: neither it nor what
+    only it loads is a dep (pkg/g.py is loaded by pkg/b.py alone)."""
     write(tmp_path, PROJECT)
-    assert folder_deps(tmp_path, LOADED) == [
-        "pkg/__init__.py",
-        "pkg/a.py",
+    graph = ImportGraph(tmp_path)
+    assert graph.closure("stages.s", neutral={"pkg/b.py"}) == LOADED - {
         "pkg/b.py",
-        "pkg/c.py",
-        "pkg/d.py",
-        "pkg/deep",  # 2 of its 2 modules
-        "pkg/e.py",
-        "pkg/f.py",
         "pkg/g.py",
-        "pkg/sub",  # 2 of 3
-        "pkg/tables",  # data only
-        "stages/__init__.py",
-        "stages/s.py",
-    ]
-    assert folder_deps(tmp_path, {"pkg/sub/lazy.py"}) == ["pkg/sub/lazy.py"]  # 1 of 3
+        "pkg/tables/table.yaml",
+    }
+    assert graph.closure("stages.s", neutral={"pkg/c.py"}) == LOADED - {"pkg/c.py"}
+    # A stage that writes what a module otherwise only logs depends on it (the report's commit).
+    assert "tagrpo/pipeline/tracking.py" in neutral_for(["stages.train"])
+    assert "tagrpo/pipeline/tracking.py" not in neutral_for(["stages.report"])
 
 
 def test_dvc_command_checks_stages_as_dvc_expands_them(
@@ -195,7 +192,7 @@ def test_dvc_command_checks_stages_as_dvc_expands_them(
             "params.yaml": "seeds: [0, 1]\n",
             "dvc.yaml": (
                 "stages:\n"
-                "  ok:\n"
+                "  wide:\n"
                 "    cmd: python -m stages.s\n"
                 "    deps: &code [stages, pkg]\n"
                 "    params: [seeds]\n"
@@ -203,19 +200,25 @@ def test_dvc_command_checks_stages_as_dvc_expands_them(
                 "    matrix: {seed: '${seeds}'}\n"
                 "    cmd: python -m stages.s --seed ${item.seed}\n"
                 "    deps: [stages, pkg/a.py, pkg/b.py, pkg/c.py, pkg/d.py, pkg/e.py, pkg/f.py,\n"
-                "           pkg/g.py, pkg/deep, pkg/sub, pkg/__init__.py, pkg/README.md]\n"
+                "           pkg/g.py, pkg/deep, pkg/sub/__init__.py, pkg/sub/lazy.py,\n"
+                "           pkg/__init__.py, pkg/README.md]\n"
             ),
         },
     )
     assert main(["--root", str(tmp_path), "--check"]) == 1
     assert capsys.readouterr().out == (
+        # a folder dep over modules the stage never loads: their edits would rerun it
+        "wide: modules its deps cover but it never loads (or result-neutral)\n"
+        "  - pkg/sub/other.py\n"
+        "  - pkg/unused.py\n"
         "short (2 matrix items): 1 loaded file(s) no dep covers\n"
         "  - pkg/tables/table.yaml\n"
         "short (2 matrix items): code deps it never loads (reruns it needlessly, or gone)\n"
         "  - pkg/README.md\n"
     )
+    exact = ", ".join(compact(tmp_path, LOADED))
     (tmp_path / "dvc.yaml").write_text(
-        "stages:\n  ok:\n    cmd: python -m stages.s\n    deps: [stages, pkg]\n"
+        f"stages:\n  ok:\n    cmd: python -m stages.s\n    deps: [{exact}]\n"
     )
     assert main(["--root", str(tmp_path), "--check"]) == 0
     assert capsys.readouterr().out == (
@@ -264,6 +267,9 @@ def test_dvc_yaml_deps_cover_every_project_file_each_stage_loads(tmp_path: Path)
     # rerun the stage for nothing, or refuse a dep that is gone.
     needless = [f"{result.stage}: {dep}" for result in results for dep in result.unneeded]
     assert not needless, "code deps the stage never loads:\n" + "\n".join(needless)
+    # And no folder dep over a module the stage does not load (or a result-neutral one).
+    over = [f"{result.stage}: {path}" for result in results for path in result.over]
+    assert not over, "modules deps cover that the stage never loads:\n" + "\n".join(over)
 
 
 def test_folder_deps_ignore_python_bytecode() -> None:
@@ -305,11 +311,60 @@ def test_write_rewrites_code_deps_keeps_data_deps_and_then_checks_clean(
     capsys.readouterr()
     assert main(["--root", str(tmp_path), "--write"]) == 0
     assert capsys.readouterr().out == "dvc.yaml: code deps rewritten for 1 stage(s): short\n"
-    # the data dep first; pkg/unused.py and pkg/gone.py are not loaded, so no folder `pkg`
+    # the data dep first; a folder only where every module of it is loaded (pkg/deep, stages):
+    # not pkg (pkg/unused.py), not pkg/sub (pkg/sub/other.py); pkg/gone.py is gone
     expected = (
         "    deps: [data/in.txt, pkg/__init__.py, pkg/a.py, pkg/b.py, pkg/c.py, pkg/d.py, "
         "pkg/deep, pkg/e.py,\n"
-        "           pkg/f.py, pkg/g.py, pkg/sub, pkg/tables, stages/__init__.py, stages/s.py]\n"
+        "           pkg/f.py, pkg/g.py, pkg/sub/__init__.py, pkg/sub/lazy.py, "
+        "pkg/tables/table.yaml, stages]\n"
     )
     assert (tmp_path / "dvc.yaml").read_text().endswith(expected)
     assert main(["--root", str(tmp_path), "--check"]) == 0
+
+
+# What a train stage must not depend on: evaluation code and the vLLM evaluation backend (an
+# evaluation fix must not retrain every policy), and the result-neutral modules.
+NOT_TRAINING_CODE = (
+    "tagrpo/evaluation",
+    "tagrpo/backends/vllm_backend.py",
+    "tagrpo/backends/vllm_worker.py",
+    "tagrpo/backends/sample_store.py",
+    *RESULT_NEUTRAL,
+)
+
+
+def test_train_stages_depend_on_no_evaluation_tracking_or_progress_code() -> None:
+    root = project_root()
+    train = {
+        name: deps
+        for name, (_, deps) in dvc_stages(root).items()
+        if name.partition("@")[0].startswith("train")
+    }
+    assert train
+    found = [
+        f"{name}: {dep}"
+        for name, deps in train.items()
+        for dep in deps
+        for banned in NOT_TRAINING_CODE
+        if covers(dep, banned) or covers(banned, dep)
+    ]
+    assert not found, "train stages depending on evaluation or result-neutral code:\n" + "\n".join(
+        found
+    )
+
+
+def test_no_stage_depends_on_settings_that_cannot_change_results() -> None:
+    """The `runtime` section (resume, checkpoints, workers) and common.grading.workers are no
+    stage's params: changing them reruns nothing (docs/design.md, "What a stage depends on")."""
+    import yaml
+
+    declared = yaml.safe_load((project_root() / "dvc.yaml").read_text())["stages"]
+    neutral = ("runtime", "runtime.verl", "common", "common.grading", "common.grading.workers")
+    found = [
+        f"{name}: {param}"
+        for name, stage in declared.items()
+        for param in stage.get("params", [])
+        if isinstance(param, str) and (param in neutral or param.startswith("runtime."))
+    ]
+    assert not found, "\n".join(found)

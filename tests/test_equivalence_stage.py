@@ -230,7 +230,7 @@ def test_a_wrong_key_fails_the_rephrase_stage_at_the_first_reply(
 def test_too_many_padded_slots_fail_the_equivalence_stage(equivalence_project: Path) -> None:
     """Rephrasings nobody accepts would make TA-GRPO train on copies of q0: the stage fails
     with the counts instead of padding every slot and exiting 0."""
-    from tagrpo.rephrase.rephrase_stage import TooManyFailuresError
+    from tagrpo.rephrase.shares import TooManyFailuresError
 
     check = {
         "similarity": {"enabled": True, "threshold": 0.999},  # rejects every rephrasing

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from scratch_project import run_checked
+from scratch_project import copy_checkout, run_checked
 
 from tagrpo.config.params import ConfigError
 from tagrpo.pipeline.paths import project_root
@@ -225,3 +225,72 @@ def test_the_command_refuses_an_unknown_key_and_prints_the_plan(reproduced: Path
         "  report              upstream runs: evaluate@grpo-0, evaluate@ta_grpo-0",
         "up to date (3): data, train@grpo-0, train@ta_grpo-0",
     ]
+
+
+# -- code changes: the project's own code deps, as dvc.yaml declares them ---------------------
+
+
+def _code_deps(deps: list[str]) -> list[str]:
+    return [dep for dep in deps if dep.startswith(("stages/", "tagrpo/"))]
+
+
+@pytest.fixture(scope="module")
+def with_code(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small DAG with the real train and evaluate stages' code and params deps (dvc.yaml),
+    over a copy of the project's code, reproduced once."""
+    root = tmp_path_factory.mktemp("plan-code")
+    real = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    dag = yaml.safe_load(DVC_YAML)
+    for stage in ("train", "evaluate"):
+        dag["stages"][stage]["deps"] += _code_deps(real[stage]["deps"])
+        dag["stages"][stage]["params"] = real[stage]["params"]
+    copy_checkout(root, "tagrpo", "stages")
+    env = small_project(root, yaml.safe_dump(dag, sort_keys=False))
+    assert len(_ran(run_checked([dvc_binary(), "repro"], root, env))) == 6
+    run_checked([*GIT, "add", "-A"], root, env)
+    run_checked([*GIT, "commit", "-q", "-m", "reproduced"], root, env)
+    return root
+
+
+def test_an_evaluation_fix_reruns_evaluation_not_training(with_code: Path) -> None:
+    """An edit of the evaluation code (the runner, the vLLM backend): `tagrpo plan` lists the
+    evaluations and the report, no train stage; and `dvc repro` then runs no train stage."""
+    for name in ("tagrpo/evaluation/runner.py", "tagrpo/backends/vllm_backend.py"):
+        with open(with_code / name, "a") as handle:
+            handle.write("# an evaluation-only fix\n")
+    try:
+        plan = plan_rerun(with_code, RerunRequest())
+        expected = ["evaluate@grpo-0", "evaluate@ta_grpo-0", "report"]
+        assert [stage.name for stage in plan.runs] == expected
+        assert plan.runs[0].reasons == (
+            "changed deps: tagrpo/backends/vllm_backend.py, tagrpo/evaluation/runner.py",
+        )
+        # DVC then skips the report: the evaluations' outputs came out byte-identical here.
+        ran = _ran(run_checked([dvc_binary(), "repro"], with_code, _env()))
+        assert sorted(ran) == expected[:2]
+    finally:
+        run_checked(["git", "checkout", "-q", "--", "."], with_code, _env())
+        run_checked([dvc_binary(), "checkout", "-q"], with_code, _env())
+
+
+def test_tracking_code_and_settings_that_cannot_change_results_rerun_nothing(
+    with_code: Path,
+) -> None:
+    """MLflow tracking and progress bars are no stage's code; resuming, checkpoint frequency
+    and worker counts are no stage's params."""
+    for name in ("tagrpo/pipeline/tracking.py", "tagrpo/pipeline/progress.py"):
+        with open(with_code / name, "a") as handle:
+            handle.write("# a logging change\n")
+    try:
+        request = RerunRequest(
+            overrides=[
+                "runtime.verl.resume=false",
+                "runtime.verl.checkpoint_every=1",
+                "runtime.verl.grading_workers=16",
+                "common.grading.workers=16",
+            ]
+        )
+        plan = plan_rerun(with_code, request)
+        assert len(plan.changed_params) == 4 and plan.runs == []
+    finally:
+        run_checked(["git", "checkout", "-q", "--", "."], with_code, _env())

@@ -106,14 +106,14 @@ def test_scoring_inputs_and_log_probs_follow_the_anchor(tiny_lm) -> None:
     assert not torch.allclose(under_q2, under_q0, atol=1e-4)
 
 
-@pytest.mark.parametrize("method", ["ta_grpo", "ta_grpo_star", "ta_grpo_unanchored"])
-def test_a_training_step_feeds_the_anchor_prompt_to_policy_and_reference(tiny_lm, method) -> None:
+def one_step_trainer(tiny_lm, method: str, **settings) -> Trainer:
+    """A one-step trainer of ``method`` on two questions, on fresh copies of the tiny policy
+    (the test trains them)."""
     model, tokenizer = tiny_lm
-    model = type(model)(model.config)  # a fresh copy: this test trains it
+    model = type(model)(model.config)
     model.load_state_dict(tiny_lm[0].state_dict())
     reference = type(model)(model.config)
     reference.load_state_dict(tiny_lm[0].state_dict())
-    questions = tiny_questions()[:2]
     config = TrainConfig.create(
         method,
         steps=1,
@@ -122,10 +122,18 @@ def test_a_training_step_feeds_the_anchor_prompt_to_policy_and_reference(tiny_lm
         group_size=2,
         max_new_tokens=6,
         micro_batch_sequences=64,
+        **settings,
     )
-    trainer = Trainer(config, model, tokenizer, questions, boxed_grade, ref_model=reference)
-    seen_policy, undo_policy = _record_inputs(model)
-    seen_reference, undo_reference = _record_inputs(reference)
+    questions = tiny_questions()[:2]
+    return Trainer(config, model, tokenizer, questions, boxed_grade, ref_model=reference)
+
+
+@pytest.mark.parametrize("method", ["ta_grpo", "ta_grpo_star", "ta_grpo_unanchored"])
+def test_a_training_step_feeds_the_anchor_prompt_to_policy_and_reference(tiny_lm, method) -> None:
+    trainer = one_step_trainer(tiny_lm, method)
+    questions = tiny_questions()[:2]  # the trainer's
+    seen_policy, undo_policy = _record_inputs(trainer.model)
+    seen_reference, undo_reference = _record_inputs(trainer.ref_model)
     try:
         result = trainer.step(1)
     finally:
@@ -165,3 +173,18 @@ def test_a_training_step_feeds_the_anchor_prompt_to_policy_and_reference(tiny_lm
         q0_text = backend.prompt_text(rollout.question.messages(0))
         assert rollout.generation_prompts[2] == own
         assert scored[(rollout.question.id, 2)] == (q0_text if method == "ta_grpo" else own)
+
+
+def test_the_anchoring_diagnostic_switched_off_costs_no_pass(tiny_lm) -> None:
+    """``train.anchoring_diagnostic: false``: the policy sees the old-log-prob pass and the
+    update only (no second scoring of the neighbour responses), and no anchoring/ metric."""
+    trainer = one_step_trainer(tiny_lm, "ta_grpo", anchoring_diagnostic=False)
+    seen_policy, undo_policy = _record_inputs(trainer.model)
+    try:
+        result = trainer.step(1)
+    finally:
+        undo_policy()
+    responses = sum(len(rollout.completions) for rollout in result.generated)
+    assert responses == 2 * 4 * 2
+    assert len(seen_policy) == 2 * responses  # old log-probs + the update, nothing more
+    assert not any(key.startswith("anchoring/") for key in result.metrics)

@@ -169,3 +169,20 @@ def test_plan_counts_optimiser_updates_per_epoch_for_both_batch_units(tmp_path) 
         plan_training(questions, "grpo", 0, data_multiple=2.5, root=tmp_path)
     with pytest.raises(ValueError, match="the data-scaling runs are the baselines"):
         plan_training(questions, "ta_grpo", 0, data_multiple=1.5, root=tmp_path)
+
+
+def test_the_ratio_under_q0_says_not_measured_when_switched_off(tmp_path) -> None:
+    """``train.anchoring_diagnostic: false``: the TA rows say so (no KeyError for the missing
+    anchoring means), and the figure is a "not run" one."""
+    from tagrpo.report.anchoring import anchoring_figure
+
+    section = training_section(
+        {"ta_grpo-s0": {"optimiser_updates": 40}, "grpo-s0": {"optimiser_updates": 40}},
+        anchoring_measured=False,
+    )
+    assert "| ta_grpo-s0 | not measured (train.anchoring_diagnostic: false) |  |  |  |  |" in (
+        section
+    )
+    assert "| grpo-s0 | n/a (samples no rephrasings) |  |  |  |  |" in section
+    anchoring_figure({}, tmp_path / "a.png", measured=False)
+    assert (tmp_path / "a.png").stat().st_size > 0

@@ -3,8 +3,9 @@
 A fake TransferQueue (with partitions) and a fake actor whose log-probability of every token is
 -0.1 x the length of the prompt it is given: the log-ratio of a neighbour response is then
 -0.1 x (|q0| - |q^n|) on each of its tokens, computable by hand. Checked: what the actor is
-given (the other prompt, its ids, positions and tags), what the metrics come out as, that the
-partition is cleared and the stored records are untouched.
+given (the neighbour responses only, under the other prompt: its ids, positions and tags), what
+the metrics come out as, that the partition is cleared and the stored records are untouched,
+and that ``train.anchoring_diagnostic: false`` skips the pass.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tagrpo.verl_ext.trainer import (
     TATrainer,
     anchoring_metrics,
     counterpart_prompt_ids,
+    neighbour_rows,
     optimiser_updates_per_step,
     trajectory_layout,
 )
@@ -142,13 +144,14 @@ def test_the_anchoring_pass_scores_each_neighbour_response_under_the_other_promp
 
     anchored = method == "ta_grpo"
     for key, prompt, tag in actor.seen:
-        session = int(key.split("_")[1]) if not key.startswith("pad") else 0
-        variant = settings.variant_of(session)
-        # the other prompt for neighbour responses; the stored one for q0's and the padding
-        expected = Q0 if variant == 0 else (REPHRASING[variant] if anchored else Q0)
+        variant = settings.variant_of(int(key.split("_")[1]))
+        # the other prompt of each neighbour response
+        expected = REPHRASING[variant] if anchored else Q0
         assert prompt == expected, key
         assert tag["prompt_len"] == len(expected)
-    assert len(actor.seen) == len(batch.keys)
+    # Only the N*G neighbour responses are scored again: not q0's G (their two prompts are
+    # one), not verl's padding row.
+    assert [key for key, _, _ in actor.seen] == [f"u1_{s}_0" for s in range(G, settings.rollout_n)]
     assert tq.cleared == [ANCHORING_PARTITION]
     assert tq.records.keys() == before.keys()  # the pass's records are gone, the batch's kept
     for key, record in before.items():
@@ -178,38 +181,62 @@ def test_the_anchoring_pass_scores_each_neighbour_response_under_the_other_promp
     )
 
 
-def test_metrics_follow_the_anchor_and_skip_q0_and_padding() -> None:
+def test_neighbour_rows_skip_q0_and_padding() -> None:
     settings = MethodSettings("ta_grpo_star", 1, 1)
-    keys = ["u1_0_0", "u1_1_0", "pad_0_0"]
-    layout = trajectory_layout(keys, [{}, {}, {"is_padding": True}], settings)
+    keys = ["u1_0_0", "pad_0_0", "u1_1_0", "u2_1_0", "u2_0_0"]
+    tags = [{}, {"is_padding": True}, {}, {}, {}]
+    assert neighbour_rows(trajectory_layout(keys, tags, settings)).tolist() == [2, 3]
+
+
+def test_metrics_follow_the_anchor() -> None:
+    settings = MethodSettings("ta_grpo_star", 1, 1)
     f64 = torch.float64
-    stored = [
-        torch.tensor([-9.0], dtype=f64),
-        torch.tensor([math.log(0.5), math.log(0.25)], dtype=f64),
-        torch.zeros(1, dtype=f64),
-    ]
-    other = [
-        torch.tensor([-1.0], dtype=f64),
-        torch.tensor([math.log(0.25), math.log(0.25)], dtype=f64),
-        torch.zeros(1, dtype=f64),
-    ]
-    masks = [torch.ones(1), torch.ones(2), torch.ones(1)]
+    stored = [torch.tensor([math.log(0.5), math.log(0.25)], dtype=f64)]
+    other = [torch.tensor([math.log(0.25), math.log(0.25)], dtype=f64)]
+    masks = [torch.ones(2)]
     # TA-GRPO*: stored = under q^1, other = under q0: d = [ln 0.5, 0]
-    metrics = anchoring_metrics(stored, other, masks, layout, settings)
-    assert metrics == anchoring_shift([np.log([0.25, 0.25])], [np.log([0.5, 0.25])], [0])
+    metrics = anchoring_metrics(stored, other, masks, [0], [1], settings, ["u1 session 1"])
+    assert metrics == anchoring_shift([np.log([0.25, 0.25])], [np.log([0.5, 0.25])], [1])
     assert metrics["anchoring/log_ratio_mean"] == pytest.approx(-math.log(2) / 2)
-    with pytest.raises(RuntimeError, match=r"u1: \(3,\) response tokens"):
-        anchoring_metrics(stored, other, [masks[0], torch.ones(3), masks[2]], layout, settings)
+    with pytest.raises(RuntimeError, match=r"u1 session 1: \(3,\) response tokens"):
+        anchoring_metrics(stored, other, [torch.ones(3)], [0], [1], settings, ["u1 session 1"])
 
 
 def test_a_neighbour_response_without_its_prompt_ids_stops_the_run() -> None:
-    settings = MethodSettings("ta_grpo", 1, 1)
-    layout = trajectory_layout(["u1_0_0", "u1_1_0"], [{}, {}], settings)
-    with pytest.raises(RuntimeError, match="u1 session 1 has no tagrpo_generation_prompt_ids"):
-        counterpart_prompt_ids([{}, {}], layout, anchored=True)
+    labels = ["u1 session 1", "u1 session 2"]
+    with pytest.raises(RuntimeError, match="u1 session 2 has no tagrpo_generation_prompt_ids"):
+        counterpart_prompt_ids([{"tagrpo_generation_prompt_ids": [7]}, {}], labels, True)
     assert counterpart_prompt_ids(
-        [{}, {"tagrpo_generation_prompt_ids": [7, 8]}], layout, anchored=True
-    ) == [None, [7, 8]]
+        [{"tagrpo_original_prompt_ids": [1]}, {"tagrpo_original_prompt_ids": [7, 8]}],
+        labels,
+        anchored=False,
+    ) == [[1], [7, 8]]
+
+
+def test_the_anchoring_diagnostic_switched_off_scores_nothing_more(monkeypatch) -> None:
+    """``train.anchoring_diagnostic: false`` (``trainer.tagrpo.anchoring``): verl's old log-prob
+    pass only, no anchoring metrics."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    tq, batch, settings = make_batch("ta_grpo")
+    actor = FakeActor(tq)
+    monkeypatch.setattr(trainer_module, "tq", tq)
+    monkeypatch.setattr(PPOTrainer, "_compute_old_log_prob", lambda self, batch, metrics: batch)
+    trainer = TATrainer.__new__(TATrainer)
+    trainer.ta = settings
+    trainer.actor_rollout_wg = actor
+    for enabled, expected in ((False, 0), (True, N * G)):
+        trainer.config = OmegaConf.create(
+            {
+                "actor_rollout_ref": {"rollout": {"temperature": 1.0}},
+                "trainer": {"tagrpo": {"anchoring": enabled}},
+            }
+        )
+        metrics: dict[str, float] = {}
+        actor.seen.clear()
+        trainer._compute_old_log_prob(batch, metrics)
+        assert len(actor.seen) == expected
+        assert ("anchoring/ess_fraction" in metrics) is enabled
 
 
 def test_optimiser_updates_per_step_from_verls_config() -> None:

@@ -1,7 +1,11 @@
-"""verl checkpoints to Hugging Face folders: copy, merge fallback, and the trainer's quarters."""
+"""verl checkpoints to Hugging Face folders (copy, merge fallback), and the trainer's resumable
+checkpoints: every N steps and at the quarters (exported), once the step is logged, with the
+trainer's own state, restored on resume."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -9,6 +13,7 @@ import torch
 from omegaconf import OmegaConf
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
+from tagrpo.algorithms.avspo import AdaptiveThreshold, AVSPOConfig
 from tagrpo.backends.models import load_causal_lm
 from tagrpo.config.params import embedded
 from tagrpo.miniworld.tokenizer import train_tokenizer
@@ -21,8 +26,11 @@ from tagrpo.verl_ext.checkpoint import (
     has_weights,
     merge_command,
 )
+from tagrpo.verl_ext.resume import LATEST_CHECKPOINT
 from tagrpo.verl_ext.settings import MethodSettings
-from tagrpo.verl_ext.trainer import TATrainer
+from tagrpo.verl_ext.trainer import TRAINER_STATE_FILE, TATrainer
+
+AVSPO = AVSPOConfig(trigger="adaptive")
 
 
 @pytest.fixture(scope="module")
@@ -84,30 +92,63 @@ def test_export_merges_shards_with_verls_merger_when_no_weights(tmp_path, actor_
         export_hf(actor, tmp_path / "other", runner=broken_merger)
 
 
-def test_trainer_saves_and_exports_only_at_the_quarter_steps(tmp_path, actor_policy, monkeypatch):
-    saved = []
+class FakeLogger:
+    """verl's Tracking as fit() uses it: ``log(data=..., step=...)``."""
+
+    def __init__(self, events: list) -> None:
+        self.events = events
+
+    def log(self, data, step) -> None:
+        self.events.append(("log", step))
+
+
+def checkpointing_trainer(tmp_path: Path, actor_policy, monkeypatch, events: list) -> TATrainer:
+    """The tagrpo_sync trainer with verl's save replaced by writing what verl leaves."""
 
     def fake_verl_save(self):  # stands in for verl's FSDP save of self.global_steps
-        saved.append(self.global_steps)
+        events.append(("save", self.global_steps))
         write_actor(Path(self.config.trainer.default_local_dir), self.global_steps, actor_policy)
+        tracker = Path(self.config.trainer.default_local_dir) / LATEST_CHECKPOINT
+        tracker.write_text(str(self.global_steps))
 
     monkeypatch.setattr(PPOTrainer, "_save_checkpoint", fake_verl_save)
     trainer = TATrainer.__new__(TATrainer)
-    trainer.ta = MethodSettings("ta_grpo", group_size=8, n_neighbours=3)
+    trainer.ta = MethodSettings("avspo", group_size=8, n_neighbours=3, estimator_config=AVSPO)
+    trainer.estimator_state = AdaptiveThreshold(AVSPO)
+    trainer.responses_generated = 0.0
     trainer.total_training_steps = 10
-    export = tmp_path / "models" / "ta_grpo-s0"
     trainer.config = OmegaConf.create(
         {
             "trainer": {
                 "default_local_dir": str(tmp_path / "ckpt"),
-                "tagrpo": {"export_dir": str(export), "checkpoints": [0.25, 0.5, 0.75, 1.0]},
+                "tagrpo": {
+                    "export_dir": str(tmp_path / "models" / "p"),
+                    "checkpoints": [0.25, 0.5, 0.75, 1.0],
+                    "checkpoint_every": 4,
+                },
             }
         }
     )
-    for step in range(1, 11):
+    trainer.logger = FakeLogger(events)
+    trainer.on_train_begin()
+    return trainer
+
+
+def test_trainer_checkpoints_every_n_steps_and_exports_the_quarters_after_logging(
+    tmp_path, actor_policy, monkeypatch
+):
+    events: list = []
+    trainer = checkpointing_trainer(tmp_path, actor_policy, monkeypatch, events)
+    for step in range(1, 11):  # fit(): step, _save_checkpoint(), metrics, dump, log
         trainer.global_steps = step
         trainer._save_checkpoint()
-    assert saved == [3, 5, 8, 10]  # ceil(f * 10)
+        trainer.logger.log(data={"x": 1.0}, step=step)
+    saves = [step for kind, step in events if kind == "save"]
+    assert saves == [3, 4, 5, 8, 10]  # every 4, and ceil(f * 10) for the quarters
+    # Each checkpoint only once its step is logged: a resume never loses a logged step.
+    for step in saves:
+        assert events.index(("log", step)) == events.index(("save", step)) - 1
+    export = tmp_path / "models" / "p"
     assert exported_checkpoints(export) == [
         "checkpoint-025",
         "checkpoint-050",
@@ -116,6 +157,46 @@ def test_trainer_saves_and_exports_only_at_the_quarter_steps(tmp_path, actor_pol
     ]
     final, _ = load_causal_lm(export)
     assert same_weights(final, actor_policy[0])
+    # The final policy is checkpoint-100's files, not a second copy.
+    weights = next(export.glob("*.safetensors"))
+    assert (
+        weights.stat().st_ino
+        == (export / "checkpoints/checkpoint-100" / weights.name).stat().st_ino
+    )
+    state = json.loads((tmp_path / "ckpt/global_step_8" / TRAINER_STATE_FILE).read_text())
+    assert state == {
+        "responses_generated": 0.0,
+        "estimator_state": {"tau": 0.5, "previous_reward": None},
+    }
+
+
+def test_a_resumed_trainer_restores_its_state_and_the_missing_export(
+    tmp_path, actor_policy, monkeypatch
+):
+    """The state a run carries across steps (cumulative responses, AVSPO's threshold) comes back
+    from the checkpoint; a quarter's export a crash prevented is made on resume."""
+    events: list = []
+    trainer = checkpointing_trainer(tmp_path, actor_policy, monkeypatch, events)
+    trainer.global_steps = 3
+    trainer.responses_generated = 768.0
+    trainer.estimator_state.update(acr=0.4, mean_reward=0.3)
+    trainer._save_checkpoint()
+    trainer.logger.log(data={}, step=3)
+    export = tmp_path / "models" / "p"
+    shutil.rmtree(export / "checkpoints" / "checkpoint-025")  # killed between save and export
+
+    def fake_verl_load(self):
+        self.global_steps = int(
+            (Path(self.config.trainer.default_local_dir) / LATEST_CHECKPOINT).read_text()
+        )
+
+    monkeypatch.setattr(PPOTrainer, "_load_checkpoint", fake_verl_load)
+    resumed = checkpointing_trainer(tmp_path, actor_policy, monkeypatch, [])
+    resumed._load_checkpoint()
+    assert resumed.global_steps == 3 and resumed.responses_generated == 768.0
+    assert resumed.estimator_state.state_dict() == trainer.estimator_state.state_dict()
+    assert resumed.estimator_state.tau != AVSPO.tau_init
+    assert exported_checkpoints(export) == ["checkpoint-025"]
 
 
 def test_export_checkpoint_writes_the_final_policy_only_when_final(tmp_path, actor_policy) -> None:

@@ -16,6 +16,7 @@ from verl_helpers import MODEL, ROOT, paper_config, run_for
 
 from tagrpo.algorithms import METHODS
 from tagrpo.config.params import ConfigError, config_with, validate_params
+from tagrpo.verl_ext.cost import run_lines, training_questions
 from tagrpo.verl_ext.dry_run import evaluation_lines
 from tagrpo.verl_ext.launcher import build_command
 from tagrpo.verl_ext.overrides import build_overrides, hydra_value
@@ -203,8 +204,11 @@ def test_dry_run_prints_the_command_and_touches_nothing(monkeypatch, capsys) -> 
     assert train_stage.main(["--method", "ta_grpo", "--seed", "1", "--dry-run"]) == {}
     printed = capsys.readouterr().out
     command_text, marker, evaluation = printed.partition("# evaluate: ")
-    # After the command: the settings the evaluate stage will sample with.
-    assert marker + evaluation == "\n".join(evaluation_lines(config)) + "\n"
+    # After the command: the settings the evaluate stage will sample with, then the
+    # preflight's memory per card and cost (tagrpo/verl_ext/cost.py).
+    preflight = run_lines(config, "ta_grpo", "ta_grpo-s1", MODEL, training_questions(config, ROOT))
+    assert marker + evaluation == "\n".join([*evaluation_lines(config), *preflight]) + "\n"
+    assert preflight[0].startswith("# memory per card (GiB of 79.6): rollout 57.2")
     assert "evaluate.prompt_format = chat\n" in evaluation
     words = shlex.split(command_text.replace("\\\n", " "))
     env = dict(word.split("=", 1) for word in words[: words.index(sys.executable)])
@@ -215,7 +219,7 @@ def test_dry_run_prints_the_command_and_touches_nothing(monkeypatch, capsys) -> 
     assert env["VERL_USE_EXTERNAL_MODULES"] == "tagrpo.verl_ext.plugin"
     assert "actor_rollout_ref.rollout.n=32" in argv
     assert f"trainer.default_local_dir='{ROOT / 'checkpoints/verl/ta_grpo-s1'}'" in argv
-    assert not (ROOT / "data" / "verl" / "ta_grpo-s1").exists()
+    assert not (ROOT / "checkpoints" / "verl" / "ta_grpo-s1").exists()
 
 
 def test_dry_run_is_refused_for_the_local_backend(monkeypatch) -> None:

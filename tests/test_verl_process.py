@@ -1,8 +1,10 @@
 """verl's process sandbox: its own session and temp dir; nothing survives the run.
 
 A fake "verl" starts a daemon in a session of its own (as Ray's GCS and raylet can end up),
-which inherits the run's ``TMPDIR``. Whether the run ends normally, fails, or the launcher is
-interrupted (SIGINT, SIGTERM), the daemon is gone afterwards and the temp dir can be removed.
+which inherits the run's marker (``TAGRPO_VERL_RUN``, and ``TMPDIR`` on a private cluster).
+Whether the run ends normally, fails, or the launcher is interrupted (SIGINT, SIGTERM), the
+daemon is gone afterwards and the temp dir can be removed; a cluster's daemon started before
+the run (``ray start``, no marker) is left running.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pytest
 
 from tagrpo.pipeline.procfs import proc_stat
 from tagrpo.verl_ext.process import (
+    RUN_MARKER,
     TEMP_PREFIX,
     private_temp_dir,
     processes_marked,
@@ -34,7 +37,7 @@ FAKE_VERL = textwrap.dedent(
     daemon = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
     )
-    open(os.path.join(os.environ["TMPDIR"], "daemon.pid"), "w").write(str(daemon.pid))
+    open(os.path.join(os.environ["TAGRPO_VERL_RUN"], "daemon.pid"), "w").write(str(daemon.pid))
     time.sleep(float(sys.argv[2]))
     sys.exit(int(sys.argv[1]))
     """
@@ -60,7 +63,7 @@ def test_daemons_of_a_finished_or_failed_run_are_stopped(code: int) -> None:
     temp = private_temp_dir()
     try:
         assert temp.name.startswith(TEMP_PREFIX) and len(str(temp)) <= 40
-        env = {**os.environ, "TMPDIR": str(temp)}
+        env = {**os.environ, "TMPDIR": str(temp), RUN_MARKER: str(temp)}
         argv = [sys.executable, "-c", FAKE_VERL, str(code), "0.5"]
         if code:
             with pytest.raises(subprocess.CalledProcessError):
@@ -89,7 +92,8 @@ def test_interrupted_launcher_stops_the_run(sig: int, tmp_path) -> None:
         print(temp, flush=True)
         try:
             run_isolated([sys.executable, "-c", {FAKE_VERL!r}, "0", "600"],
-                         env={{**os.environ, "TMPDIR": str(temp)}}, cwd=str(temp))
+                         env={{**os.environ, "TMPDIR": str(temp), "TAGRPO_VERL_RUN": str(temp)}},
+                         cwd=str(temp))
         finally:
             remove_temp_dir(temp)
         """
@@ -113,5 +117,23 @@ def test_interrupted_launcher_stops_the_run(sig: int, tmp_path) -> None:
 
 
 def test_run_isolated_needs_the_runs_temp_dir(tmp_path) -> None:
-    with pytest.raises(ValueError, match="private temp dir"):
+    with pytest.raises(ValueError, match="TAGRPO_VERL_RUN set to the run's private temp dir"):
         run_isolated(["true"], env={"TMPDIR": str(tmp_path)}, cwd=tmp_path)
+
+
+def test_a_run_on_a_ray_start_cluster_leaves_the_clusters_daemons_running() -> None:
+    """Multi-node: the cluster's daemons (`ray start`, before the run) lack the run's marker and
+    survive it; the run's own processes (the marker is in their environment, no TMPDIR) do not."""
+    cluster = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
+    )
+    temp = private_temp_dir()
+    try:
+        env = {k: v for k, v in os.environ.items() if k != "TMPDIR"} | {RUN_MARKER: str(temp)}
+        run_isolated([sys.executable, "-c", FAKE_VERL, "0", "0.3"], env=env, cwd=temp)
+        assert not alive(daemon_pid(temp))
+        assert alive(cluster.pid)
+    finally:
+        cluster.kill()
+        cluster.wait()
+        remove_temp_dir(temp)

@@ -114,6 +114,15 @@ class AdaptiveThreshold:
         self.previous_reward = mean_reward
         return self.tau
 
+    def state_dict(self) -> dict[str, float | None]:
+        """What a resumed run needs to continue the same threshold (a verl checkpoint)."""
+        return {"tau": self.tau, "previous_reward": self.previous_reward}
+
+    def load_state_dict(self, state: dict[str, float | None]) -> None:
+        tau, previous = state["tau"], state["previous_reward"]
+        self.tau = float(tau) if tau is not None else self.config.tau_init
+        self.previous_reward = None if previous is None else float(previous)
+
 
 @dataclass(frozen=True)
 class AVSPOResult:

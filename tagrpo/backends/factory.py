@@ -27,11 +27,12 @@ def make_backend(
         import torch
 
         from tagrpo.backends.hf import HFBackend
-        from tagrpo.backends.models import load_causal_lm
+        from tagrpo.backends.models import load_causal_lm, resolve_device
 
+        device = resolve_device(config.hf.device, "hf.device")  # before loading anything
         torch.set_num_threads(config.common.torch_threads)
         model, tokenizer = load_causal_lm(model_dir)
-        return HFBackend(model, tokenizer, config.hf.max_batch_sequences)
+        return HFBackend(model.to(device), tokenizer, config.hf.max_batch_sequences)
     from tagrpo.backends.vllm_backend import make_vllm_backend
 
     return make_vllm_backend(
@@ -67,6 +68,7 @@ def engine_identity(engine: Literal["hf", "vllm"], config: Params) -> dict[str, 
         return {
             **identity,
             "max_batch_sequences": config.hf.max_batch_sequences,
+            "device": config.hf.device,
             # CPU kernels may sum in another order with another thread count
             "torch_threads": config.common.torch_threads,
             "torch": torch.__version__,

@@ -85,6 +85,23 @@ def resolve(directory_or_source: str | Path | ModelSource) -> ModelSource:
     return ModelSource(kind="local", path=str(directory))
 
 
+def resolve_device(name: str, key: str) -> Any:
+    """``cpu``, ``cuda`` or ``auto`` (cuda when available) as a torch device; ``cuda`` where
+    torch sees no CUDA device is refused, naming the params ``key`` (``hf.device``...)."""
+    import torch
+
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name not in ("cpu", "cuda"):
+        raise ValueError(f"{key} must be cpu, cuda or auto, got {name!r}")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"{key} = cuda, but torch {torch.__version__} sees no CUDA device: set it to cpu "
+            "or auto"
+        )
+    return torch.device(name)
+
+
 def load_causal_lm(directory_or_source: str | Path | ModelSource, dtype: str = "float32"):
     """Load ``(model, tokenizer)`` in eval mode; the tokenizer pads on the left for generation."""
     import torch

@@ -9,6 +9,7 @@ equivalence  ``check_equivalence``
 train        ``train`` (shared by both training backends), ``local``
 engines      ``verl``, ``hf``, ``vllm``
 evaluation   ``evaluate``, ``diagnostics``, ``report``
+runtime      ``runtime``: how runs execute (resume, checkpoints, workers); no stage's dep
 params       the whole file: :func:`load_config`, profiles, overrides, error messages, and
              :func:`repo_params` (the checkout's params.yaml, for tests and notebooks)
 

@@ -62,12 +62,6 @@ class VerlSettings(ConfigModel):
     )
     ds_metric: str = Field(min_length=1, description="algorithm.filter_groups.metric")
     max_inflight_gen_batches: int = Field(ge=1, description="DS refill batches in flight")
-    max_ckpt_to_keep: int = Field(ge=1, description="verl checkpoints kept for resuming")
-    resume: bool = Field(description="resume from checkpoint_dir instead of afresh")
-    checkpoint_dir: str = Field(min_length=1, description="sharded checkpoints")
-    val_benchmark: str = Field(min_length=1, description="verl's validation set")
-    val_questions: int = Field(ge=1, description="validation questions")
-    grading_workers: int = Field(ge=1, description="grading processes per reward worker")
     # A rephrasing over max_prompt_length is replaced by q0: each one moves the run toward the
     # matched-budget baseline (more q0 samples), so the share is capped like
     # check_equivalence.policy.max_padded_share (methods that sample rephrasings only).
@@ -96,6 +90,9 @@ class HFEngineSettings(ConfigModel):
     """transformers generation (``evaluate.backend: hf``, ``diagnostics.backend: hf``)."""
 
     max_batch_sequences: int = Field(ge=1, description="generation batch, sequences")
+    device: Literal["cpu", "cuda", "auto"] = Field(
+        description="cpu | cuda | auto (cuda when available); cuda without one is refused"
+    )
 
 
 class VLLMEngineSettings(ConfigModel):

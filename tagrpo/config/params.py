@@ -26,6 +26,7 @@ from tagrpo.config.equivalence import CheckEquivalenceSettings
 from tagrpo.config.evaluation import DiagnosticsSettings, EvaluateSettings, ReportSettings
 from tagrpo.config.model import ConfigModel, redact_secrets
 from tagrpo.config.rephrase import RephraseSettings
+from tagrpo.config.runtime import RuntimeSettings
 from tagrpo.config.train import LocalBackendSettings, TrainSettings
 
 SectionT = TypeVar("SectionT", bound=ConfigModel)
@@ -59,6 +60,7 @@ class Params(ConfigModel):
     vllm: VLLMEngineSettings
     diagnostics: DiagnosticsSettings
     report: ReportSettings
+    runtime: RuntimeSettings
 
     @model_validator(mode="after")
     def _runnable(self) -> Params:

@@ -80,6 +80,12 @@ class TrainSettings(ConfigModel):
         description="fractions of training with a checkpoint and a rollout dump",
     )
     save_checkpoints: bool = Field(description="save the checkpoints as HF folders")
+    # One more no-grad forward pass of the old policy per step over the neighbour responses
+    # (methods that sample rephrasings): their log-probability under the other prompt, for the
+    # anchoring/... metrics (tagrpo/algorithms/anchoring.py) and the report's figure.
+    anchoring_diagnostic: bool = Field(
+        description="score neighbour responses under the other prompt too (anchoring/...)"
+    )
     probe: TrainProbe
 
     @field_validator("checkpoints")

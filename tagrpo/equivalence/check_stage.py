@@ -33,8 +33,8 @@ from tagrpo.equivalence.similarity import SimilarityScorer
 from tagrpo.grading.grade_fn import grade_fn_for
 from tagrpo.rephrase.candidates import Candidate, read_candidates
 from tagrpo.rephrase.generate import make_rephraser
-from tagrpo.rephrase.rephrase_stage import check_failed_share
 from tagrpo.rephrase.settings import open_cache, questions_to_rephrase
+from tagrpo.rephrase.shares import check_failed_share
 
 if TYPE_CHECKING:
     from tagrpo.backends.sample_store import SampleStore

@@ -311,8 +311,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     request = RerunRequest(profile=args.profile, overrides=list(args.overrides))
     try:
+        if args.cost:
+            from tagrpo.pipeline.plan import render_cost
+
+            print(render_cost(project_root(), request, args.questions, args.problems))
+            return 0
         plan = plan_rerun(project_root(), request)
-    except (ConfigError, OSError, RuntimeError, KeyError) as error:
+    except (ConfigError, OSError, RuntimeError, KeyError, ValueError) as error:
         print(f"tagrpo plan: {error}", file=sys.stderr)
         return 2
     print(render_plan(plan))
@@ -498,6 +503,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--profile",
         default="current",
         help="merge profiles/PROFILE.yaml first (default: params.yaml as it is)",
+    )
+    plan.add_argument(
+        "--cost",
+        action="store_true",
+        help="instead: memory per card, GPU-hours, tokens and disk of every training and "
+        "evaluation of the verl DAG (docs/paper-scale.md, Cost)",
+    )
+    plan.add_argument(
+        "--questions",
+        type=_positive_int,
+        default=None,
+        help="--cost: questions in the 1x training set (default: the built train.input)",
+    )
+    plan.add_argument(
+        "--problems",
+        type=_positive_int,
+        default=None,
+        help="--cost: benchmark problems evaluated (default: the built benchmarks)",
     )
     plan.set_defaults(handler=_cmd_plan)
 

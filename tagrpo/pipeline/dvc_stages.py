@@ -2,12 +2,15 @@
 (``train@grpo-0``), ``${item.x}`` and ``${params.key}`` interpolated from params.yaml.
 
 Used for what the pipeline writes (the git dirty flag ignores it), a stage's dependency hash
-(tagged on its MLflow run) and the layout agreement test; no DVC import (stages start fast).
+(:func:`deps_hash`: tagged on its MLflow run; what a verl run resumes only when unchanged) and
+the layout agreement test; no DVC import (stages start fast).
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tagrpo.pipeline.paths import project_root
 
 _REFERENCE = re.compile(r"\$\{([^}]+)\}")
 
@@ -106,3 +111,35 @@ def load_stages(root: str | Path) -> dict[str, ExpandedStage]:
 def pipeline_outputs(root: str | Path) -> set[str]:
     """Every path the pipeline writes (outs, metrics, plots of all stages)."""
     return {out for stage in load_stages(root).values() for out in stage.outs}
+
+
+def deps_hash(dvc_name: str, root: Path | None = None) -> str:
+    """sha256 over a dvc.yaml stage's dependency files and params values ("" if not in dvc.yaml).
+
+    The same inputs give the same hash, so a run can be matched to the dvc.lock entry that
+    recorded those inputs (and an orphaned run to none).
+    """
+    root = Path(root) if root is not None else project_root()
+    try:
+        stages = load_stages(root)
+    except KeyError:
+        return ""
+    stage = stages.get(dvc_name)
+    if stage is None:
+        return ""
+    digest = hashlib.sha256()
+    for dep in sorted(stage.deps):
+        path = root / dep
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for file in files:
+            if "__pycache__" in file.parts:
+                continue
+            digest.update(str(file.relative_to(root)).encode())
+            digest.update(file.read_bytes() if file.exists() else b"<missing>")
+    params = yaml.safe_load((root / "params.yaml").read_text()) or {}
+    for key in sorted(stage.params):
+        node: Any = params
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        digest.update(f"{key}={json.dumps(node, sort_keys=True, default=str)}".encode())
+    return digest.hexdigest()[:16]

@@ -255,3 +255,76 @@ def render_plan(plan: RerunPlan) -> str:
     unchanged = plan.unchanged
     lines.append(f"up to date ({len(unchanged)}): {', '.join(unchanged) or '-'}")
     return "\n".join(lines)
+
+
+def render_cost(
+    root: Path, request: RerunRequest, questions: int | None, problems: int | None
+) -> str:
+    """``tagrpo plan --cost``: memory per card and the GPU-hours, tokens and disk of every
+    training, evaluation and the diagnostics of the DAG under ``request``'s params
+    (:mod:`tagrpo.verl_ext.cost`). ``questions`` (1x training set) and ``problems`` (over the
+    evaluated benchmarks) default to the built data's counts; ValueError names a missing one."""
+    from tagrpo.config.params import validate_params
+    from tagrpo.verl_ext.cost import (
+        architecture,
+        assumption_lines,
+        cost_table,
+        fit_problems,
+        memory_plan,
+        profile_cost,
+        profile_model,
+        training_questions,
+    )
+
+    resolved = resolve_params(root, request)
+    config = validate_params(resolved, f"plan ({request.describe()})")
+    if config.train.backend != "verl":
+        raise ValueError("--cost plans verl runs: train.backend is local in these params")
+    model = profile_model(config, root)
+    arch = architecture(model)
+    if arch is None:
+        raise ValueError(f"{model}: no config.json and not a known model: no cost to compute")
+    questions = questions or training_questions(config, root)
+    if questions is None:
+        raise ValueError("the training set is not built: give --questions N")
+    if problems is None:
+        problems = _benchmark_problems(root, config)
+    dvc_yaml = yaml.safe_load((root / "dvc.yaml").read_text()) or {}
+    stages = [
+        (
+            name,
+            stage.stage.partition("_")[0],
+            str(stage.item.get("method", "base")),
+            float(stage.item.get("multiple", 1.0)),
+        )
+        for name, stage in expand_stages(dvc_yaml, resolved).items()
+        if stage.stage.startswith(("train", "evaluate"))
+    ]
+    cost = profile_cost(config, stages, questions, problems, arch)
+    verl = config.verl
+    gpus = verl.n_gpus_per_node * verl.nnodes
+    lines = [
+        f"cost of {request.describe()}: {model} ({arch.parameters / 1e9:.2f}B parameters), "
+        f"{questions:,} training questions, {problems:,} benchmark problems x evaluate.n "
+        f"{config.evaluate.n}, {gpus} GPUs",
+        *cost_table(cost, gpus),
+    ]
+    plan = memory_plan(config, arch)
+    lines += plan.lines()
+    lines += [f"DOES NOT FIT: {problem}" for problem in fit_problems(plan, config)]
+    lines += assumption_lines(config)
+    return "\n".join(lines)
+
+
+def _benchmark_problems(root: Path, config: Any) -> int:
+    """Problems over the evaluated benchmarks (evaluate.groups), from the built data."""
+    import pyarrow.parquet as pq
+
+    names = sorted({name for members in config.evaluate.groups.values() for name in members})
+    folder = root / "data" / "processed" / "benchmarks"
+    missing = [name for name in names if not (folder / f"{name}.parquet").is_file()]
+    if missing:
+        raise ValueError(f"benchmarks {missing} are not built: give --problems N")
+    limit = config.evaluate.max_questions_per_benchmark
+    counts = [pq.ParquetFile(folder / f"{name}.parquet").metadata.num_rows for name in names]
+    return sum(count if limit is None else min(count, limit) for count in counts)

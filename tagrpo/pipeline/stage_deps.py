@@ -21,8 +21,15 @@ What counts as loaded (static, with ``ast``; it over-approximates, never under):
 
 Not seen: ``import_module(name)`` with a project module name computed at run time (none today).
 
+Not deps: the modules of :data:`RESULT_NEUTRAL`, code that cannot change what a stage writes
+(MLflow tracking, progress bars, the dry-run and cost preflight text). The walk does not enter
+them, so what only they load is no dep either, and editing them reruns nothing. A stage's code
+deps are then exactly what it loads: a package folder only when the stage loads every module
+in it (a folder with one module the stage never loads would rerun it for that module's edits:
+the vLLM evaluation backend beside the transformers one), else the files.
+
     python -m tagrpo.pipeline.stage_deps            # each stage's code deps (folders, files)
-    python -m tagrpo.pipeline.stage_deps --files    # ... as files (a folder when all are used)
+    python -m tagrpo.pipeline.stage_deps --files    # ... as single files
     python -m tagrpo.pipeline.stage_deps --check    # exit 1 listing missing or needless deps
     python -m tagrpo.pipeline.stage_deps --write    # rewrite the code deps in dvc.yaml
 """
@@ -45,6 +52,42 @@ _MODULE_REFERENCE = re.compile(r"(?:[a-z]+://)?([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 _PYTHON = re.compile(r"python(?:3(?:\.\d+)?)?")
 _SKIPPED_DIRS = frozenset({"__pycache__"})
+
+
+@dataclass(frozen=True)
+class Neutral:
+    """Why a module cannot change a stage's outputs, and the stages whose outputs it does write
+    into (their ``python -m`` modules): for those it is code like any other."""
+
+    reason: str
+    except_for: tuple[str, ...] = ()
+
+
+# Code that cannot change what a stage writes (docs/design.md, "What a stage depends on"): it
+# logs, displays or refuses, and no output's bytes come from it. The import walk does not enter
+# these modules, so they and what only they load are no stage's deps.
+RESULT_NEUTRAL: dict[str, Neutral] = {
+    # The report writes git_state() (the commit) into report.md: code of that stage.
+    "tagrpo/pipeline/tracking.py": Neutral(
+        "MLflow: the store, runs, tags, logged metrics", except_for=("stages.report",)
+    ),
+    "tagrpo/pipeline/stage_run.py": Neutral("one MLflow run per stage execution"),
+    "tagrpo/pipeline/parent_run.py": Neutral("the pipeline's MLflow parent run"),
+    "tagrpo/pipeline/tracking_assets.py": Neutral("models and datasets logged to MLflow"),
+    "tagrpo/pipeline/progress.py": Neutral("progress bars on stderr"),
+    "tagrpo/verl_ext/dry_run.py": Neutral("--dry-run: prints the verl command, trains nothing"),
+    "tagrpo/verl_ext/cost.py": Neutral(
+        "the preflight's memory and cost arithmetic: refuses a run, never changes one"
+    ),
+}
+
+
+def neutral_for(modules: Iterable[str]) -> frozenset[str]:
+    """The :data:`RESULT_NEUTRAL` files for a stage running ``modules``."""
+    running = set(modules)
+    return frozenset(
+        path for path, why in RESULT_NEUTRAL.items() if not running.intersection(why.except_for)
+    )
 
 
 @dataclass(frozen=True)
@@ -120,17 +163,19 @@ class ImportGraph:
         loaded.discard(module)
         return tuple(sorted(loaded, key=lambda m: m.path)), tuple(sorted(data))
 
-    def closure(self, entry: str) -> set[str]:
-        """Every project file (modules and data) that running ``python -m entry`` loads."""
+    def closure(self, entry: str, neutral: Iterable[str] = ()) -> set[str]:
+        """Every project file (modules and data) that running ``python -m entry`` loads, except
+        the ``neutral`` files (relative paths) and what only they load."""
         start = self.with_parents(entry)
         if not start or start[-1].name != entry:
             raise ValueError(f"{entry!r} is not a module of {self.root}")
+        skipped = frozenset(neutral)
         files: set[str] = set()
         seen: set[Module] = set()
         todo = list(start)
         while todo:
             module = todo.pop()
-            if module in seen:
+            if module in seen or module.path in skipped:
                 continue
             seen.add(module)
             files.add(module.path)
@@ -197,6 +242,9 @@ class StageDeps:
     # moved or no longer imported, kept in dvc.yaml (DVC reruns the stage for nothing, or
     # fails on a dep that is gone).
     unneeded: tuple[str, ...]
+    # Python files a code dep covers that the command does not load (a folder dep over a
+    # module it never imports, or a RESULT_NEUTRAL one): edits to them rerun it for nothing.
+    over: tuple[str, ...] = ()
 
 
 def dvc_stages(root: str | Path) -> dict[str, tuple[str, tuple[str, ...]]]:
@@ -236,22 +284,52 @@ def check_stages(
         modules = command_modules(cmd)
         if not modules:
             raise ValueError(f"stage {name}: no `python -m <module>` in its command {cmd!r}")
-        needed: set[str] = set()
-        for module in modules:
-            try:
-                needed |= graph.closure(module)
-            except ValueError as error:
-                raise ValueError(f"stage {name}: {error}") from None
+        try:
+            needed = stage_code(graph, modules)
+        except ValueError as error:
+            raise ValueError(f"stage {name}: {error}") from None
         missing = sorted(path for path in needed if not any(covers(dep, path) for dep in deps))
-        unneeded = [
-            dep
-            for dep in deps
-            if _is_code_dep(graph.root, dep) and not any(covers(dep, path) for path in needed)
-        ]
+        code_deps = [dep for dep in deps if _is_code_dep(graph.root, dep)]
+        unneeded = [dep for dep in code_deps if not any(covers(dep, path) for path in needed)]
+        over = sorted(
+            path
+            for path in _python_files(graph.root, code_deps)
+            if path not in needed and any(covers(dep, path) for dep in code_deps)
+        )
         results.append(
-            StageDeps(name, tuple(modules), tuple(sorted(needed)), tuple(missing), tuple(unneeded))
+            StageDeps(
+                name,
+                tuple(modules),
+                tuple(sorted(needed)),
+                tuple(missing),
+                tuple(unneeded),
+                tuple(over),
+            )
         )
     return results
+
+
+def stage_code(graph: ImportGraph, modules: Iterable[str]) -> set[str]:
+    """The project files a stage running ``modules`` loads, its RESULT_NEUTRAL ones excepted."""
+    modules = list(modules)
+    neutral = neutral_for(modules)
+    return set().union(*(graph.closure(module, neutral) for module in modules))
+
+
+def _python_files(root: Path, deps: Iterable[str]) -> set[str]:
+    """The Python files (relative paths) that the file and folder ``deps`` hold."""
+    found: set[str] = set()
+    for dep in deps:
+        path = root / dep
+        if path.is_dir():
+            found.update(
+                item.relative_to(root).as_posix()
+                for item in path.rglob("*.py")
+                if not _SKIPPED_DIRS.intersection(item.relative_to(path).parts)
+            )
+        elif path.suffix == ".py":
+            found.add(posixpath.normpath(dep))
+    return found
 
 
 def compact(root: str | Path, files: Iterable[str]) -> list[str]:
@@ -262,14 +340,6 @@ def compact(root: str | Path, files: Iterable[str]) -> list[str]:
     """
     root = Path(root).resolve()
     wanted = set(files)
-
-    def sources(folder: Path) -> list[str]:
-        return [
-            path.relative_to(root).as_posix()
-            for path in folder.rglob("*.py")
-            if not _SKIPPED_DIRS.intersection(path.relative_to(folder).parts)
-        ]
-
     result: set[str] = set(wanted)
     folders = {posixpath.dirname(path) for path in wanted} - {""}
     # Every ancestor folder too, deepest first, so that a parent absorbs its children.
@@ -278,35 +348,8 @@ def compact(root: str | Path, files: Iterable[str]) -> list[str]:
             folder = posixpath.dirname(folder)
             folders.add(folder)
     for folder in sorted(folders, key=lambda f: (-f.count("/"), f)):
-        inside = sources(root / folder)
-        if inside and set(inside) <= wanted:
-            result = {path for path in result if not covers(folder, path)} | {folder}
-    return sorted(result)
-
-
-def folder_deps(root: str | Path, files: Iterable[str]) -> list[str]:
-    """``files`` as dvc.yaml writes code deps: the folder of a subpackage (``tagrpo/grading``)
-    when the stage loads at least half of its Python files, else the files themselves.
-
-    A folder dep over-covers (the stage reruns when a module of the package it never loads
-    changes) and in return needs no edit when a module is added to the package; at most as many
-    modules it does not load as modules it does.
-    """
-    root = Path(root).resolve()
-    wanted = set(files)
-    by_folder: dict[str, set[str]] = {}
-    for path in wanted:
-        parts = path.split("/")
-        if len(parts) >= 3:
-            by_folder.setdefault("/".join(parts[:2]), set()).add(path)
-    result = set(wanted)
-    for folder, used in by_folder.items():
-        modules = {
-            path.relative_to(root).as_posix()
-            for path in (root / folder).rglob("*.py")
-            if not _SKIPPED_DIRS.intersection(path.parts)
-        }
-        if 2 * len(used & modules) >= len(modules):
+        inside = _python_files(root, [folder])
+        if inside and inside <= wanted:
             result = {path for path in result if not covers(folder, path)} | {folder}
     return sorted(result)
 
@@ -347,10 +390,10 @@ def write_dvc_yaml(root: str | Path, width: int = 100) -> list[str]:
         modules = command_modules(" ".join(command.group(1).split())) if command else []
         if not modules:
             raise ValueError(f"dvc.yaml: stage {key}: no `python -m <module>` before its deps")
-        needed = set().union(*(graph.closure(module) for module in modules))
+        needed = stage_code(graph, modules)
         old = [dep.strip() for dep in match.group(2).replace("\n", " ").split(",") if dep.strip()]
         data = [dep for dep in old if not _is_code_dep(root, dep)]
-        new = data + folder_deps(root, needed)
+        new = data + compact(root, needed)
         if new != old:
             changed.append(key)
         lines, line = [], match.group(1)
@@ -394,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         label = key if len(items) == 1 else f"{key} ({len(items)} matrix items)"
         missing = sorted({path for item in items for path in item.missing})
         unneeded = sorted({dep for item in items for dep in item.unneeded})
+        over = sorted({path for item in items for path in item.over})
         if args.check:
             if missing:
                 failed = True
@@ -403,9 +447,13 @@ def main(argv: list[str] | None = None) -> int:
                 failed = True
                 print(f"{label}: code deps it never loads (reruns it needlessly, or gone)")
                 print("".join(f"  - {dep}\n" for dep in unneeded), end="")
+            if over:
+                failed = True
+                print(f"{label}: modules its deps cover but it never loads (or result-neutral)")
+                print("".join(f"  - {path}\n" for path in over), end="")
         else:
             needed = sorted({path for item in items for path in item.needed})
-            deps = compact(root, needed) if args.files else folder_deps(root, needed)
+            deps = sorted(needed) if args.files else compact(root, needed)
             print(f"{label}: runs {', '.join(items[0].modules)}; code deps:")
             print("".join(f"  - {path}\n" for path in deps), end="")
     if args.check and not failed:

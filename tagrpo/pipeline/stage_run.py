@@ -15,6 +15,7 @@ import socket
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from tagrpo.pipeline.dvc_stages import deps_hash
 from tagrpo.pipeline.parent_run import parent_run_for_stage
 from tagrpo.pipeline.tracking import (
     CHECKOUT_TAG,
@@ -22,7 +23,6 @@ from tagrpo.pipeline.tracking import (
     PARAMS_ARTIFACT,
     checkout_experiment,
     checkout_id,
-    deps_hash,
     flatten_params,
     git_state,
     log_params_artifact,

@@ -46,11 +46,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tagrpo.config.model import looks_like_secret
-from tagrpo.pipeline.dvc_stages import load_stages, pipeline_outputs
-from tagrpo.pipeline.paths import checkout_root, home_root, project_root, resolve_path
+from tagrpo.pipeline.dvc_stages import pipeline_outputs
+from tagrpo.pipeline.paths import checkout_root, home_root, resolve_path
 from tagrpo.pipeline.procfs import pid_alive
 
 # mlflow, requests and sqlalchemy are imported inside the functions that use them: heavy, and a
@@ -372,38 +370,6 @@ def flatten_numbers(values: Mapping[str, Any], prefix: str = "") -> dict[str, fl
         elif isinstance(value, int | float) and not isinstance(value, bool):
             flat[name] = float(value)
     return flat
-
-
-def deps_hash(dvc_name: str, root: Path | None = None) -> str:
-    """sha256 over a dvc.yaml stage's dependency files and params values ("" if not in dvc.yaml).
-
-    The same inputs give the same hash, so a run can be matched to the dvc.lock entry that
-    recorded those inputs (and an orphaned run to none).
-    """
-    root = root or project_root()
-    try:
-        stages = load_stages(root)
-    except KeyError:
-        return ""
-    stage = stages.get(dvc_name)
-    if stage is None:
-        return ""
-    digest = hashlib.sha256()
-    for dep in sorted(stage.deps):
-        path = root / dep
-        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-        for file in files:
-            if "__pycache__" in file.parts:
-                continue
-            digest.update(str(file.relative_to(root)).encode())
-            digest.update(file.read_bytes() if file.exists() else b"<missing>")
-    params = yaml.safe_load((root / "params.yaml").read_text()) or {}
-    for key in sorted(stage.params):
-        node: Any = params
-        for part in key.split("."):
-            node = node.get(part) if isinstance(node, Mapping) else None
-        digest.update(f"{key}={json.dumps(node, sort_keys=True, default=str)}".encode())
-    return digest.hexdigest()[:16]
 
 
 def mark_stale_runs_killed(client: Any, experiment_id: str, dvc_name: str) -> int:

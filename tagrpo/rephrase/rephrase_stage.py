@@ -18,19 +18,7 @@ from tagrpo.data.schema import read_questions
 from tagrpo.rephrase.candidates import write_candidates
 from tagrpo.rephrase.generate import make_rephraser
 from tagrpo.rephrase.settings import open_cache, questions_to_rephrase
-
-
-class TooManyFailuresError(RuntimeError):
-    """More slots failed than the configured share allows."""
-
-
-def check_failed_share(failed: int, total: int, limit: float, what: str, hint: str) -> None:
-    """Raise :class:`TooManyFailuresError` when ``failed / total`` exceeds ``limit``."""
-    if total and failed / total > limit:
-        raise TooManyFailuresError(
-            f"{failed} of {total} {what} ({failed / total:.1%}) exceeds the allowed share "
-            f"{limit:.1%}: {hint}"
-        )
+from tagrpo.rephrase.shares import check_failed_share
 
 
 def rephrase_training_set(

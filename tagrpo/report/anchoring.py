@@ -54,13 +54,21 @@ def load_anchoring_histories(root: Path, policies: list[str]) -> dict[str, pd.Da
     return histories
 
 
-def anchoring_figure(histories: Mapping[str, pd.DataFrame], path: Path) -> None:
+NOT_MEASURED = "not measured (train.anchoring_diagnostic: false)"
+
+
+def anchoring_figure(
+    histories: Mapping[str, pd.DataFrame], path: Path, measured: bool = True
+) -> None:
     """The figure of the module docstring (a "not run" figure when no policy samples
-    rephrasings)."""
+    rephrasings, or when ``train.anchoring_diagnostic`` switched the measurement off)."""
     from tagrpo.report.palette import method_colour, seed_style
     from tagrpo.report.plot_data import split_policy
     from tagrpo.report.style import fill_legend, not_run_figure, pyplot, save
 
+    if not measured:
+        not_run_figure(path, "The ratio under q0 (Eq. 4)", f"The shift was {NOT_MEASURED}.")
+        return
     methods = list(dict.fromkeys(split_policy(p)[0] for p in histories))
     if not methods:
         not_run_figure(
@@ -161,7 +169,7 @@ def _number(summary: Mapping[str, float], key: str, policy: str, digits: int = 3
     return f"{summary[key]:.{digits}f}"
 
 
-def anchoring_table(summaries: Mapping[str, Mapping[str, float]]) -> str:
+def anchoring_table(summaries: Mapping[str, Mapping[str, float]], measured: bool = True) -> str:
     """A row per policy: the step means of the log-ratio (mean, p1, p99) and of ESS/n."""
     from tagrpo.algorithms import get_method
     from tagrpo.report.plot_data import split_policy
@@ -170,6 +178,9 @@ def anchoring_table(summaries: Mapping[str, Mapping[str, float]]) -> str:
     for policy, summary in summaries.items():
         if not get_method(split_policy(policy)[0]).use_neighbours:
             rows.append([policy, *["n/a (samples no rephrasings)"] + [""] * 4])
+            continue
+        if not measured:
+            rows.append([policy, NOT_MEASURED, *[""] * 4])
             continue
         rows.append(
             [
@@ -194,7 +205,9 @@ def anchoring_table(summaries: Mapping[str, Mapping[str, float]]) -> str:
     )
 
 
-def anchoring_section(summaries: Mapping[str, Mapping[str, float]], figure_link: str | None) -> str:
+def anchoring_section(
+    summaries: Mapping[str, Mapping[str, float]], figure_link: str | None, measured: bool = True
+) -> str:
     """Markdown: what is measured, the table, and the figure (when there is one)."""
     lines = [
         "### The ratio under q0 (Eq. 4)",
@@ -211,7 +224,7 @@ def anchoring_section(summaries: Mapping[str, Mapping[str, float]], figure_link:
         "all the weight. TA-GRPO* and unanchored TA-GRPO never use q0's probabilities for "
         "these responses; the same numbers for them say how off-policy Eq. 4 would have been.",
         "",
-        anchoring_table(summaries),
+        anchoring_table(summaries, measured),
     ]
     if figure_link:
         lines += ["", f"![The ratio under q0]({figure_link})"]

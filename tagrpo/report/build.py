@@ -712,7 +712,9 @@ def build_report(
     figure_link = Path(os.path.relpath(layout["figures"], layout["report"].parent)).as_posix()
     strategy_section = _strategy_section(config, root, figures_dir, figure_link)
     anchoring_path = figures_dir / "anchoring_shift.png"
-    anchoring_figure(load_anchoring_histories(root, trained), anchoring_path)
+    measured = config.train.anchoring_diagnostic
+    histories = load_anchoring_histories(root, trained) if measured else {}
+    anchoring_figure(histories, anchoring_path, measured)
     anchoring_link = Path(
         os.path.relpath(layout["figures"] / anchoring_path.name, layout["report"].parent)
     ).as_posix()
@@ -779,6 +781,7 @@ def build_report(
             config.train.n_neighbours,
             config.train.estimators,
             anchoring_link,
+            measured,
         ),
         "",
         diagnostics,

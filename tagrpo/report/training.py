@@ -75,9 +75,11 @@ def training_section(
     neighbours: int = 3,
     estimators: Mapping[str, object] | None = None,
     anchoring_figure: str | None = None,
+    anchoring_measured: bool = True,
 ) -> str:
     """Markdown: what each run cost, how the zero-gradient rate and success moved, and the
-    ratio under q0 (:mod:`tagrpo.report.anchoring`; ``anchoring_figure``: its link)."""
+    ratio under q0 (:mod:`tagrpo.report.anchoring`; ``anchoring_figure``: its link;
+    ``anchoring_measured``: ``train.anchoring_diagnostic``)."""
     from tagrpo.report.anchoring import anchoring_section
 
     if not summaries:
@@ -143,7 +145,7 @@ def training_section(
             "",
             markdown_table(header, rows),
             "",
-            anchoring_section(summaries, anchoring_figure),
+            anchoring_section(summaries, anchoring_figure, anchoring_measured),
         ]
     )
 

@@ -33,6 +33,7 @@ from tagrpo.algorithms.anchoring import anchoring_shift
 from tagrpo.algorithms.dynamic_sampling import dynamic_sampling
 from tagrpo.backends.base import SamplingParams
 from tagrpo.backends.hf import HFBackend
+from tagrpo.backends.models import resolve_device
 from tagrpo.config.common import CommonSettings
 from tagrpo.config.params import embedded
 from tagrpo.config.train import LocalBackendSettings, TrainSettings
@@ -113,15 +114,6 @@ class TrainConfig:
         )
 
 
-def resolve_device(name: str) -> torch.device:
-    """``cpu``, ``cuda`` or ``auto`` (cuda when available) as a torch device."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name not in ("cpu", "cuda"):
-        raise ValueError(f"device must be cpu, cuda or auto, got {name!r}")
-    return torch.device(name)
-
-
 class QuestionStream:
     """Questions in a fresh seeded permutation every epoch, drawn ``k`` at a time."""
 
@@ -197,7 +189,7 @@ class Trainer:
             require_neighbours(questions, settings.n_neighbours)
         torch.manual_seed(config.seed)
         torch.set_num_threads(config.torch_threads)
-        self.device = resolve_device(config.engine.device)
+        self.device = resolve_device(config.engine.device, "local.device")
         self.model = model.to(self.device)
         self.tokenizer = tokenizer
         self.ref_model = ref_model if ref_model is not None else copy.deepcopy(model)
@@ -328,7 +320,7 @@ class Trainer:
         old = score_log_probs(self.model, batch, micro, settings.temperature)
         ref = score_log_probs(self.ref_model, batch, micro, settings.temperature)
         score_seconds = time.perf_counter() - score_started
-        if spec.use_neighbours:
+        if spec.use_neighbours and settings.anchoring_diagnostic:
             anchoring_started = time.perf_counter()
             metrics.update(self._anchoring_shift(owners, question, variant, responses, batch, old))
             metrics["time/anchoring_s"] = time.perf_counter() - anchoring_started

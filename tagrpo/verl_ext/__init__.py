@@ -13,7 +13,7 @@ agent_loop   ``tagrpo_agent``: response j of a question generated from variant j
              for TA-GRPO the stored prompt is q0's (Eq. 4)
 trainer      ``tagrpo_sync``: V1 sync trainer with the method's groups (per rephrasing for
              TA-GRPO*), the zero-gradient diagnostics as metrics, rollout dumps and Hugging
-             Face exports at 25/50/75/100% of training
+             Face exports at 25/50/75/100% of training, resumable checkpoints every N steps
 reward       ``compute_score`` for verl's custom reward hook (the grading module)
 plugin       imports the registering modules; the target of ``VERL_USE_EXTERNAL_MODULES``
 overrides    the Hydra overrides of ``python -m verl.trainer.main_ppo`` for each method
@@ -21,6 +21,8 @@ launcher     the ``train.backend: verl`` path of the train stage (``--dry-run`` 
 checkpoint   verl checkpoints to Hugging Face folders for evaluation
 device       cuda or cpu: engine/device checks, the modules and overrides a CPU run needs
 process      verl in its own session and temp dir, always cleaned up
+resume       the run's work area: resumed by the same run only, promoted into the outputs
+cost         the preflight: memory per card (refused when it does not fit), GPU-hours, disk
 cpu_platform the CPU platform for verl (VERL_PLATFORM=cpu; loaded first, CPU runs only)
 cpu_engines  verl's FSDP engine registered for device cpu (unpinned offload; CPU runs only)
 hf_rollout   the ``hf`` rollout engine: transformers generate behind verl's server protocol,

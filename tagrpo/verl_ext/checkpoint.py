@@ -14,6 +14,7 @@ When a checkpoint has no full weights, verl's own merger (``python -m verl.model
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -95,12 +96,27 @@ def export_checkpoint(
     final: bool,
     runner: Runner = subprocess.run,
 ) -> list[Path]:
-    """Export one training checkpoint as ``checkpoints/<name>``, and as the policy if final."""
+    """Export one training checkpoint as ``checkpoints/<name>``, and as the policy if final.
+
+    The final policy is the last checkpoint's files, hard-linked (one copy on disk, ~4 bytes
+    per parameter saved: 7 GB for Qwen3-1.7B), copied where links are not possible.
+    """
     export_dir = Path(export_dir)
     written = [export_dir / "checkpoints" / name]
     export_hf(actor, written[0], runner)
     if final:
-        export_hf(actor, export_dir, runner)
+        for item in written[0].iterdir():
+            destination = export_dir / item.name
+            if destination.is_dir():
+                shutil.rmtree(destination)
+            destination.unlink(missing_ok=True)
+            if item.is_dir():
+                shutil.copytree(item, destination)
+                continue
+            try:
+                os.link(item, destination)
+            except OSError:
+                shutil.copy2(item, destination)
         written.append(export_dir)
     return written
 

@@ -130,7 +130,7 @@ def check_replaced_share(stats: VerlDataStats, limit: float, method: str) -> Non
     Only for methods that sample rephrasings; a q0-only method (grpo ...) never reads them.
     """
     from tagrpo.algorithms import get_method
-    from tagrpo.rephrase.rephrase_stage import check_failed_share
+    from tagrpo.rephrase.shares import check_failed_share
 
     if not get_method(method).use_neighbours:
         return

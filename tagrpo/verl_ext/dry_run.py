@@ -1,6 +1,7 @@
 """What a paper-scale run will do, as text: the verl command and the evaluation settings.
 
-``python -m stages.train --method M --dry-run`` prints it before any GPU work, and
+``python -m stages.train --method M --dry-run`` prints it before any GPU work (with the
+preflight's memory and cost, :mod:`tagrpo.verl_ext.cost`), and
 ``tests/test_paper_profiles.py`` keeps the text of the paper profiles equal to checked-in
 expectations (``tests/fixtures/dry_run/``), so a change of what a paper run trains or
 evaluates with shows up as a diff to review.
@@ -42,16 +43,22 @@ def evaluation_lines(config: Params) -> list[str]:
     return [f"# evaluate: {key} = {value}" for key, value in evaluation_settings(config).items()]
 
 
-def dry_run_text(config: Params, method: str, seed: int, root: Path, model: str) -> str:
-    """The verl command of ``method`` (one override per line) and the evaluation settings.
+def dry_run_text(
+    config: Params, method: str, seed: int, root: Path, model: str, questions: int | None = None
+) -> str:
+    """The verl command of ``method`` (one override per line), the evaluation settings, and
+    the preflight's memory per card and cost over ``questions`` training questions
+    (:mod:`tagrpo.verl_ext.cost`).
 
     ``root`` and ``model`` are given, so the text does not depend on the checkout or on the
     base-model stage having run; the interpreter is written as ``python``.
     """
     from tagrpo.pipeline.layout import policy_name
+    from tagrpo.verl_ext.cost import run_lines
     from tagrpo.verl_ext.launcher import build_command
 
-    command = build_command(method, config, seed, policy_name(method, seed), root, model=model)
+    policy = policy_name(method, seed)
+    command = build_command(method, config, seed, policy, root, model=model, environ={})
     argv = ["python" if word == sys.executable else word for word in command.argv]
     rows = config.train.rows_per_question(method)
     lines = [
@@ -61,5 +68,6 @@ def dry_run_text(config: Params, method: str, seed: int, root: Path, model: str)
         " ".join(argv[:3]),
         *argv[3:],
         *evaluation_lines(config),
+        *run_lines(config, method, policy, model, questions),
     ]
     return "\n".join(lines) + "\n"

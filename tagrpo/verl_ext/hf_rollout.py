@@ -144,6 +144,14 @@ def sample_batch(
     return results
 
 
+def batch_seed(seed: int, weights_step: int | None, batch: int) -> int:
+    """The sampling seed of the ``batch``-th batch drawn since the weights of ``weights_step``
+    were loaded (None: the initial weights): a function of the step, not of how many batches
+    this server drew before, so a run resumed from a checkpoint draws what it would have."""
+    step = -1 if weights_step is None else int(weights_step)
+    return (seed * 1_000_003 + (step + 1) * 10_007 + batch) % 2**63
+
+
 class HFRolloutServer:
     """verl's token-in/token-out rollout server over a transformers model (a Ray actor)."""
 
@@ -168,6 +176,7 @@ class HFRolloutServer:
         self.seed = int(config.seed)
         self.max_batch = max(1, int(config.max_num_seqs))
         self.batches = 0
+        self.batches_since_update = 0
         self.weights_step: int | None = None  # None: the initial weights from `path`
         self.weight_updates = 0
         self.pending: list[_Request] = []
@@ -236,9 +245,11 @@ class HFRolloutServer:
             batch = [r for r in self.pending if r.sampling == sampling][: self.max_batch]
             chosen = {id(r) for r in batch}
             self.pending = [r for r in self.pending if id(r) not in chosen]
-            # Seeded per batch: a rerun with the same arrival order samples the same tokens.
-            seed = self.seed * 1_000_003 + self.batches
+            # Seeded per (weights, batch since they were loaded): a rerun with the same arrival
+            # order samples the same tokens, and so does a run resumed from a checkpoint.
+            seed = batch_seed(self.seed, self.weights_step, self.batches_since_update)
             self.batches += 1
+            self.batches_since_update += 1
             try:
                 results = await loop.run_in_executor(
                     self.executor, self._sample, [r.prompt_ids for r in batch], sampling, seed
@@ -262,6 +273,7 @@ class HFRolloutServer:
         loaded = await loop.run_in_executor(self.executor, self._load, state)
         self.weights_step = None if global_steps is None else int(global_steps)
         self.weight_updates += 1
+        self.batches_since_update = 0
         return loaded
 
     def _load(self, state: dict[str, torch.Tensor]) -> int:

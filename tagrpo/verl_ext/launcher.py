@@ -3,16 +3,23 @@
     python -m stages.train --method ta_grpo --dry-run    # print the command, run nothing
     python -m stages.train --method ta_grpo              # prepare data, train, export
 
-A run (policy ``P``) prepares ``data/verl/P/{train,val}.parquet`` (length-filtered with the
-policy's tokenizer, :mod:`tagrpo.verl_ext.data`; a method sampling rephrasings refuses rows
-without N of them), runs ``python -m verl.trainer.main_ppo`` with the generated overrides
-(:mod:`tagrpo.verl_ext.overrides`) in a session and private temp dir of its own
-(:mod:`tagrpo.verl_ext.process`: nothing of the run survives it), verl's own MLflow logger
-attached through ``MLFLOW_RUN_ID`` to the run ``train-P`` that the train stage opened, and
-leaves the local backend's outputs in the stage's staging area: ``models/P`` (HF folder,
-``checkpoints/checkpoint-025..100`` inside, exported by the trainer),
+A run (policy ``P``) works in a folder of its own that survives a failed or killed stage,
+``<runtime.verl.checkpoint_dir>/P`` (:mod:`tagrpo.verl_ext.resume`): it prepares the training
+parquet there (length-filtered with the policy's tokenizer, :mod:`tagrpo.verl_ext.data`; a
+method sampling rephrasings refuses rows without N of them), keeps it for a rerun of the same
+run (same code, data and params) or empties it, and runs ``python -m verl.trainer.main_ppo``
+with the generated overrides (:mod:`tagrpo.verl_ext.overrides`) in a session of its own
+(:mod:`tagrpo.verl_ext.process`), resuming from the last checkpoint there. verl's MLflow logger
+is attached through ``MLFLOW_RUN_ID`` to the run ``train-P`` that the train stage opened. The
+exports and dumps are then linked into the stage's staging area, the local backend's layout:
+``models/P`` (HF folder, ``checkpoints/checkpoint-025..100`` inside, exported by the trainer),
 ``rollouts/P/checkpoint-*.parquet`` and ``plots/train/P.csv`` (every logged metric per step);
-the stage writes ``metrics/train/P.json``.
+the stage writes ``metrics/train/P.json`` and, once committed, removes the work area
+(:func:`release_work_area`).
+
+With ``verl.nnodes > 1`` or ``RAY_ADDRESS`` set, verl joins the Ray cluster that ``ray start``
+runs (:func:`ray_cluster`; docs/paper-scale.md, "Several nodes"); otherwise it starts a private
+one in the run's temp dir.
 """
 
 from __future__ import annotations
@@ -32,14 +39,28 @@ from typing import Any
 from tagrpo.config.common import TrackingSettings
 from tagrpo.config.engines import VerlSettings
 from tagrpo.config.params import Params
+from tagrpo.config.runtime import VerlRuntimeSettings
+from tagrpo.pipeline.dvc_stages import deps_hash
 from tagrpo.pipeline.paths import project_root
 from tagrpo.verl_ext.device import device_env, run_device
 from tagrpo.verl_ext.overrides import RunPaths, VerlRun, build_overrides
-from tagrpo.verl_ext.process import private_temp_dir, remove_temp_dir, run_isolated
+from tagrpo.verl_ext.process import RUN_MARKER, private_temp_dir, remove_temp_dir, run_isolated
+from tagrpo.verl_ext.resume import (
+    WorkArea,
+    attempts,
+    fingerprint,
+    link_tree,
+    mark_finished,
+    open_work_area,
+    record_attempt,
+    release,
+)
 
 Summarize = Callable[[list[dict[str, float]], dict[str, float], float], dict[str, float]]
 # Telemetry stays off in every Ray worker too (the variables are forwarded to them).
 FORWARDED_DEFAULTS = {"DO_NOT_TRACK": "true", "MLFLOW_DISABLE_TELEMETRY": "true"}
+# verl's validation set (it builds one even when it never validates: trainer.test_freq=-1).
+VAL_QUESTIONS = 4
 
 
 @dataclass(frozen=True)
@@ -56,20 +77,43 @@ class VerlCommand:
         return " \\\n  ".join([*assignments, " ".join(words[:3]), *words[3:]])
 
 
+def work_area(root: Path, policy: str, runtime: VerlRuntimeSettings) -> WorkArea:
+    """The run's folder (absolute: verl workers do not share our cwd)."""
+    return WorkArea(Path(root).resolve() / runtime.checkpoint_dir / policy)
+
+
 def run_paths(
-    root: Path, policy: str, verl: VerlSettings, temp_dir: Path | None = None
+    root: Path, policy: str, runtime: VerlRuntimeSettings, temp_dir: Path | None = None
 ) -> RunPaths:
-    """Where one run reads and writes (absolute: verl workers do not share our cwd)."""
-    data = root / "data" / "verl" / policy
+    """Where one run reads and writes: its work area (:mod:`tagrpo.verl_ext.resume`)."""
+    area = work_area(root, policy, runtime)
     return RunPaths(
-        train_file=data / "train.parquet",
-        val_file=data / "val.parquet",
-        checkpoint_dir=root / verl.checkpoint_dir / policy,
-        export_dir=root / "models" / policy,
-        rollout_dir=root / "rollouts" / policy,
-        metrics_log=data / "metrics.jsonl",
+        train_file=area.data / "train.parquet",
+        val_file=area.data / "val.parquet",
+        checkpoint_dir=area.root,
+        export_dir=area.model,
+        rollout_dir=area.rollouts,
+        metrics_log=area.metrics_log,
         temp_dir=temp_dir,
     )
+
+
+def ray_cluster(verl: VerlSettings, environ: Mapping[str, str]) -> str | None:
+    """The Ray cluster a run joins: ``auto`` (what ``ray start`` runs, or ``RAY_ADDRESS``)
+    with ``verl.nnodes > 1`` or ``RAY_ADDRESS`` set; None: a private single-node cluster.
+
+    A private cluster lives in the run's temp dir (Ray's ``_temp_dir``, every process's
+    ``TMPDIR``), where ``ray.init`` cannot find a cluster started with ``ray start``; and Ray
+    refuses logical CPU/GPU counts when it joins one, which a CPU run needs: refused.
+    """
+    if verl.nnodes == 1 and not environ.get("RAY_ADDRESS"):
+        return None
+    if verl.device == "cpu":
+        raise ValueError(
+            "verl.device: cpu runs on one machine in a Ray cluster of its own: set verl.nnodes "
+            "to 1 and unset RAY_ADDRESS"
+        )
+    return "auto"
 
 
 def resolve_model(config: Params, root: Path) -> str:
@@ -136,16 +180,21 @@ def build_command(
     mlflow_run_id: str | None = None,
     paths: RunPaths | None = None,
     temp_dir: Path | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> VerlCommand:
     """``python -m verl.trainer.main_ppo`` with the run's overrides and environment.
 
-    ``temp_dir`` (the run's private temp dir) becomes Ray's temp dir and every process's
-    ``TMPDIR``, so that the run writes nothing else under the system's temp dir.
+    ``temp_dir`` (the run's private temp dir) marks every process of the run
+    (``TAGRPO_VERL_RUN``, :mod:`tagrpo.verl_ext.process`); on a private cluster it also becomes
+    Ray's temp dir and every process's ``TMPDIR``, so that the run writes nothing else under
+    the system's temp dir. ``environ`` (default: this process's) decides the cluster
+    (:func:`ray_cluster`).
     """
     root = Path(root or project_root())
-    paths = paths or run_paths(root, policy, config.verl)
+    paths = paths or run_paths(root, policy, config.runtime.verl)
     if temp_dir is not None:
         paths = dataclasses.replace(paths, temp_dir=temp_dir)
+    cluster = ray_cluster(config.verl, os.environ if environ is None else environ)
     enabled, uri, experiment = tracking_settings(config.common.tracking)
     env = {
         **device_env(run_device(config.verl), config.common.torch_threads),
@@ -153,7 +202,9 @@ def build_command(
         **FORWARDED_DEFAULTS,
     }
     if temp_dir is not None:
-        env["TMPDIR"] = str(temp_dir)
+        env[RUN_MARKER] = str(temp_dir)
+        if cluster is None:
+            env["TMPDIR"] = str(temp_dir)
     if enabled:
         env["MLFLOW_TRACKING_URI"] = uri
         if mlflow_run_id:
@@ -167,18 +218,26 @@ def build_command(
         experiment=experiment,
         tracking=enabled,
         env=env,
+        cluster=cluster,
     )
     argv = [sys.executable, "-m", "verl.trainer.main_ppo", *build_overrides(run, config)]
     return VerlCommand(argv=argv, env={**env, "PYTHONUNBUFFERED": "1"})
 
 
-def read_metrics_log(path: str | Path) -> list[dict[str, float]]:
-    """verl's file-logger JSONL as one flat record per step (numbers only).
+def read_metrics_log(*paths: str | Path) -> list[dict[str, float]]:
+    """verl's file-logger JSONL (one file or several, in order; a missing one is empty) as one
+    flat record per step (numbers only; a later line of a step adds to or replaces an earlier).
 
     ``kl`` repeats ``actor/kl_loss`` under the local backend's name.
     """
     history: dict[int, dict[str, float]] = {}
-    for line in Path(path).read_text().splitlines():
+    lines = [
+        line
+        for path in paths
+        if Path(path).is_file()
+        for line in Path(path).read_text().splitlines()
+    ]
+    for line in lines:
         if not line.strip():
             continue
         entry = json.loads(line)
@@ -192,6 +251,33 @@ def read_metrics_log(path: str | Path) -> list[dict[str, float]]:
         if "actor/kl_loss" in record:
             record.setdefault("kl", record["actor/kl_loss"])
     return [history[step] for step in sorted(history)]
+
+
+def run_identity(
+    method: str,
+    config: Params,
+    seed: int,
+    policy: str,
+    root: Path,
+    model: str,
+    train_file: Path,
+    data_multiple: float = 1.0,
+) -> str:
+    """The fingerprint of a run's results (:func:`tagrpo.verl_ext.resume.fingerprint`): the
+    train stage's DVC dependency hash, the prepared training parquet ``train_file`` and the
+    overrides that decide what verl computes (``build_overrides(execution=False)``)."""
+    from tagrpo.pipeline.layout import dvc_stage_name
+
+    dvc_name = dvc_stage_name("train", method, seed, data_multiple, config.runs.one_seed_methods)
+    paths = run_paths(root, policy, config.runtime.verl)
+    run = VerlRun(method=method, seed=seed, policy=policy, model=model, paths=paths)
+    overrides = build_overrides(run, config, execution=False)
+    return fingerprint(deps_hash(dvc_name, root), train_file, overrides)
+
+
+def release_work_area(config: Params, policy: str, root: Path | None = None) -> None:
+    """Remove a run's work area once the stage has committed its outputs."""
+    release(work_area(root or project_root(), policy, config.runtime.verl))
 
 
 def run_training(
@@ -217,17 +303,15 @@ def run_training(
     """
     root = project_root()
     train, verl = config.train, config.verl
-    paths = run_paths(root, policy, verl)
+    paths = run_paths(root, policy, config.runtime.verl)
     run_device(verl)  # refuses an engine that does not fit the device, before any work
+    ray_cluster(verl, os.environ)  # refuses a CPU run asked to join a cluster
     if outputs is None:
         outputs = {
-            "model": paths.export_dir,
-            "rollouts": paths.rollout_dir,
+            "model": root / "models" / policy,
+            "rollouts": root / "rollouts" / policy,
             "history": root / "plots" / "train" / f"{policy}.csv",
         }
-    paths = dataclasses.replace(
-        paths, export_dir=Path(outputs["model"]), rollout_dir=Path(outputs["rollouts"])
-    )
     if dry_run:
         command = build_command(method, config, seed, policy, root, model=model, paths=paths)
         print(command.shell())
@@ -235,6 +319,7 @@ def run_training(
     from tagrpo.algorithms import get_method
     from tagrpo.pipeline.tracking import log_metrics
     from tagrpo.training.outputs import write_history_csv
+    from tagrpo.verl_ext.cost import check_fits
     from tagrpo.verl_ext.data import (
         chat_template_counter,
         check_replaced_share,
@@ -244,10 +329,12 @@ def run_training(
     )
 
     model = resolve_model(config, root)
-    for stale in (paths.export_dir, paths.rollout_dir, paths.train_file.parent):
-        shutil.rmtree(stale, ignore_errors=True)
-    if not verl.resume:  # a rerun must not resume a finished run's checkpoints
-        shutil.rmtree(paths.checkpoint_dir, ignore_errors=True)
+    check_fits(config, model)  # memory per card, refused before any GPU work (naming the key)
+    area = work_area(root, policy, config.runtime.verl)
+    # The data is prepared beside the work area, which is kept only for the same run.
+    prepared = area.root.with_name(f".{area.root.name}.prepared")
+    shutil.rmtree(prepared, ignore_errors=True)
+    prepared.mkdir(parents=True)
 
     from transformers import AutoTokenizer
 
@@ -255,7 +342,7 @@ def run_training(
     base = train.questions
     stats = prepare_training_parquet(
         root / train.input,
-        paths.train_file,
+        prepared / paths.train_file.name,
         chat_template_counter(tokenizer, config.common.chat_template_kwargs),
         verl.max_prompt_length,
         train.n_neighbours,
@@ -277,33 +364,62 @@ def run_training(
     if get_method(method).use_neighbours:
         # Without N rephrasings per row the method would sample q0 for every session: a
         # different experiment under this method's name.
-        require_rephrasings(paths.train_file, train.n_neighbours, method)
-    benchmark = root / "data" / "processed" / "benchmarks" / f"{verl.val_benchmark}.parquet"
-    prepare_validation_parquet(benchmark, paths.val_file, verl.val_questions)
-    import mlflow
+        require_rephrasings(prepared / paths.train_file.name, train.n_neighbours, method)
+    # verl builds a validation set even when it never validates (trainer.test_freq=-1):
+    # a few training questions, q0 only (evaluation is the evaluate stage's).
+    prepare_validation_parquet(root / train.input, prepared / paths.val_file.name, VAL_QUESTIONS)
 
-    # The train stage opened the MLflow run (tagged like the local backend's); verl's own
-    # logger writes into it through MLFLOW_RUN_ID.
-    mlflow_run = mlflow.active_run()
-    run_id = mlflow_run.info.run_id if mlflow_run is not None else None
-    # Ray's sessions and every verl process's TMPDIR in a private temp dir, removed at the end
-    # whatever happens (tagrpo/verl_ext/process.py).
-    temp_dir = private_temp_dir()
-    try:
-        command = build_command(method, config, seed, policy, root, model, run_id, paths, temp_dir)
-        log_metrics(stats.as_metrics())
-        print(command.shell())
-        started = time.perf_counter()
-        run = runner or run_isolated
-        run(command.argv, env={**os.environ, **command.env}, cwd=str(root), check=True)
-        seconds = time.perf_counter() - started
-    finally:
-        remove_temp_dir(temp_dir)
-    history = read_metrics_log(paths.metrics_log)
-    if not (paths.export_dir / "config.json").exists():
-        raise RuntimeError(f"verl finished but exported no policy to {paths.export_dir}")
-    paths.rollout_dir.mkdir(parents=True, exist_ok=True)  # dumps only at checkpoint steps
+    identity = run_identity(
+        method, config, seed, policy, root, model, prepared / paths.train_file.name, data_multiple
+    )
+    resumption = open_work_area(area, identity, config.runtime.verl.resume)
+    print(f"[train:{policy}] verl work area {area.root}: {resumption.reason}")
+    shutil.rmtree(area.data, ignore_errors=True)
+    os.replace(prepared, area.data)
+    log_metrics(stats.as_metrics())
+
+    if not resumption.finished:
+        import mlflow
+
+        # The train stage opened the MLflow run (tagged like the local backend's); verl's own
+        # logger writes into it through MLFLOW_RUN_ID. Steps of earlier attempts go in too.
+        mlflow_run = mlflow.active_run()
+        run_id = mlflow_run.info.run_id if mlflow_run is not None else None
+        for record in read_metrics_log(area.resumed_log):
+            step = int(record["step"])
+            log_metrics({k: v for k, v in record.items() if k != "step"}, step=step)
+        # Ray's sessions and every verl process's TMPDIR in a private temp dir, removed at the
+        # end whatever happens (tagrpo/verl_ext/process.py).
+        temp_dir = private_temp_dir()
+        started, returncode = time.perf_counter(), 1
+        try:
+            command = build_command(
+                method, config, seed, policy, root, model, run_id, paths, temp_dir
+            )
+            print(command.shell())
+            run = runner or run_isolated
+            run(command.argv, env={**os.environ, **command.env}, cwd=str(root), check=True)
+            returncode = 0
+        finally:
+            record_attempt(area, resumption.step, time.perf_counter() - started, returncode)
+            remove_temp_dir(temp_dir)
+        if not (area.model / "config.json").exists():
+            raise RuntimeError(f"verl finished but exported no policy to {area.model}")
+    history = read_metrics_log(area.resumed_log, area.metrics_log)
+    if not resumption.finished:
+        mark_finished(area, len(history))
+    link_tree(area.model, Path(outputs["model"]))
+    link_tree(area.rollouts, Path(outputs["rollouts"]))  # dumps only at checkpoint steps
+    done = attempts(area)
+    seconds = float(sum(attempt["seconds"] for attempt in done))
     summary = summarize(history, {}, seconds) if summarize else {"steps": len(history)}
-    summary.update({"train_seconds": seconds, **stats.as_metrics()})
+    summary.update(
+        {
+            "train_seconds": seconds,
+            "attempts": float(len(done)),
+            "resumed_from_step": float(resumption.step),
+            **stats.as_metrics(),
+        }
+    )
     write_history_csv(history, Path(outputs["history"]))
     return summary

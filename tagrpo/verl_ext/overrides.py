@@ -85,6 +85,9 @@ class VerlRun:
     experiment: str = "tagrpo"
     tracking: bool = True
     env: Mapping[str, str] = field(default_factory=dict)  # forwarded to every Ray worker
+    # The Ray cluster to join (``auto``: the one ``ray start`` runs on this node; or the
+    # address in RAY_ADDRESS); None: a private single-node cluster in ``paths.temp_dir``.
+    cluster: str | None = None
 
 
 def method_settings(method: str, train: TrainSettings) -> MethodSettings:
@@ -104,12 +107,15 @@ def check_micro_batches(
     rollout_n: int,
     gpus: int,
     verl: VerlSettings,
+    rescored: int = 0,
 ) -> None:
     """Refuse micro-batch sizes that verl would reject in the middle of the first step.
 
     verl splits each GPU's share of a step (log-prob passes) and of a mini-batch (updates) into
     micro-batches of a fixed size and asserts that they divide it
-    (``verl/workers/engine/utils.py``: "data size must be divisible by ...").
+    (``verl/workers/engine/utils.py``: "data size must be divisible by ..."). ``rescored``:
+    responses per question of the anchoring pass (the N*G neighbour responses; 0 without it),
+    a log-prob pass of its own.
     """
     per_gpu_step = batch * rollout_n // gpus
     per_gpu_update = per_gpu_step // mini_batches
@@ -119,6 +125,12 @@ def check_micro_batches(
         problems.append(
             f"verl.log_prob_micro_batch_size_per_gpu={log_prob} does not divide the "
             f"{per_gpu_step} trajectories per GPU of a step"
+        )
+    if rescored and (batch * rescored % gpus or batch * rescored // gpus % log_prob):
+        problems.append(
+            f"the anchoring pass scores {batch} x {rescored} neighbour responses, which do not "
+            f"split into micro-batches of verl.log_prob_micro_batch_size_per_gpu={log_prob} "
+            f"over {gpus} GPUs (or set train.anchoring_diagnostic: false)"
         )
     update = verl.micro_batch_size_per_gpu
     if per_gpu_update % update:
@@ -144,8 +156,15 @@ def verl_training_steps(rows: int, batch_questions: int, epochs: float) -> int:
     return (rows // batch_questions) * int(epochs)
 
 
-def build_overrides(run: VerlRun, config: Params) -> list[str]:
-    """The Hydra overrides of one run from the ``train``, ``verl`` and ``common`` sections."""
+def build_overrides(run: VerlRun, config: Params, execution: bool = True) -> list[str]:
+    """The Hydra overrides of one run from the ``train``, ``verl``, ``common`` and ``runtime``
+    sections.
+
+    ``execution=False`` leaves out what only decides how the run executes, never what it
+    computes (:func:`execution_overrides`: checkpoints, worker counts, logging, Ray's cluster
+    and temp dir): the overrides that identify a run's results (a resumed run must have the
+    same, :mod:`tagrpo.verl_ext.resume`).
+    """
     train, verl, common = config.train, config.verl, config.common
     device = run_device(verl)
     if train.epsilon != EPSILON:
@@ -177,7 +196,9 @@ def build_overrides(run: VerlRun, config: Params) -> list[str]:
     gpus = verl.n_gpus_per_node * verl.nnodes
     if (batch * rollout_n) % gpus:
         raise ValueError(f"{batch} x {rollout_n} trajectories do not split over {gpus} GPUs")
-    check_micro_batches(run.method, batch, mini_batches, rollout_n, gpus, verl)
+    anchoring = spec.use_neighbours and train.anchoring_diagnostic
+    rescored = rollout_n - settings.responses_per_variant if anchoring else 0
+    check_micro_batches(run.method, batch, mini_batches, rollout_n, gpus, verl, rescored)
     paths = run.paths
     log_prob_micro_batch = verl.log_prob_micro_batch_size_per_gpu
     values: dict[str, Any] = {
@@ -241,16 +262,14 @@ def build_overrides(run: VerlRun, config: Params) -> list[str]:
         "trainer.total_epochs": int(train.epochs),
         "trainer.n_gpus_per_node": verl.n_gpus_per_node,
         "trainer.nnodes": verl.nnodes,
-        "trainer.logger": ["console", "file", *(["mlflow"] if run.tracking else [])],
-        "trainer.project_name": run.experiment,
-        "trainer.experiment_name": f"train-{run.policy}",
         "trainer.val_before_train": False,
         "trainer.test_freq": -1,  # evaluation is the evaluate stage's (vLLM, pass@k)
-        # verl is asked every step; the tagrpo_sync trainer keeps the 25/50/75/100% steps.
+        # verl is asked every step; the tagrpo_sync trainer saves at its own steps
+        # (runtime.verl.checkpoint_every and train.checkpoints), once the step is logged.
         "trainer.save_freq": 1,
-        "trainer.max_actor_ckpt_to_keep": verl.max_ckpt_to_keep,
         "trainer.default_local_dir": str(paths.checkpoint_dir),
-        "trainer.resume_mode": "auto" if verl.resume else "disable",
+        # The launcher empties the run's work area unless it resumes the same run.
+        "trainer.resume_mode": "auto",
         "trainer.rollout_data_dir": str(paths.rollout_dir),
     }
     if spec.anchor == "original":
@@ -279,7 +298,7 @@ def build_overrides(run: VerlRun, config: Params) -> list[str]:
         },
         "trainer.tagrpo.export_dir": str(paths.export_dir),
         "trainer.tagrpo.checkpoints": list(train.checkpoints),
-        "reward.custom_reward_function.reward_kwargs.grading_workers": verl.grading_workers,
+        "trainer.tagrpo.anchoring": train.anchoring_diagnostic,
         "reward.custom_reward_function.reward_kwargs.item_timeout_s": (
             common.grading.item_timeout_s
         ),
@@ -295,13 +314,40 @@ def build_overrides(run: VerlRun, config: Params) -> list[str]:
         added[f"data.apply_chat_template_kwargs.{key}"] = value
     if device_overrides is not None:
         added.update(device_overrides.added)
-    if paths.temp_dir is not None:
-        # Ray's sessions (sockets, logs, spilled objects) in the run's own temp dir.
-        added["ray_kwargs.ray_init._temp_dir"] = str(paths.temp_dir / "ray")
-    env = {**device_env(device, common.torch_threads), **run.env}
-    for key, value in env.items():
-        added[f"ray_kwargs.ray_init.runtime_env.env_vars.{key}"] = str(value)
+    if execution:
+        run_values, run_added = execution_overrides(run, config)
+        overrides += [f"{key}={hydra_value(value)}" for key, value in run_values.items()]
+        added.update(run_added)
+        env = {**device_env(device, common.torch_threads), **run.env}
+        for key, value in env.items():
+            added[f"ray_kwargs.ray_init.runtime_env.env_vars.{key}"] = str(value)
     # `++` adds a key or overrides it: these keys are not in verl's default config.
     overrides += [f"++{key}={hydra_value(value)}" for key, value in added.items()]
     overrides += [str(item) for item in verl.extra_overrides]
     return overrides
+
+
+def execution_overrides(run: VerlRun, config: Params) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The overrides that decide how a run executes and never what it computes: checkpoints
+    (``runtime.verl``), grading workers, logging, Ray's cluster or private temp dir. As
+    (keys of verl's config, keys it lacks); ``build_overrides(execution=False)`` leaves them
+    out."""
+    runtime = config.runtime.verl
+    values: dict[str, Any] = {
+        "trainer.logger": ["console", "file", *(["mlflow"] if run.tracking else [])],
+        "trainer.project_name": run.experiment,
+        "trainer.experiment_name": f"train-{run.policy}",
+        "trainer.max_actor_ckpt_to_keep": runtime.max_checkpoints,
+    }
+    added: dict[str, Any] = {
+        "trainer.tagrpo.checkpoint_every": runtime.checkpoint_every,
+        "reward.custom_reward_function.reward_kwargs.grading_workers": runtime.grading_workers,
+    }
+    if run.cluster is not None:
+        # Join the cluster `ray start` runs (multi-node): Ray's own temp dir, where the address
+        # of that cluster is found (docs/paper-scale.md, "Several nodes").
+        added["ray_kwargs.ray_init.address"] = run.cluster
+    elif run.paths.temp_dir is not None:
+        # Ray's sessions (sockets, logs, spilled objects) in the run's own temp dir.
+        added["ray_kwargs.ray_init._temp_dir"] = str(run.paths.temp_dir / "ray")
+    return values, added

@@ -5,15 +5,18 @@ and rollout actors). When the driver dies abnormally (an exception in a worker, 
 killed DVC stage) those processes can outlive it, and Ray writes its session under the system
 temp dir. Here:
 
-* the run gets a private temp dir (:func:`private_temp_dir`), given to Ray as its temp dir and
-  to every process as ``TMPDIR``;
+* the run gets a private temp dir (:func:`private_temp_dir`), named in every process's
+  environment as ``TAGRPO_VERL_RUN`` (:data:`RUN_MARKER`) and, on a private single-node
+  cluster, given to Ray as its temp dir and to every process as ``TMPDIR``;
 * verl runs in a new session (``start_new_session``), so a Ctrl-C in the terminal reaches only
   the launcher, which then stops the run;
 * whatever the outcome (success, failure, Ctrl-C, SIGTERM), :func:`stop_run` terminates the
   session's process group and every process whose environment carries the run's temp dir (Ray
-  re-parents some daemons; all inherit ``TMPDIR``), first with SIGTERM, then SIGKILL, and the
+  re-parents some daemons; all inherit the marker), first with SIGTERM, then SIGKILL, and the
   temp dir is removed. Only processes of this run are signalled, never all Ray processes of the
-  machine (other runs may share it).
+  machine (other runs may share it). On a cluster started with ``ray start`` (multi-node) the
+  cluster's own daemons do not carry the marker and are left running; the run's workers on this
+  node do and are stopped (Ray stops those on other nodes when the driver goes).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from tagrpo.pipeline.procfs import pid_alive
 # bytes per socket path, so the run's temp dir must be short.
 MAX_TEMP_DIR_LENGTH = 40
 TEMP_PREFIX = "tagrpo-verl-"
+# Names the run's private temp dir in the environment of every process of the run.
+RUN_MARKER = "TAGRPO_VERL_RUN"
 
 
 def private_temp_dir() -> Path:
@@ -132,11 +137,11 @@ def run_isolated(
 ) -> subprocess.CompletedProcess:
     """``subprocess.run`` for verl: a new session, always cleaned up (see the module docstring).
 
-    ``env["TMPDIR"]`` must be the run's private temp dir: it marks the run's processes.
+    ``env[RUN_MARKER]`` must be the run's private temp dir: it marks the run's processes.
     """
-    marker = env.get("TMPDIR")
+    marker = env.get(RUN_MARKER)
     if not marker or not Path(marker).name.startswith(TEMP_PREFIX):
-        raise ValueError("run_isolated needs TMPDIR set to the run's private temp dir")
+        raise ValueError(f"run_isolated needs {RUN_MARKER} set to the run's private temp dir")
     process = subprocess.Popen(list(argv), env=dict(env), cwd=str(cwd), start_new_session=True)
     try:
         with _terminate_on_sigterm():

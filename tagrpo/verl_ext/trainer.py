@@ -14,8 +14,12 @@ through TransferQueue, old/reference log-probs, the PPO update, DAPO filtering t
 * ``_log_rollout_data``: dumps the batch at 25/50/75/100% of training (the steps of
   :func:`tagrpo.training.outputs.checkpoint_steps`) as ``checkpoint-XXX.parquet`` with the
   local backend's columns.
-* ``_save_checkpoint``: saves (verl's checkpoint) only at those steps and exports each as a
-  Hugging Face folder (:mod:`tagrpo.verl_ext.checkpoint`).
+* ``_save_checkpoint`` / ``_load_checkpoint``: a resumable checkpoint every
+  ``runtime.verl.checkpoint_every`` steps, at those fractions and after the last step, written
+  once verl has logged the step (a resumed run repeats no logged step and misses none), with
+  the trainer's own state beside verl's (cumulative responses, the estimator's state: AVSPO's
+  threshold); each fraction's checkpoint exported as a Hugging Face folder
+  (:mod:`tagrpo.verl_ext.checkpoint`), again on resume if a crash came before the export.
 
 verl branches on the literal trainer mode ``"sync"`` (replay buffer type, dataloader fetch
 size, prompt persistence), so the subclass reports ``sync`` once it is registered under its
@@ -24,6 +28,7 @@ own name.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +56,7 @@ from tagrpo.verl_ext import (
     WEIGHTS_STEP_FIELD,
 )
 from tagrpo.verl_ext.agent_loop import as_messages, rephrased_prompts
-from tagrpo.verl_ext.checkpoint import actor_dir, export_checkpoint
+from tagrpo.verl_ext.checkpoint import actor_dir, export_checkpoint, has_weights
 from tagrpo.verl_ext.estimators import VERL_ESTIMATORS
 from tagrpo.verl_ext.settings import (
     CONFIG_SECTION,
@@ -60,6 +65,9 @@ from tagrpo.verl_ext.settings import (
     section,
     validate_run,
 )
+
+# The trainer's own state beside verl's in each checkpoint folder (global_step_N/).
+TRAINER_STATE_FILE = "tagrpo_state.json"
 
 # Columns the verl dumps add to the local backend's: token ids and what verl computed per token
 # (old / reference / rollout log-probs, the advantages it trained with), for audits and tests.
@@ -122,7 +130,8 @@ def _values(column: Any) -> list[Any]:
 class TATrainer(PPOTrainerSync):
     """The sync V1 trainer for every method of the paper (see the module docstring)."""
 
-    responses_generated: float = 0.0  # sampled by this process, DS refills included
+    responses_generated: float = 0.0  # sampled by this run, DS refills included
+    pending_checkpoint: int | None = None  # the step whose checkpoint waits for its metrics
 
     def __init__(self, config: Any) -> None:
         self.ta = validate_run(config)
@@ -140,7 +149,8 @@ class TATrainer(PPOTrainerSync):
 
     def _compute_old_log_prob(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         batch = super()._compute_old_log_prob(batch, metrics)
-        if self.ta.spec.use_neighbours:
+        enabled = section(self.config.trainer, CONFIG_SECTION).get("anchoring", True)
+        if self.ta.spec.use_neighbours and enabled:
             metrics.update(self._anchoring_shift(batch))
         return batch
 
@@ -149,19 +159,28 @@ class TATrainer(PPOTrainerSync):
 
         The old policy scored every trajectory under its stored prompt (q0 for TA-GRPO's
         neighbour responses, the sampled rephrasing for TA-GRPO* and unanchored TA-GRPO). One
-        more ``compute_log_prob`` of the actor, before its update, scores each under the other
-        prompt: copies of the batch's records with that prompt, in their own TransferQueue
-        partition, cleared afterwards (variant-0 responses keep their prompt, so the batch
-        keeps its size and data-parallel split). A forward pass: the run is otherwise unchanged.
+        more ``compute_log_prob`` of the actor, before its update, scores each neighbour
+        response under the other prompt: copies of their records with that prompt, in their own
+        TransferQueue partition, cleared afterwards. Responses to q0 (whose two prompts are the
+        same) and verl's padding rows are not scored again: N*G of a question's (N+1)*G
+        responses, which the launcher checks split evenly over the GPUs and micro-batches
+        (:func:`tagrpo.verl_ext.overrides.check_micro_batches`). A forward pass: the run is
+        otherwise unchanged (``train.anchoring_diagnostic: false`` skips it).
         """
-        stored = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id)
         layout = trajectory_layout(batch.keys, batch.tags, self.ta)
+        rows = neighbour_rows(layout)
+        if rows.size == 0:
+            return {}
+        keys = [batch.keys[row] for row in rows]
+        stored = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id)
+        positions = np.flatnonzero(layout.variant > 0)
+        labels = [f"{layout.uid[p]} session {int(layout.session[p])}" for p in positions]
         prompts = counterpart_prompt_ids(
-            _values(stored["extra_fields"]), layout, self.ta.spec.anchor == "original"
+            _values(stored["extra_fields"]), labels, self.ta.spec.anchor == "original"
         )
-        records, tags = counterpart_records(stored, batch.tags, prompts)
+        records, tags = counterpart_records(stored, [batch.tags[row] for row in rows], prompts)
         meta = tq.kv_batch_put(
-            keys=batch.keys, partition_id=ANCHORING_PARTITION, fields=records, tags=tags
+            keys=keys, partition_id=ANCHORING_PARTITION, fields=records, tags=tags
         )
         meta.extra_info.update(
             {
@@ -173,14 +192,14 @@ class TATrainer(PPOTrainerSync):
         try:
             self.actor_rollout_wg.compute_log_prob(meta)
             rescored = tq.kv_batch_get(
-                keys=batch.keys,
+                keys=keys,
                 partition_id=ANCHORING_PARTITION,
                 select_fields=["log_probs", "response_mask"],
             )
         finally:
-            tq.kv_clear(keys=batch.keys, partition_id=ANCHORING_PARTITION)
+            tq.kv_clear(keys=keys, partition_id=ANCHORING_PARTITION)
         old = tq.kv_batch_get(
-            keys=batch.keys, partition_id=batch.partition_id, select_fields=["old_log_probs"]
+            keys=keys, partition_id=batch.partition_id, select_fields=["old_log_probs"]
         )
         # log_probs cover prompt + response (shifted); old_log_probs the response only.
         rescored_response = response_from_nested(rescored["log_probs"], rescored["response_mask"])
@@ -188,8 +207,10 @@ class TATrainer(PPOTrainerSync):
             list(old["old_log_probs"].unbind()),
             list(rescored_response.unbind()),
             list(rescored["response_mask"].unbind()),
-            layout,
+            layout.question[positions],
+            layout.variant[positions],
             self.ta,
+            labels,
         )
 
     # -- advantages and diagnostics --
@@ -248,13 +269,13 @@ class TATrainer(PPOTrainerSync):
             metrics.update(ds)
             extra_groups = ds["ds/dropped_groups"] + ds["ds/discarded_surplus_groups"]
             generated += extra_groups * self.ta.rollout_n
-        # Cumulative, the local backend's budget metric (counts again from 0 after a resume).
+        # Cumulative, the local backend's budget metric (restored by a resume: _load_checkpoint).
         self.responses_generated += generated
         metrics["responses_generated"] = self.responses_generated
         metrics["optimiser_updates"] = float(optimiser_updates_per_step(self.config))
         return batch
 
-    # -- checkpoints, exports and rollout dumps at 25/50/75/100% of training --
+    # -- checkpoints (resumable), exports and rollout dumps --
 
     def _checkpoint_at(self, step: int) -> float | None:
         """The fraction of training that ``step`` completes, if it is a checkpoint step."""
@@ -263,20 +284,82 @@ class TATrainer(PPOTrainerSync):
         )
         return steps.get(step)
 
+    def _checkpoint_due(self, step: int) -> bool:
+        """A resumable checkpoint after ``step``: every ``checkpoint_every`` steps, at each
+        fraction of ``train.checkpoints`` (exported) and after the last step."""
+        every = int(section(self.config.trainer, CONFIG_SECTION).get("checkpoint_every") or 0)
+        return (
+            step >= self.total_training_steps
+            or self._checkpoint_at(step) is not None
+            or (every > 0 and step % every == 0)
+        )
+
     def _save_checkpoint(self) -> None:
-        # The launcher sets trainer.save_freq=1: verl asks every step, the quarters are kept.
-        fraction = self._checkpoint_at(self.global_steps)
-        if fraction is None:
-            return
+        # verl asks after every step's update (the launcher sets trainer.save_freq=1), before
+        # the step's metrics and rollout dump are written. A checkpoint taken now and a crash
+        # before those would resume after a step whose metrics and dump are lost: the save
+        # waits until verl has logged the step (on_train_begin wraps its logger).
+        if self._checkpoint_due(self.global_steps):
+            self.pending_checkpoint = self.global_steps
+
+    def on_train_begin(self) -> None:
+        super().on_train_begin()
+        log = self.logger.log
+
+        def log_then_checkpoint(*args: Any, **kwargs: Any) -> None:
+            log(*args, **kwargs)
+            step = kwargs.get("step", args[1] if len(args) > 1 else None)
+            if step is not None and step == self.pending_checkpoint:
+                self.pending_checkpoint = None
+                self._write_checkpoint()
+
+        self.logger.log = log_then_checkpoint
+
+    def _write_checkpoint(self) -> None:
+        """verl's checkpoint of the current step, the trainer's own state beside it, and the
+        Hugging Face export when the step is a ``train.checkpoints`` fraction."""
         super()._save_checkpoint()
+        folder = Path(self.config.trainer.default_local_dir) / f"global_step_{self.global_steps}"
+        state = {
+            "responses_generated": self.responses_generated,
+            "estimator_state": (
+                None if self.estimator_state is None else self.estimator_state.state_dict()
+            ),
+        }
+        (folder / TRAINER_STATE_FILE).write_text(json.dumps(state))
+        self._export(self.global_steps)
+
+    def _export(self, step: int) -> None:
+        fraction = self._checkpoint_at(step)
         export_dir = section(self.config.trainer, CONFIG_SECTION).get("export_dir")
-        if export_dir:
-            export_checkpoint(
-                actor_dir(self.config.trainer.default_local_dir, self.global_steps),
-                export_dir,
-                checkpoint_name(fraction),
-                final=self.global_steps >= self.total_training_steps,
-            )
+        if fraction is None or not export_dir:
+            return
+        export_checkpoint(
+            actor_dir(self.config.trainer.default_local_dir, step),
+            export_dir,
+            checkpoint_name(fraction),
+            final=step >= self.total_training_steps,
+        )
+
+    def _load_checkpoint(self) -> None:
+        """verl's resume, then the trainer's own state (the cumulative response count, the
+        estimator's state across steps: AVSPO's threshold), and the export of the checkpoint
+        resumed from if a crash came between verl's save and the export."""
+        super()._load_checkpoint()
+        if self.global_steps == 0:
+            return
+        folder = Path(self.config.trainer.default_local_dir) / f"global_step_{self.global_steps}"
+        state = json.loads((folder / TRAINER_STATE_FILE).read_text())
+        self.responses_generated = float(state["responses_generated"])
+        if self.estimator_state is not None:
+            self.estimator_state.load_state_dict(state["estimator_state"])
+        export_dir = section(self.config.trainer, CONFIG_SECTION).get("export_dir")
+        fraction = self._checkpoint_at(self.global_steps)
+        if export_dir and fraction is not None:
+            exported = Path(export_dir) / "checkpoints" / checkpoint_name(fraction)
+            final = self.global_steps >= self.total_training_steps
+            if not has_weights(exported) or (final and not has_weights(Path(export_dir))):
+                self._export(self.global_steps)
 
     def _log_rollout_data(
         self, batch: KVBatchMeta, timing_raw: dict, rollout_data_dir: str
@@ -318,35 +401,36 @@ class TATrainer(PPOTrainerSync):
         frame.to_parquet(path, index=False)
 
 
+def neighbour_rows(layout: TrajectoryLayout) -> np.ndarray:
+    """Rows of the batch (verl's order, padding included) holding a real response to a
+    rephrasing: the anchoring pass scores these only."""
+    return np.flatnonzero(layout.real)[layout.variant > 0]
+
+
 def counterpart_prompt_ids(
-    extra_fields: Sequence[Any], layout: TrajectoryLayout, anchored: bool
-) -> list[list[int] | None]:
-    """Per trajectory of the batch, the prompt the method does not score it under: the
-    generation prompt for TA-GRPO's neighbour responses (stored under q0), q0's for the other
-    methods' (stored under their rephrasing); None (keep the stored prompt) for responses to q0
-    and verl's padding rows."""
+    extra_fields: Sequence[Any], labels: Sequence[str], anchored: bool
+) -> list[list[int]]:
+    """Per neighbour response, the prompt the method does not score it under: the generation
+    prompt for TA-GRPO's (stored under q0), q0's for the other methods' (stored under their
+    rephrasing). ``labels`` name the responses in the error of one whose ids are missing."""
     field = "tagrpo_generation_prompt_ids" if anchored else ORIGINAL_PROMPT_IDS
-    prompts: list[list[int] | None] = [None] * len(layout.real)
-    for position, row in enumerate(np.flatnonzero(layout.real)):
-        if layout.variant[position] == 0:
-            continue
-        extra = extra_fields[row] if isinstance(extra_fields[row], Mapping) else {}
-        ids = extra.get(field)
+    prompts = []
+    for extra, label in zip(extra_fields, labels, strict=True):
+        ids = (extra if isinstance(extra, Mapping) else {}).get(field)
         if not ids:
             raise RuntimeError(
-                f"trajectory {layout.uid[position]} session {int(layout.session[position])} "
-                f"has no {field} in its extra_fields: the tagrpo agent loop records it for every "
-                "neighbour response"
+                f"trajectory {label} has no {field} in its extra_fields: the tagrpo agent loop "
+                "records it for every neighbour response"
             )
-        prompts[row] = [int(x) for x in ids]
+        prompts.append([int(x) for x in ids])
     return prompts
 
 
 def counterpart_records(
-    stored: TensorDict, tags: Sequence[Mapping[str, Any]], prompts: Sequence[list[int] | None]
+    stored: TensorDict, tags: Sequence[Mapping[str, Any]], prompts: Sequence[list[int]]
 ) -> tuple[TensorDict, list[dict[str, Any]]]:
-    """Copies of the batch's records (every field, as fetched) with ``prompts[i]`` in place of
-    the stored prompt: ``prompts``, ``input_ids = prompt + response``, its attention mask and
+    """Copies of the records (every field, as fetched) with ``prompts[i]`` in place of the
+    stored prompt: ``prompts``, ``input_ids = prompt + response``, its attention mask and
     position ids, and the length tags, as verl's agent-loop writer builds them."""
     rows = len(prompts)
     stored_prompts = list(stored["prompts"].unbind())
@@ -354,8 +438,7 @@ def counterpart_records(
     stored_positions = list(stored["position_ids"].unbind())
     new_prompts, inputs, positions, masks, new_tags = [], [], [], [], []
     for row in range(rows):
-        prompt = stored_prompts[row] if prompts[row] is None else torch.tensor(prompts[row])
-        prompt = prompt.to(stored_prompts[row].dtype)
+        prompt = torch.tensor(prompts[row]).to(stored_prompts[row].dtype)
         ids = torch.cat([prompt, responses[row].to(prompt.dtype)])
         expected = torch.arange(len(stored_prompts[row]) + len(responses[row]))
         if stored_positions[row].dim() != 1 or not torch.equal(
@@ -387,23 +470,22 @@ def anchoring_metrics(
     stored_log_probs: Sequence[torch.Tensor],
     counterpart_log_probs: Sequence[torch.Tensor],
     response_masks: Sequence[torch.Tensor],
-    layout: TrajectoryLayout,
+    question: Sequence[int],
+    variant: Sequence[int],
     settings: MethodSettings,
+    labels: Sequence[str],
 ) -> dict[str, float]:
     """The ``anchoring/...`` metrics from verl's per-trajectory log-probs of the response tokens
-    under the stored prompt (``old_log_probs``) and under the other one (the anchoring pass),
-    over the tokens of ``response_masks``, for the real neighbour responses; groups: (question,
-    rephrasing)."""
+    of neighbour responses (``question`` and rephrasing ``variant`` each) under the stored
+    prompt (``old_log_probs``) and under the other one (the anchoring pass), over the tokens of
+    ``response_masks``; groups: (question, rephrasing)."""
     under_q0, under_qn, groups = [], [], []
     anchored = settings.spec.anchor == "original"
-    for position, row in enumerate(np.flatnonzero(layout.real)):
-        variant = int(layout.variant[position])
-        if variant == 0:
-            continue
+    for row, label in enumerate(labels):
         mask = response_masks[row].bool()
         if not stored_log_probs[row].shape == counterpart_log_probs[row].shape == mask.shape:
             raise RuntimeError(
-                f"trajectory {layout.uid[position]}: {tuple(mask.shape)} response tokens, "
+                f"trajectory {label}: {tuple(mask.shape)} response tokens, "
                 f"{tuple(stored_log_probs[row].shape)} old log-probs, "
                 f"{tuple(counterpart_log_probs[row].shape)} from the anchoring pass"
             )
@@ -411,7 +493,7 @@ def anchoring_metrics(
         other = counterpart_log_probs[row].double()[mask].numpy()
         under_q0.append(stored if anchored else other)
         under_qn.append(other if anchored else stored)
-        groups.append(int(layout.question[position]) * (settings.n_neighbours + 1) + variant)
+        groups.append(int(question[row]) * (settings.n_neighbours + 1) + int(variant[row]))
     return anchoring_shift(under_q0, under_qn, groups)
 
 
