@@ -74,13 +74,15 @@ def test_every_phrasing_states_the_start_and_every_change():
 
 def test_reference_responses_take_the_changes_in_the_paths_order():
     assert reference_response(PROBLEM) == (
-        "12 + 7 = 19. 19 - 4 = 15. 15 + 8 = 23. The answer is \\boxed{23}."
+        "Left to right: 12 + 7 = 19. 19 - 4 = 15. 15 + 8 = 23. The answer is \\boxed{23}."
     )
     assert reference_response(PROBLEM, strategy="backward") == (
-        "12 + 8 = 20. 20 - 4 = 16. 16 + 7 = 23. The answer is \\boxed{23}."
+        "Right to left: 12 + 8 = 20. 20 - 4 = 16. 16 + 7 = 23. The answer is \\boxed{23}."
     )
     misread = reference_response(PROBLEM, strategy="backward", misread={1})
-    assert misread == "12 + 8 = 20. 20 + 4 = 24. 24 + 7 = 31. The answer is \\boxed{31}."
+    assert misread == (
+        "Right to left: 12 + 8 = 20. 20 - 4 = 24. 24 + 7 = 31. The answer is \\boxed{31}."
+    )
     assert last_boxed(reference_response(PROBLEM, letter="C")) == "C"
     with pytest.raises(ValueError, match="not in a chain of 3"):
         reference_response(PROBLEM, misread={3})
@@ -164,8 +166,8 @@ def test_splits_are_disjoint_by_arithmetic_and_rebuildable():
         problem = problem_from_meta(question.meta)
         assert render(problem, question.meta["family"]) == question.problem
         assert str(problem.answer) == question.answer
-        assert question.subject == "chain4"
-    assert {q.subject for q in built["mini_long"].questions} == {"chain5"}
+        assert question.subject == "chain3"
+    assert {q.subject for q in built["mini_long"].questions} == {"chain4"}
     choice = built["mini_choice"].questions[0]
     assert choice.answer_kind == "multiple_choice" and choice.answer in "ABCDEFGHIJ"
     assert len(choice.choices) == 10
@@ -198,16 +200,21 @@ def test_corpus_misreads_exactly_the_habit_steps_at_the_configured_rate():
 
 
 def test_every_family_and_path_has_a_habit_and_no_path_is_safe():
-    # The world's symmetry (preregistration/world-v2.md): in every family each path misreads
-    # one class, the two paths different ones; across the families each path misreads every
-    # class once, and each class is misread by two (family, path) pairs.
+    # The world's symmetry (preregistration/world-v2.md): in every family both paths misread
+    # something, disjoint classes, one path one class and the other two; each path has one
+    # class in two families and two in the other two; each class is misread in three
+    # (family, path) pairs.
     habits = embedded(WarmStartCorpus).habits
     assert set(habits) == set(PHRASING_FAMILIES)
     for family in PHRASING_FAMILIES:
-        (forward,), (backward,) = habits[family]["forward"], habits[family]["backward"]
-        assert forward != backward, family
+        forward, backward = habits[family]["forward"], habits[family]["backward"]
+        assert not set(forward) & set(backward), family
+        assert sorted([len(forward), len(backward)]) == [1, 2], family
     for path in ("forward", "backward"):
-        assert sorted(c for f in PHRASING_FAMILIES for c in habits[f][path]) == sorted(STEP_CLASSES)
+        sizes = sorted(len(habits[f][path]) for f in PHRASING_FAMILIES)
+        assert sizes == [1, 1, 2, 2], path
+    slots = [c for f in PHRASING_FAMILIES for p in ("forward", "backward") for c in habits[f][p]]
+    assert {c: slots.count(c) for c in STEP_CLASSES} == dict.fromkeys(STEP_CLASSES, 3)
 
 
 def test_random_is_not_global():

@@ -25,8 +25,16 @@ class EvaluateSettings(ConfigModel):
     )
     bootstrap_resamples: int = Field(ge=10, description="bootstrap resamples for CIs")
     groups: dict[str, list[str]] = Field(
-        description="benchmark groups averaged like the paper's Table 1",
+        description="benchmark groups averaged like the paper's Table 1; an empty list is no "
+        "group (how a profile drops one of the default's)",
     )
+
+    @field_validator("groups")
+    @classmethod
+    def _drop_empty(cls, groups: dict[str, list[str]]) -> dict[str, list[str]]:
+        # Profiles merge into params.yaml key by key, so a profile cannot delete a group; it
+        # empties it instead.
+        return {name: members for name, members in groups.items() if members}
 
     @model_validator(mode="after")
     def _ks(self) -> EvaluateSettings:
@@ -93,6 +101,16 @@ class ReportSettings(ConfigModel):
         description="the evaluate.groups group of the primary endpoint (TA-GRPO - GRPO at "
         "pass@k_large, its widening with k, V3, V5): unsaturated and free-form only; null = "
         "every free-form benchmark",
+    )
+    harder_group: str | None = Field(
+        min_length=1,
+        description="the evaluate.groups group harder than training (the competition band of "
+        "the validity table: base pass@1 5-30%, pass@k_large 40-85%); null = no band",
+    )
+    preregistration: str | None = Field(
+        min_length=1,
+        description="the pre-registration file the run is judged under (its SHA-256 is in the "
+        "report); null = none",
     )
     equivalence_margin: float = Field(
         gt=0,

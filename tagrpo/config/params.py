@@ -129,12 +129,13 @@ class Params(ConfigModel):
                     f"evaluate.groups.{group}: {unknown} are not benchmarks of data.source "
                     f"{self.data.source} (benchmarks: {sorted(benchmark_names)})"
                 )
-        in_distribution = self.report.in_distribution
-        if in_distribution is not None and in_distribution not in self.evaluate.groups:
-            problems.append(
-                f"report.in_distribution ({self.report.in_distribution!r}) is not a group of "
-                f"evaluate.groups ({sorted(self.evaluate.groups)})"
-            )
+        for key in ("in_distribution", "harder_group"):
+            group = getattr(self.report, key)
+            if group is not None and group not in self.evaluate.groups:
+                problems.append(
+                    f"report.{key} ({group!r}) is not a group of evaluate.groups "
+                    f"({sorted(self.evaluate.groups)})"
+                )
         problems += self._primary_group_problems()
         if problems:
             raise ValueError("\n".join(problems))
@@ -143,8 +144,6 @@ class Params(ConfigModel):
     def _primary_group_problems(self) -> list[str]:
         """``report.primary_group`` must name a group of free-form benchmarks: pass@k of a
         multiple-choice benchmark at large k measures guessing (its chance floor)."""
-        from tagrpo.report.chance import multiple_choice_options
-
         primary = self.report.primary_group
         if primary is None:
             return []
@@ -153,7 +152,7 @@ class Params(ConfigModel):
                 f"report.primary_group ({primary!r}) is not a group of evaluate.groups "
                 f"({sorted(self.evaluate.groups)})"
             ]
-        options = multiple_choice_options(self)
+        options = self.multiple_choice_options()
         chosen = [name for name in self.evaluate.groups[primary] if name in options]
         if chosen:
             return [
@@ -161,6 +160,18 @@ class Params(ConfigModel):
                 "the primary endpoint is on free-form benchmarks only"
             ]
         return []
+
+    def multiple_choice_options(self) -> dict[str, int]:
+        """The profile's multiple-choice benchmarks -> options per question: a file or hub
+        source's ``choices`` (:mod:`tagrpo.data.sources`), a mini-world benchmark's
+        ``options``."""
+        if self.data.source == "synthetic":
+            benchmarks = self.data.synthetic.benchmarks
+            return {n: b.options for n, b in sorted(benchmarks.items()) if b.multiple_choice}
+        from tagrpo.data.sources.registry import SOURCES
+
+        chosen = [SOURCES[name] for name in sorted(self.benchmark_names())]
+        return {source.name: source.choices for source in chosen if source.choices is not None}
 
     def benchmark_names(self) -> set[str]:
         """The benchmarks the data stage writes for the configured source."""

@@ -11,10 +11,10 @@ mixed ones.
 Two solution paths per problem (:data:`STRATEGIES`): **forward** applies the changes left to
 right, **backward** right to left (addition is commutative, so both reach the answer; the
 first and last changes of a problem differ in size, so the two paths' first equations differ).
-Both paths fail the same way: a *misread* step has its sign flipped (+7 read as -7), and the
-rest of the chain is computed consistently from it. Which steps a path misreads is a habit of
-the warm-start corpus that depends on the phrasing family and on the step's content (its sign
-and size, :func:`step_class`), symmetrically for the two paths
+Both paths fail the same way: at a *misread* step the solver applies the change with the wrong
+sign (``20 - 4 = 24.``), and the rest of the chain goes on from that total. Which steps a path
+misreads is a habit of the warm-start corpus that depends on the phrasing family and on the
+step's content (its sign and size, :func:`step_class`), symmetrically for the two paths
 (:mod:`tagrpo.miniworld.warmstart`). Longer chains hold more steps to misread, so they are
 harder without any separate rule: the competition benchmark is the training distribution's
 chains made longer.
@@ -41,6 +41,9 @@ HELD_OUT_FAMILY = "unseen"
 STEP_CLASSES = ("plus_small", "plus_big", "minus_small", "minus_big")
 
 STRATEGIES = ("forward", "backward")
+# A worked answer names its path first: the path is then one decision at the first token (what
+# RL can shift) and every later token can condition on it (the habits depend on the path).
+PATH_NAMES = {"forward": "Left to right", "backward": "Right to left"}
 
 _NAMES = ("Tom", "Ana", "Lee", "Mia", "Sam", "Zoe", "Ben", "Ivy")
 _ITEMS = ("apples", "coins", "books", "stamps", "shells", "cards", "pens", "eggs")
@@ -196,23 +199,26 @@ def reference_response(
     """A worked answer along ``strategy``: one equation per change, then the boxed result (or
     the option letter).
 
-    ``12 + 8 = 20. 20 - 4 = 16. 16 + 7 = 23. The answer is \\boxed{23}.`` is the backward
-    path of ``12, +7, -4, +8``. Each equation holds its own arithmetic (the previous total, the
+    ``Right to left: 12 + 8 = 20. 20 - 4 = 16. 16 + 7 = 23. The answer is \\boxed{23}.`` is
+    the backward path of ``12, +7, -4, +8``. Each equation holds its own arithmetic (the previous total, the
     next term, the new total): a tiny model learns that in 1,000 SFT steps, where a restated
     chain followed by the totals alone was not learned in 2,000 (docs/design.md).
-    ``misread`` (indices into ``problem.changes``) are the steps read with the wrong sign; the
-    equations stay consistent with themselves, so the result is wrong but the format right.
+    ``misread`` (indices into ``problem.changes``) are the steps whose sign the solver gets
+    backwards when it computes: ``20 - 4 = 24.`` The term is copied right and the slip is in
+    the result, so the habit is decided where its trigger (the term just written) is in view;
+    the chain goes on from the wrong total, and the answer is :func:`misread_result`.
     """
     unknown = sorted(set(misread) - set(range(problem.length)))
     if unknown:
         raise ValueError(f"misread steps {unknown} are not in a chain of {problem.length}")
     total, equations = problem.start, []
     for index in path_order(problem, strategy):
-        change = -problem.changes[index] if index in misread else problem.changes[index]
-        equations.append(f"{total} {_signed(change)} = {total + change}.")
-        total += change
+        change = problem.changes[index]
+        result = total - change if index in misread else total + change
+        equations.append(f"{total} {_signed(change)} = {result}.")
+        total = result
     boxed = letter if letter is not None else str(total)
-    return f"{' '.join(equations)} The answer is \\boxed{{{boxed}}}."
+    return f"{PATH_NAMES[strategy]}: {' '.join(equations)} The answer is \\boxed{{{boxed}}}."
 
 
 def misread_steps(

@@ -148,6 +148,7 @@ def report_outputs() -> Outputs:
             "paper_scores": Path("reports/tables/paper_scores.csv"),
             "table1": Path("reports/tables/table1.csv"),
             "data_scaling": Path("reports/tables/data_scaling.csv"),
+            "validity": Path("reports/tables/validity.csv"),
             # Long-form data of dvc.yaml's plots (tagrpo/report/plot_data.py).
             "passk_plot": Path("plots/passk.csv"),
             "training_plot": Path("plots/training.csv"),

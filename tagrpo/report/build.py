@@ -6,8 +6,10 @@ an error, never a silently shorter table.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -193,20 +195,65 @@ def _strategy_responses(root: Path, policies: Sequence[str]) -> dict[str, pd.Dat
     return frames
 
 
+def base_criteria(
+    config: Params, root: Path, passk: pd.DataFrame, policies: Sequence[str] = ()
+) -> tuple[dict[str, Any], pd.DataFrame]:
+    """The validity criteria that the base model alone decides (V2, V3, the edges, the harder
+    group's band, the identical-reward regime), by name, and the strategy-entropy summary of
+    the base and ``policies``. The report's table and ``tagrpo.report.draws`` (the same rows
+    over several base draws) both use it."""
+    from tagrpo.metrics.testbed import phrasing_dispersion
+    from tagrpo.report import validity
+
+    ks = config.evaluate.ks
+    probe_path = root / base_model_outputs()["probe_samples"]
+    probe = pd.read_parquet(probe_path) if probe_path.exists() else None
+    dispersion = (
+        phrasing_dispersion(probe, config.evaluate.bootstrap_resamples, config.common.seed)
+        if probe is not None and not probe.empty
+        else None
+    )
+    strategy, strategies = validity.strategy_criterion(
+        _strategy_responses(root, [BASE_POLICY, *policies]),
+        primary_benchmarks(config),
+        ks[-1],
+        config.evaluate.bootstrap_resamples,
+        config.common.seed,
+    )
+    base_passk = passk[passk["policy"] == BASE_POLICY]
+    benchmarks = sorted(config.benchmark_names())
+    edges = validity.edge_criteria(base_passk, benchmarks, multiple_choice_options(config), ks[-1])
+    criteria: dict[str, Any] = {
+        "V2": validity.phrasing_criterion(dispersion),
+        "V3": strategy,
+        **{c.name: c for c in edges},
+    }
+    harder = validity.harder_criterion(base_passk, config.report.harder_group, ks[-1])
+    if harder is not None:
+        criteria[harder.name] = harder
+    probe_metrics = json.loads((root / base_model_outputs().metrics).read_text())
+    criteria["regime"] = validity.regime_criterion(
+        probe_metrics.get("probe/original/zero_gradient_rate"),
+        int(probe_metrics.get("probe/original/groups", 0)),
+    )
+    return criteria, strategies
+
+
 def validity_section(
     config: Params,
     root: Path,
     runs: Mapping[str, Any],
     base: Any,
     passk: pd.DataFrame,
+    table_path: Path | None = None,
 ) -> tuple[str, dict[str, float]]:
-    """The "Testbed validity" table (:mod:`tagrpo.report.validity`) and its PASS/FAIL metrics."""
-    from tagrpo.metrics.testbed import phrasing_dispersion
+    """The "Testbed validity" table (:mod:`tagrpo.report.validity`) and its PASS/FAIL metrics;
+    the same rows as a CSV at ``table_path`` (what ``tagrpo.report.draws`` reads across
+    runs)."""
     from tagrpo.report import validity
     from tagrpo.report.claims import negative_controls
 
     ks = config.evaluate.ks
-    n_resamples = config.evaluate.bootstrap_resamples
     benchmarks = sorted(config.benchmark_names())
     group, members = in_distribution_benchmarks(config)
     grpo_policies = (
@@ -215,38 +262,24 @@ def validity_section(
         else []
     )
     histories = _histories(root, grpo_policies, "original/reward_mean")
-    probe_path = root / base_model_outputs()["probe_samples"]
-    probe = pd.read_parquet(probe_path) if probe_path.exists() else None
-    dispersion = (
-        phrasing_dispersion(probe, n_resamples, config.common.seed)
-        if probe is not None and not probe.empty
-        else None
-    )
     controls = negative_controls(list(runs))
     primary = primary_benchmarks(config)
-    strategy, strategies = validity.strategy_criterion(
-        _strategy_responses(root, [BASE_POLICY, *config.runs.policies()]),
-        primary,
-        ks[-1],
-        n_resamples,
-        config.common.seed,
-    )
+    base_only, strategies = base_criteria(config, root, passk, [*config.runs.policies()])
     resolution, power = validity.resolution_criterion(
         runs.get("ta_grpo"), runs.get("grpo"), primary, ks[-1]
     )
-    base_passk = passk[passk["policy"] == BASE_POLICY]
     criteria = [
         validity.rl_gain(runs.get("grpo"), base, group, members),
         validity.reward_trend(histories),
-        validity.phrasing_criterion(dispersion),
-        strategy,
+        base_only["V2"],
+        base_only["V3"],
         validity.control_criterion(
             runs.get("grpo"),
             (controls[0], runs[controls[0]]) if controls else None,
             benchmarks,
         ),
         resolution,
-        *validity.edge_criteria(base_passk, benchmarks, multiple_choice_options(config), ks[-1]),
+        *(c for name, c in base_only.items() if name not in ("V2", "V3")),
     ]
     lines = [
         "## Testbed validity",
@@ -282,6 +315,18 @@ def validity_section(
         lines += ["", power]
     passed = sum(c.passed for c in criteria)
     lines += ["", f"**{passed} of {len(criteria)} criteria pass.**"]
+    if table_path is not None:
+        pd.DataFrame(
+            [
+                {
+                    "criterion": c.name,
+                    "requirement": c.requirement,
+                    "measured": c.measured,
+                    "verdict": "PASS" if c.passed else "FAIL",
+                }
+                for c in criteria
+            ]
+        ).to_csv(table_path, index=False)
     metrics = {f"validity/{c.key}": float(c.passed) for c in criteria}
     return "\n".join(lines), metrics
 
@@ -331,7 +376,9 @@ def statistics_sections(
     )
     table = claims_table(claims)
     out["claims"].write_text(table + "\n")
-    validity, validity_metrics = validity_section(config, root, runs, base, passk)
+    validity, validity_metrics = validity_section(
+        config, root, runs, base, passk, out.get("validity")
+    )
     scores = score_table(runs, groups)
     baselines = [m for m in methods if m != "ta_grpo"]
     differences = difference_table(runs, groups, baselines)
@@ -674,6 +721,27 @@ def _strategy_section(config: Params, root: Path, figures_dir: Path, figure_link
     )
 
 
+def preregistration_line(config: Params, root: Path) -> str:
+    """Which pre-registration the run is judged under: its path, SHA-256 and the commit that
+    last changed it (the study's first training must come after that commit)."""
+    relative = config.report.preregistration
+    if relative is None:
+        return "No pre-registration (`report.preregistration: null`)."
+    path = root / relative
+    if not path.is_file():
+        raise FileNotFoundError(f"report.preregistration: {path} does not exist")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    try:
+        commit = subprocess.run(
+            ["git", "log", "-1", "--format=%H", "--", relative],
+            cwd=root, capture_output=True, text=True, check=True, timeout=30,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    committed = f", last committed at `{commit[:12]}`" if commit else " (not committed)"
+    return f"Pre-registration: `{relative}`, SHA-256 `{digest}`{committed}."
+
+
 def build_report(
     config: Params, root: Path, out: dict[str, Path], git: dict[str, str]
 ) -> dict[str, Any]:
@@ -725,6 +793,8 @@ def build_report(
         f"Profile `{config.common.profile}`, git commit `{git['git_commit'][:12]}` (dirty: "
         f"{git['git_dirty']}). Generated by `dvc repro`; every number below comes from this "
         "run's stage outputs.",
+        "",
+        preregistration_line(config, root),
         "",
         validity,
         "",

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tagrpo.data.sources.registry import SOURCES
 from tagrpo.metrics.compare import chance_pass_at_k
 
 if TYPE_CHECKING:
@@ -25,13 +24,9 @@ MIN_MARGIN = 0.05
 
 
 def multiple_choice_options(config: Params) -> dict[str, int]:
-    """The profile's multiple-choice benchmarks -> options per question: a file or hub
-    source's ``choices`` (:mod:`tagrpo.data.sources`), a mini-world benchmark's ``options``."""
-    if config.data.source == "synthetic":
-        benchmarks = config.data.synthetic.benchmarks
-        return {n: b.options for n, b in sorted(benchmarks.items()) if b.multiple_choice}
-    chosen = [SOURCES[name] for name in sorted(config.benchmark_names())]
-    return {source.name: source.choices for source in chosen if source.choices is not None}
+    """The profile's multiple-choice benchmarks -> options per question
+    (:meth:`tagrpo.config.params.Params.multiple_choice_options`)."""
+    return config.multiple_choice_options()
 
 
 def chance_floor(

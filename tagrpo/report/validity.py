@@ -19,6 +19,12 @@ V5      Resolution: the design's 95% half-width of TA-GRPO minus GRPO at pass@k_
         crossed variance components); blind: the estimate itself is not shown here
 edges   Per benchmark: the base's pass@k_large <= 90% and >= 5 points above chance (0 for a
         free-form answer); a multiple-choice benchmark at pass@1 against 1/options
+harder  The group harder than training (``report.harder_group``): the base's pass@1 in
+        [5, 30]% and pass@k_large in [40, 85]% (room to gain, not a floor; the pre-registered
+        calibration band of world v2)
+regime  The base's identical-reward rate of q0 G-groups (the phrasing probe, training
+        questions) in [40, 80]%: enough all-equal groups for the zero-gradient problem the
+        paper is about (77-87% there), enough mixed ones for GRPO to learn
 ======  ==================================================================================
 
 The thresholds are the issue's, fixed here before any method comparison is read. A comparison
@@ -58,6 +64,9 @@ MIN_PATH_GAIN = 0.03  # V3: base - best single path at pass@k_large, lower 95% b
 MAX_HALF_WIDTH = 0.02  # V5
 BASE_CEILING = 0.90  # edges: base pass@k at most
 CHANCE_MARGIN = 0.05  # edges: base pass@k at least this far above chance
+HARDER_PASS_AT_1 = (0.05, 0.30)  # harder: the base's pass@1 on the harder group
+HARDER_PASS_AT_K = (0.40, 0.85)  # harder: the base's pass@k_large on the harder group
+IDENTICAL_BAND = (0.40, 0.80)  # regime: the base's identical-reward rate of q0 groups
 SEED_PLAN = (3, 5, 10, 20, 40)  # V5's power table
 MAX_PROBLEM_MULTIPLE = 64.0
 
@@ -384,6 +393,53 @@ def edge_criteria(
             )
         )
     return criteria
+
+
+def harder_criterion(base_passk: pd.DataFrame, group: str | None, k: int) -> Criterion | None:
+    """The harder group's base pass@1 and pass@k (group means over its benchmarks) inside the
+    calibration band; None when the run names no harder group."""
+    if group is None:
+        return None
+    rows = base_passk[(base_passk["kind"] == "group") & (base_passk["name"] == group)]
+    by_k = {int(r.k): float(r.pass_at_k) for r in rows.itertuples()}
+    if 1 not in by_k or k not in by_k:
+        raise KeyError(f"group {group}: the base policy has no pass@1 and pass@{k}")
+    low1, high1 = HARDER_PASS_AT_1
+    lowk, highk = HARDER_PASS_AT_K
+    passed = low1 <= by_k[1] <= high1 and lowk <= by_k[k] <= highk
+    return Criterion(
+        f"harder: {group}",
+        f"base pass@1 in [{100 * low1:.0f}, {100 * high1:.0f}]% and pass@{k} in "
+        f"[{100 * lowk:.0f}, {100 * highk:.0f}]%",
+        f"pass@1 {100 * by_k[1]:.1f}%, pass@{k} {100 * by_k[k]:.1f}%",
+        passed,
+    )
+
+
+def regime_criterion(identical_rate: float | None, groups: int) -> Criterion:
+    """The base's identical-reward rate of q0 G-groups inside :data:`IDENTICAL_BAND` (with a
+    Wilson 95% interval over its ``groups`` for the reader; judged on the rate itself: it is a
+    property of this base, not an effect to detect)."""
+    low, high = IDENTICAL_BAND
+    requirement = (
+        f"base identical-reward rate of q0 G-groups in [{100 * low:.0f}, {100 * high:.0f}]%"
+    )
+    if identical_rate is None or groups < 1:
+        return Criterion("regime", requirement, "not measurable: no phrasing probe", False)
+    from scipy.stats import norm
+
+    z = float(norm.ppf(0.975))
+    centre = (identical_rate + z * z / (2 * groups)) / (1 + z * z / groups)
+    spread = (
+        z
+        * np.sqrt(identical_rate * (1 - identical_rate) / groups + z * z / (4 * groups * groups))
+        / (1 + z * z / groups)
+    )
+    measured = (
+        f"{100 * identical_rate:.1f}% [{100 * (centre - spread):.1f}, "
+        f"{100 * (centre + spread):.1f}] of {groups} groups"
+    )
+    return Criterion("regime", requirement, measured, low <= identical_rate <= high)
 
 
 def validity_table(criteria: Sequence[Criterion]) -> str:
