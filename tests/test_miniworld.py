@@ -221,3 +221,28 @@ def test_random_is_not_global():
     state = random.getstate()
     build_miniworld(embedded(SyntheticSettings, train_size=10), embedded(MiniWorldSettings))
     assert random.getstate() == state
+
+
+def test_the_warm_start_corpus_never_holds_a_training_pool_or_benchmark_problem(tmp_path):
+    # Through the data stage's own writer and the base_model stage's own reader: every key the
+    # corpus draws is outside every split; and with nothing excluded the same draw does hit
+    # them (the exclusion is doing the work, not luck).
+    from tagrpo.config.params import load_config
+    from tagrpo.data.build import load_sources, write_processed
+    from tagrpo.miniworld.base_policy import reserved_keys
+
+    config = load_config()
+    write_processed(tmp_path, load_sources(config), config.data.extra_seed)
+    reserved = reserved_keys(tmp_path)
+    expected = sum(spec.size for spec in config.data.synthetic.benchmarks.values())
+    expected += config.data.synthetic.train_size + config.data.synthetic.extra_size
+    assert len(reserved) == expected
+    world, corpus_config = config.common.miniworld, config.base_model.warmstart.corpus
+    space = problem_space(world, corpus_config.lengths)
+    corpus = build_corpus(space, corpus_config, reserved, world.big_from, seed=0)
+    assert not {example.problem.key() for example in corpus} & reserved
+    unguarded = build_corpus(space, corpus_config, set(), world.big_from, seed=0)
+    assert {example.problem.key() for example in unguarded} & reserved
+    (tmp_path / "train.parquet").unlink()
+    with pytest.raises(FileNotFoundError, match="must exclude them"):
+        reserved_keys(tmp_path)

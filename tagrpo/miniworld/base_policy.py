@@ -38,9 +38,15 @@ SFT_COLUMNS = ("step", "loss", "lr")
 def reserved_keys(processed: Path) -> set[str]:
     """The arithmetic of every question the data stage wrote (training split, data-scaling
     pool, benchmarks): what the warm-start corpus must never show."""
-    files = sorted(processed.glob("*.parquet"))
-    if not files:
-        raise FileNotFoundError(f"{processed}: no data-stage output to exclude from the corpus")
+    files = [processed / "train.parquet", *sorted((processed / "benchmarks").glob("*.parquet"))]
+    if (processed / "extra.parquet").is_file():  # the data-scaling pool
+        files.append(processed / "extra.parquet")
+    missing = [str(path) for path in files if not path.is_file()]
+    if missing or len(files) < 2:
+        raise FileNotFoundError(
+            f"{processed}: the data stage's splits are missing ({missing or 'no benchmark'}); "
+            "the warm-start corpus must exclude them"
+        )
     return set().union(*(question_keys(read_questions(str(path))) for path in files))
 
 
