@@ -22,7 +22,6 @@ _SIGNED = re.compile(r"(?P<word>[+-]) (?P<n>\d+)")
 _WORDS = re.compile(r"(?P<word>plus|minus) (?P<n>\d+)")
 _IMPERATIVE = re.compile(r"(?P<word>Add|Subtract) (?P<n>\d+)\.")
 _STORY = re.compile(r"(?P<word>finds|gets|buys|loses|gives away|sells) (?P<n>\d+)")
-_UNSEEN = re.compile(r"(?P<n>\d+) (?P<word>go in|come out)")
 
 
 def _pairs(pattern: re.Pattern[str], text: str, plus: set[str]) -> list[int]:
@@ -57,10 +56,10 @@ _TEMPLATES: list[tuple[re.Pattern[str], int, int, Callable[[str], list[int]]]] =
         lambda chain: _pairs(_STORY, chain, {"finds", "gets", "buys"}),
     ),
     (
-        re.compile(r"that held (\d+) [a-z]+ after this: (.+?)\?"),
+        re.compile(r"Begin with (\d+), ((?:then (?:plus|minus) \d+(?:, )?)+)\. What is the total\?"),
         1,
         2,
-        lambda chain: _pairs(_UNSEEN, chain, {"go in"}),
+        lambda chain: _pairs(_WORDS, chain, {"plus"}),
     ),
 ]
 

@@ -47,7 +47,6 @@ PATH_NAMES = {"forward": "Left to right", "backward": "Right to left"}
 
 _NAMES = ("Tom", "Ana", "Lee", "Mia", "Sam", "Zoe", "Ben", "Ivy")
 _ITEMS = ("apples", "coins", "books", "stamps", "shells", "cards", "pens", "eggs")
-_UNSEEN_ITEMS = ("marbles", "tickets", "beads", "plums")
 # Story verbs cycle with the step's place, so a long story does not repeat one verb.
 _GAINS = ("finds", "gets", "buys")
 _LOSSES = ("loses", "gives away", "sells")
@@ -133,10 +132,11 @@ def _render_story(p: MiniProblem) -> str:
 
 
 def _render_unseen(p: MiniProblem) -> str:
-    # Wording, order of information and props that neither warm-start nor RL ever shows.
-    what = _UNSEEN_ITEMS[_ITEMS.index(p.item) % len(_UNSEEN_ITEMS)]
-    moves = "; ".join(f"{abs(c)} {'go in' if c > 0 else 'come out'}" for c in p.changes)
-    return f"How many {what} are left in a jar that held {p.start} {what} after this: {moves}?"
+    # A frame neither warm-start nor RL shows ("Begin with", "then", "the total"), around words
+    # the seen families use (plus, minus): held out, yet readable (candidate 1's all-new
+    # wording left the base below 7% pass@32, mostly rambling to the token limit).
+    steps = ", ".join(f"then {'plus' if c > 0 else 'minus'} {abs(c)}" for c in p.changes)
+    return f"Begin with {p.start}, {steps}. What is the total?"
 
 
 RENDERERS: dict[str, Callable[[MiniProblem], str]] = {
@@ -200,9 +200,11 @@ def reference_response(
     the option letter).
 
     ``Right to left: 12 + 8 = 20. 20 - 4 = 16. 16 + 7 = 23. The answer is \\boxed{23}.`` is
-    the backward path of ``12, +7, -4, +8``. Each equation holds its own arithmetic (the previous total, the
-    next term, the new total): a tiny model learns that in 1,000 SFT steps, where a restated
-    chain followed by the totals alone was not learned in 2,000 (docs/design.md).
+    the backward path of ``12, +7, -4, +8``. Each equation holds its own arithmetic (the
+    previous total, the next term, the new total): a tiny model learns that in 1,000 SFT steps,
+    where a restated chain followed by the totals alone was not learned in 2,000
+    (preregistration/world-v2-candidates.md). The path's name comes first, so the path is one
+    decision at the first token and the habits can condition on it.
     ``misread`` (indices into ``problem.changes``) are the steps whose sign the solver gets
     backwards when it computes: ``20 - 4 = 24.`` The term is copied right and the slip is in
     the result, so the habit is decided where its trigger (the term just written) is in view;

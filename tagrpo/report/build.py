@@ -45,6 +45,7 @@ from tagrpo.report.claims import (
     load_policy_runs,
     load_seed_runs,
     score_table,
+    underpowered,
 )
 from tagrpo.report.markdown import markdown_table, passk_curves, passk_long_table, table1
 from tagrpo.report.training import (
@@ -374,11 +375,13 @@ def statistics_sections(
         primary=primary_benchmarks(config),
         options=multiple_choice_options(config),
     )
-    table = claims_table(claims)
-    out["claims"].write_text(table + "\n")
     validity, validity_metrics = validity_section(
         config, root, runs, base, passk, out.get("validity")
     )
+    if validity_metrics.get("validity/V5") != 1.0:
+        claims = underpowered(claims)
+    table = claims_table(claims)
+    out["claims"].write_text(table + "\n")
     scores = score_table(runs, groups)
     baselines = [m for m in methods if m != "ta_grpo"]
     differences = difference_table(runs, groups, baselines)

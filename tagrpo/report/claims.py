@@ -83,6 +83,9 @@ class Claim:
     holm_p: float = float("nan")  # set by :func:`adjust`
     updates: str = ""  # optimiser updates of the compared runs ("TA / baseline")
     refusal: str = ""  # why it is not measurable (zero variance, too few seeds)
+    # The run's design cannot resolve the claims (V5 fails: the default, a pipeline-and-
+    # controls check): the verdict stands, labelled so that no one reads it as a finding.
+    underpowered: bool = False
 
     @property
     def in_family(self) -> bool:
@@ -111,7 +114,8 @@ class Claim:
         if self.kind == EQUIVALENCE:
             if self.equivalence is None:
                 raise ValueError(f"{self.claim}: an equivalence row without its test")
-            return "equivalent" if self.holm_p < ALPHA else "not shown equivalent"
+            verdict = "equivalent" if self.holm_p < ALPHA else "not shown equivalent"
+            return f"{verdict} (underpowered: not evidence)" if self.underpowered else verdict
         if self.kind == CONTROL:
             return self.estimate.verdict  # its own 95% interval
         if self.kind == NULL_CONTROL:
@@ -121,8 +125,10 @@ class Claim:
         if np.isnan(self.p_value):
             raise ValueError(f"{self.claim}: a claim without a p-value cannot be adjusted")
         if self.holm_p >= ALPHA:
-            return "not distinguishable"
-        return "supported" if self.estimate.value > 0 else "reversed"
+            verdict = "not distinguishable"
+        else:
+            verdict = "supported" if self.estimate.value > 0 else "reversed"
+        return f"{verdict} (underpowered: not evidence)" if self.underpowered else verdict
 
     @property
     def verdict_key(self) -> str:
@@ -161,6 +167,12 @@ def _p(value: float) -> str:
     if np.isnan(value):
         return "n/a"
     return f"{value:.3f}" if value >= 0.001 else "<0.001"
+
+
+def underpowered(claims: Sequence[Claim]) -> list[Claim]:
+    """Every family row labelled "underpowered: not evidence" (a run whose design cannot
+    resolve the claims: V5 fails); controls keep their verdicts (they check the instrument)."""
+    return [replace(c, underpowered=True) if c.in_family else c for c in claims]
 
 
 def adjust(claims: Sequence[Claim]) -> list[Claim]:
