@@ -37,14 +37,18 @@ def test_profiles_subsets_and_overrides_resolve_into_validated_params() -> None:
         ROOT,
         RerunRequest(
             profile="smoke",
-            methods=["grpo", "ta_grpo"],
+            methods=["grpo"],
             seeds=[0, 1],
-            overrides=["train.learning_rate=2e-4", "evaluate.ks=[1,2]"],
+            overrides=[
+                "train.learning_rate=2e-4",
+                "evaluate.ks=[1,2]",
+                "diagnostics.policies=[grpo-s0]",
+            ],
         ),
     )
     assert resolved["common"]["profile"] == "smoke"  # the profile
     assert resolved["runs"] == {
-        "methods": ["grpo", "ta_grpo"],
+        "methods": ["grpo"],
         "seeds": [0, 1],
         "one_seed_methods": [],  # none of them chosen
         "one_seed": [0],
@@ -54,7 +58,7 @@ def test_profiles_subsets_and_overrides_resolve_into_validated_params() -> None:
     assert resolved["evaluate"]["ks"] == [1, 2]
     current = yaml.safe_load((ROOT / "params.yaml").read_text())
     changes = changed_leaves(current, resolved)
-    assert changes["runs.methods"] == ["grpo", "ta_grpo"]
+    assert changes["runs.methods"] == ["grpo"]
     assert "data.synthetic.train_size" in changes and "train.kl_coef" not in changes
 
 
@@ -63,10 +67,11 @@ def _runs(request: RerunRequest, root: Path = ROOT) -> dict:
 
 
 def test_method_and_seed_subsets_restrict_every_list_of_runs(tmp_path: Path) -> None:
-    # The checkout's params with one-seed methods, as profiles/smoke.yaml has them (the default
-    # has none).
+    # The checkout's params, whose one-seed methods are grpo_ds, grpo_x4, ta_grpo_star and
+    # ta_grpo, with one more one-seed method (as profiles/smoke.yaml has it).
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["runs"]["one_seed_methods"] = ["grpo_ds", "grpo_x4_ds", "avspo"]
+    assert params["runs"]["one_seed_methods"] == ["grpo_ds", "grpo_x4", "ta_grpo_star", "ta_grpo"]
+    params["runs"]["one_seed_methods"] += ["avspo"]
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     shutil.copytree(ROOT / "profiles", tmp_path / "profiles")
     _runs = functools.partial(globals()["_runs"], root=tmp_path)
@@ -80,7 +85,7 @@ def test_method_and_seed_subsets_restrict_every_list_of_runs(tmp_path: Path) -> 
     assert runs["methods"] == ["avspo"] and runs["seeds"] == [0]
     assert runs["one_seed_methods"] == [] and runs["data_scaling"]["methods"] == []
     # Seeds without the one seed: the one-seed methods and data-scaling runs are not trained.
-    runs = _runs(RerunRequest(seeds=[1], overrides=["diagnostics.policies=[ta_grpo-s1]"]))
+    runs = _runs(RerunRequest(seeds=[1], overrides=["diagnostics.policies=[grpo-s1]"]))
     assert runs["seeds"] == [1] and runs["one_seed_methods"] == [] and runs["one_seed"] == [1]
     assert runs["data_scaling"]["seeds"] == [] and runs["data_scaling"]["methods"] == []
     assert runs["methods"] == params["runs"]["methods"]
@@ -124,7 +129,9 @@ def test_topological_order_follows_dvc_dag() -> None:
     assert sorted(order) == sorted(load_stages(ROOT))
     position = {stage: index for index, stage in enumerate(order)}
     assert position["data"] < position["base_model"] < position["check_equivalence"]
-    assert position["train@ta_grpo-0"] < position["evaluate@ta_grpo-0"] < position["report"]
+    assert position["train@grpo-0"] < position["evaluate@grpo-0"] < position["report"]
+    one_seed = position["train_one_seed@ta_grpo-0"] < position["evaluate_one_seed@ta_grpo-0"]
+    assert one_seed and position["evaluate_one_seed@ta_grpo-0"] < position["report"]
     assert position["diagnostics"] < position["report"]
 
 

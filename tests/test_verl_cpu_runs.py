@@ -64,8 +64,8 @@ TEST_PROFILE = {
         "synthetic": {
             "train_size": 24,
             "benchmarks": {
-                "mini_arith": {"size": 8},
-                "mini_multistep": {"size": 2},
+                "mini_chains": {"size": 8},
+                "mini_long": {"size": 2},
                 "mini_unseen": {"size": 2},
                 "mini_choice": {"size": 2},
             },

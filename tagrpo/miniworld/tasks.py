@@ -200,9 +200,10 @@ def reference_response(
     the option letter).
 
     ``Right to left: 12 + 8 = 20. 20 - 4 = 16. 16 + 7 = 23. The answer is \\boxed{23}.`` is
-    the backward path of ``12, +7, -4, +8``. Each equation holds its own arithmetic (the previous total, the
-    next term, the new total): a tiny model learns that in 1,000 SFT steps, where a restated
-    chain followed by the totals alone was not learned in 2,000 (docs/design.md).
+    the backward path of ``12, +7, -4, +8``. Each equation holds its own arithmetic (the
+    previous total, the next term, the new total): a tiny model learns that in 1,000 SFT steps,
+    where a restated chain followed by the totals alone was not learned in 2,000
+    (preregistration/world-v2-candidates.md).
     ``misread`` (indices into ``problem.changes``) are the steps whose sign the solver gets
     backwards when it computes: ``20 - 4 = 24.`` The term is copied right and the slip is in
     the result, so the habit is decided where its trigger (the term just written) is in view;
