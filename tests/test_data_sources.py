@@ -541,7 +541,7 @@ def test_file_and_group_of_each_benchmark() -> None:
     """The paper's Table 1 groups, as the paper and local profiles average them, and the
     in-distribution group: the MATH test split where a profile evaluates it (an empty group is
     dropped)."""
-    from tagrpo.config.params import apply_profile
+    from tagrpo.config.params import merged_with_profile, validate_params
     from tagrpo.pipeline.paths import project_root
 
     assert {n: s.file for n, s in SOURCES.items()} == {
@@ -552,7 +552,10 @@ def test_file_and_group_of_each_benchmark() -> None:
         if source.group is not None:
             declared.setdefault(source.group, []).append(name)
     for profile, in_distribution in (("paper.yaml", None), ("local.yaml", ["math500"])):
-        config = apply_profile(project_root() / "profiles" / profile)
+        root = project_root()
+        config = validate_params(
+            merged_with_profile(root / "profiles" / profile, root / "params.yaml")
+        )
         groups = dict(config.evaluate.groups)
         assert groups.pop("in_distribution", None) == in_distribution, profile
         assert {g: sorted(m) for g, m in groups.items()} == {

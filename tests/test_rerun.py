@@ -37,18 +37,14 @@ def test_profiles_subsets_and_overrides_resolve_into_validated_params() -> None:
         ROOT,
         RerunRequest(
             profile="smoke",
-            methods=["grpo"],
+            methods=["grpo", "ta_grpo"],
             seeds=[0, 1],
-            overrides=[
-                "train.learning_rate=2e-4",
-                "evaluate.ks=[1,2]",
-                "diagnostics.policies=[grpo-s0]",
-            ],
+            overrides=["train.learning_rate=2e-4", "evaluate.ks=[1,2]"],
         ),
     )
     assert resolved["common"]["profile"] == "smoke"  # the profile
     assert resolved["runs"] == {
-        "methods": ["grpo"],
+        "methods": ["grpo", "ta_grpo"],
         "seeds": [0, 1],
         "one_seed_methods": [],  # none of them chosen
         "one_seed": [0],
@@ -58,7 +54,7 @@ def test_profiles_subsets_and_overrides_resolve_into_validated_params() -> None:
     assert resolved["evaluate"]["ks"] == [1, 2]
     current = yaml.safe_load((ROOT / "params.yaml").read_text())
     changes = changed_leaves(current, resolved)
-    assert changes["runs.methods"] == ["grpo"]
+    assert changes["runs.methods"] == ["grpo", "ta_grpo"]
     assert "data.synthetic.train_size" in changes and "train.kl_coef" not in changes
 
 
@@ -67,11 +63,10 @@ def _runs(request: RerunRequest, root: Path = ROOT) -> dict:
 
 
 def test_method_and_seed_subsets_restrict_every_list_of_runs(tmp_path: Path) -> None:
-    # The checkout's params, whose one-seed methods are grpo_ds, grpo_x4, ta_grpo_star and
-    # ta_grpo, with one more one-seed method (as profiles/smoke.yaml has it).
+    # The checkout's params with these one-seed methods (ta_grpo among them, as in the default:
+    # diagnostics.policies names ta_grpo-s0).
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    assert params["runs"]["one_seed_methods"] == ["grpo_ds", "grpo_x4", "ta_grpo_star", "ta_grpo"]
-    params["runs"]["one_seed_methods"] += ["avspo"]
+    params["runs"]["one_seed_methods"] = ["grpo_ds", "ta_grpo", "avspo"]
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     shutil.copytree(ROOT / "profiles", tmp_path / "profiles")
     _runs = functools.partial(globals()["_runs"], root=tmp_path)

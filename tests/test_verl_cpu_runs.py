@@ -88,7 +88,7 @@ TEST_PROFILE = {
         "mini_batches": 1,
         "group_size": G,
         "n_neighbours": N,
-        "max_new_tokens": 40,
+        "max_new_tokens": 48,  # a worked chain of 3 is about 40 tokens with its end token
         "checkpoints": [0.5, 1.0],
     },
     "verl": {
