@@ -42,8 +42,8 @@ def _evaluation(
     """An evaluate stage's run: its pass@k metrics file keys, its intervals."""
     passk = pd.DataFrame(
         [
-            ["mini_arith", "benchmark", 1, value, value - 0.05, value + 0.05],
-            ["mini_arith", "benchmark", 4, value + 0.2, value + 0.1, value + 0.3],
+            ["mini_chains", "benchmark", 1, value, value - 0.05, value + 0.05],
+            ["mini_chains", "benchmark", 4, value + 0.2, value + 0.1, value + 0.3],
             ["competition", "group", 4, value + 0.1, float("nan"), float("nan")],
         ],
         columns=["name", "kind", "k", "pass_at_k", "ci_low", "ci_high"],
@@ -84,21 +84,21 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_metric_names_are_namespaced() -> None:
-    assert metric_name("mini_arith/pass@4") == "pass_at_k/mini_arith"  # a curve, step = k
+    assert metric_name("mini_chains/pass@4") == "pass_at_k/mini_chains"  # a curve, step = k
     assert metric_name("competition/pass@32") == "pass_at_k/competition"
     assert metric_name("probe/success_original") == "probe/success_original"
     assert metric_name("a@b") == "a_at_b"
     # Runs logged before pass@k became curves still read.
     passk, intervals = parse_metrics(
         {
-            "pass_at_k/mini_arith/4": 0.5,
-            "pass_at_k_ci/mini_arith/4/low": 0.4,
-            "pass_at_k_ci/mini_arith/4/high": 0.6,
+            "pass_at_k/mini_chains/4": 0.5,
+            "pass_at_k_ci/mini_chains/4/low": 0.4,
+            "pass_at_k_ci/mini_chains/4/high": 0.6,
             "seconds": 3.0,
         }
     )
-    assert passk == {("mini_arith", 4): 0.5}
-    assert intervals == {("mini_arith", 4): (0.4, 0.6)}
+    assert passk == {("mini_chains", 4): 0.5}
+    assert intervals == {("mini_chains", 4): (0.4, 0.6)}
 
 
 def test_latest_run_per_policy_of_the_profile(store: str) -> None:
@@ -115,23 +115,23 @@ def test_latest_run_per_policy_of_the_profile(store: str) -> None:
         "avspo-s0",
     }
     assert by_policy["ta_grpo-s0"].passk == pytest.approx(
-        {("mini_arith", 1): 0.50, ("mini_arith", 4): 0.70, ("competition", 4): 0.60}
+        {("mini_chains", 1): 0.50, ("mini_chains", 4): 0.70, ("competition", 4): 0.60}
     )
     intervals = by_policy["ta_grpo-s0"].intervals
-    assert set(intervals) == {("mini_arith", 1), ("mini_arith", 4)}  # groups: no CI
-    assert intervals[("mini_arith", 1)] == pytest.approx((0.45, 0.55))
-    assert intervals[("mini_arith", 4)] == pytest.approx((0.60, 0.80))
+    assert set(intervals) == {("mini_chains", 1), ("mini_chains", 4)}  # groups: no CI
+    assert intervals[("mini_chains", 1)] == pytest.approx((0.45, 0.55))
+    assert intervals[("mini_chains", 4)] == pytest.approx((0.60, 0.80))
 
     table = compare(runs, "embedded")
     # base first, then the registry's order; data-scaling columns after their method
     assert table.methods[:3] == ["base", "grpo", "grpo_data2.0x"]
-    assert table.cells[("mini_arith", 1, "grpo_data2.0x")].value == pytest.approx(0.90)
+    assert table.cells[("mini_chains", 1, "grpo_data2.0x")].value == pytest.approx(0.90)
     assert table.rows[-1] == ("competition", 4)  # benchmarks (with CIs) before groups
-    two_seeds = table.cells[("mini_arith", 1, "grpo")]
+    two_seeds = table.cells[("mini_chains", 1, "grpo")]
     assert two_seeds.seeds == 2 and two_seeds.value == pytest.approx(0.42)
     # mean 0.42, sd 0.0283 over 2 seeds: t(0.975, 1) = 12.706 -> half-width 0.254
     assert two_seeds.high - two_seeds.value == pytest.approx(12.706 * 0.02828 / 2**0.5, rel=1e-3)
-    one_seed = table.cells[("mini_arith", 1, "ta_grpo")]
+    one_seed = table.cells[("mini_chains", 1, "ta_grpo")]
     assert (one_seed.low, one_seed.high, one_seed.seeds) == pytest.approx((0.45, 0.55, 1))
     assert combine([], ("x", 1)) is None
 
@@ -151,7 +151,7 @@ def test_compare_cli_uses_the_checkouts_profile_not_the_latest_run(
     )
     header = next(line for line in lines if line.startswith("benchmark"))
     assert header.split() == ["benchmark", "k", "grpo", "ta_grpo"]
-    row = next(line for line in lines if line.startswith("mini_arith") and " 1 " in line)
+    row = next(line for line in lines if line.startswith("mini_chains") and " 1 " in line)
     # ta_grpo's latest run (not the superseded 10.0), one seed: its interval is marked.
     assert "50.0 [45.0, 55.0]*" in row
     assert "42.0 [" in row and "42.0 [12." not in row  # grpo: two seeds' mean, t-interval
@@ -167,9 +167,9 @@ def test_compare_cli_uses_the_checkouts_profile_not_the_latest_run(
     csv_lines = capsys.readouterr().out.strip().splitlines()
     assert csv_lines[0] == "benchmark,k,method,pass_at_k,low,high,seeds,interval,checkout"
     assert all(",4," in line for line in csv_lines[1:])
-    ta_grpo = next(line for line in csv_lines if line.startswith("mini_arith,4,ta_grpo,"))
+    ta_grpo = next(line for line in csv_lines if line.startswith("mini_chains,4,ta_grpo,"))
     assert ta_grpo.endswith(f",1,bootstrap_given_seed,{checkout_id()}")
-    grpo = next(line for line in csv_lines if line.startswith("mini_arith,4,grpo,"))
+    grpo = next(line for line in csv_lines if line.startswith("mini_chains,4,grpo,"))
     assert grpo.endswith(f",2,t_over_seeds,{checkout_id()}")
 
 

@@ -75,7 +75,7 @@ def test_params_yaml_lists_every_key_the_models_know() -> None:
 # value, and values live in params.yaml only.
 ALLOWED_DEFAULTS = {
     # Entries of data.synthetic.benchmarks are named by the user; an entry states only what
-    # differs from the usual benchmark (mini_arith: {size: 96, operations: {...}}).
+    # differs from the usual benchmark (mini_long: {size: 96, lengths: {4: 1.0}}).
     "SyntheticBenchmark.families",
     "SyntheticBenchmark.multiple_choice",
     "SyntheticBenchmark.options",

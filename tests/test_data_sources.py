@@ -513,7 +513,7 @@ def test_answer_kind_for(benchmark: str | None, answer: str, kind: str) -> None:
 
 def test_multiple_choice_is_declared_on_the_source() -> None:
     """The multiple-choice names come from the sources' answer kinds (plus the mini world's)."""
-    names = [*SOURCES, "mini_choice", "miniworld_choice", "mini_arith", "gsm8k", None]
+    names = [*SOURCES, "mini_choice", "miniworld_choice", "mini_chains", "gsm8k", None]
     assert [n for n in names if is_multiple_choice(n)] == [
         "gpqa_diamond",
         "mini_choice",
@@ -538,8 +538,10 @@ def test_loader_options_are_the_row_builders_keywords() -> None:
 
 
 def test_file_and_group_of_each_benchmark() -> None:
-    """The paper's Table 1 groups, as the paper and local profiles average them."""
-    from tagrpo.config.params import read_yaml_mapping
+    """The paper's Table 1 groups, as the paper and local profiles average them, and the
+    in-distribution group: the MATH test split where a profile evaluates it (an empty group is
+    dropped)."""
+    from tagrpo.config.params import merged_with_profile, validate_params
     from tagrpo.pipeline.paths import project_root
 
     assert {n: s.file for n, s in SOURCES.items()} == {
@@ -549,8 +551,13 @@ def test_file_and_group_of_each_benchmark() -> None:
     for name, source in SOURCES.items():
         if source.group is not None:
             declared.setdefault(source.group, []).append(name)
-    for profile in ("paper.yaml", "local.yaml"):
-        groups = read_yaml_mapping(project_root() / "profiles" / profile)["evaluate"]["groups"]
+    for profile, in_distribution in (("paper.yaml", None), ("local.yaml", ["math500"])):
+        root = project_root()
+        config = validate_params(
+            merged_with_profile(root / "profiles" / profile, root / "params.yaml")
+        )
+        groups = dict(config.evaluate.groups)
+        assert groups.pop("in_distribution", None) == in_distribution, profile
         assert {g: sorted(m) for g, m in groups.items()} == {
             g: sorted(m) for g, m in declared.items()
         }, profile
@@ -604,6 +611,7 @@ def test_a_new_source_needs_its_module_and_a_registry_entry_only(
         "evaluate.groups": {},
         "report.in_distribution": None,  # no groups: V1 over every benchmark
         "report.primary_group": None,  # no groups: every free-form benchmark
+        "report.harder_group": None,  # no groups: no calibration band
     }
     with pytest.raises(ValueError, match="unknown sources \\['toy_choice'\\]"):
         config_with(overrides)

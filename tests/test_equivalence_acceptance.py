@@ -53,8 +53,8 @@ def _question(problem: MiniProblem, family: str, qid: str) -> Question:
     )
 
 
-Q1 = _question(MiniProblem("add3", (2, 3, 4), "Tom", "apples"), "expr", "q1")  # gold 9
-Q2 = _question(MiniProblem("add", (5, 1), "Ana", "pens"), "story", "q2")  # gold 6
+Q1 = _question(MiniProblem(2, (3, 4), "Tom", "apples"), "expr", "q1")  # gold 9
+Q2 = _question(MiniProblem(5, (3, -2), "Ana", "pens"), "story", "q2")  # gold 6
 POOL1 = [c.text for c in rule_candidates(Q1)]
 
 
@@ -62,7 +62,7 @@ def answer_for(text: str) -> str:
     """Misreads Tom's story and the "Calculate" wording of q1; right otherwise."""
     if "Tom has" in text:
         return "5"
-    if text.startswith("Calculate the sum of 2, 3 and 4"):
+    if text.startswith("Calculate 2 plus 3 plus 4"):
         return "8"
     return "9" if "2" in text and "4" in text else "6"
 
@@ -94,9 +94,7 @@ def test_rejected_slots_are_regenerated_until_accepted(grade) -> None:
         ("q1", [POOL1[0], POOL1[1], POOL1[6]], 0),
         ("q2", [c.text for c in rule_candidates(Q2)[:3]], 0),
     ]
-    assert (
-        POOL1[6] == "Read the problem carefully and answer it.\n\nCalculate the sum of 2, 3 and 4."
-    )
+    assert POOL1[6] == "Read the problem carefully and answer it.\n\nCalculate 2 plus 3 plus 4."
     q1 = [
         (v.round, v.variant, v.verdict, v.reason) for v in result.verdicts if v.question_id == "q1"
     ]
@@ -141,7 +139,7 @@ def test_rejected_slots_are_regenerated_until_accepted(grade) -> None:
         },
     )
     assert "| consistency | 8 | 6 | 75.0% |" in section
-    assert "| What is 2 + 3 + 4? | Tom has 2 apples, finds 3 more and then buys 4 more." in section
+    assert "| What is 2 + 3 + 4? | Tom has 2 apples, finds 3 more, then gets 4 more." in section
     assert "| answer_inconsistent | solver 0/8 on the rephrasing (mostly '5'), 8/8" in section
     assert section.endswith(
         "`gold_reached`: the solver reached the gold answer from the rephrasing.\n"
@@ -234,30 +232,29 @@ def test_candidates_that_do_not_match_the_questions_are_an_error(grade) -> None:
 
 
 def test_controls_change_the_answer_and_are_caught_by_the_expected_layer(grade) -> None:
-    zero_last = _question(MiniProblem("add3", (2, 3, 0), "Ben", "pens"), "words", "q3")
-    negative_flip = _question(MiniProblem("add", (2, 5), "Mia", "cards"), "imperative", "q4")
-    controls = make_controls([Q1, zero_last, negative_flip, Q2])
+    zero_flip = _question(MiniProblem(2, (3, 5), "Ben", "pens"), "words", "q3")
+    negative_flip = _question(MiniProblem(1, (2, 5), "Mia", "cards"), "imperative", "q4")
+    controls = make_controls([Q1, zero_flip, negative_flip, Q2])
     assert [(c.question_id, c.kind) for c in controls] == [
         ("q1", "number_changed"),
         ("q1", "operation_flipped"),
-        ("q3", "number_changed"),  # flipping "+ 0" would not change the answer
-        ("q4", "number_changed"),  # 2 - 5 is negative: no flipped control
+        ("q3", "number_changed"),
+        ("q3", "operation_flipped"),  # 2 + 3 - 5 = 0: an answer, so a control
+        ("q4", "number_changed"),  # 1 + 2 - 5 is negative: no flipped control
         ("q2", "number_changed"),
         ("q2", "operation_flipped"),
     ]
     flipped = controls[1]
     assert flipped.family != "expr"
-    assert flipped.text == render(MiniProblem("addsub", (2, 3, 4), "Tom", "apples"), flipped.family)
-    assert controls[0].text == render(
-        MiniProblem("add3", (3, 3, 4), "Tom", "apples"), controls[0].family
-    )
+    assert flipped.text == render(MiniProblem(2, (3, -4), "Tom", "apples"), flipped.family)
+    assert controls[0].text == render(MiniProblem(3, (3, 4), "Tom", "apples"), controls[0].family)
     generic = Question(
         id="m", source="math", split="train", problem="Find 12 + x = 20.", answer="8"
     )
     assert [c.text for c in make_controls([generic])] == ["Find 13 + x = 20."]
 
     checker = _checker(grade)
-    by_id = {q.id: q for q in (Q1, Q2, zero_last, negative_flip)}
+    by_id = {q.id: q for q in (Q1, Q2, zero_flip, negative_flip)}
     pairs = [
         (by_id[c.question_id], Candidate(c.question_id, -1, 0, c.text, "control")) for c in controls
     ]

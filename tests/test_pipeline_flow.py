@@ -33,11 +33,11 @@ NOISY_DVC_YAML = DVC_YAML.replace(
 )
 EDGES = {
     ("data", "train@grpo-0"),
-    ("data", "train@ta_grpo-0"),
+    ("data", "train@grpo_flipped-0"),
     ("train@grpo-0", "evaluate@grpo-0"),
-    ("train@ta_grpo-0", "evaluate@ta_grpo-0"),
+    ("train@grpo_flipped-0", "evaluate@grpo_flipped-0"),
     ("evaluate@grpo-0", "report"),
-    ("evaluate@ta_grpo-0", "report"),
+    ("evaluate@grpo_flipped-0", "report"),
 }
 
 
@@ -96,9 +96,9 @@ def test_flow_graph_progress_logs_and_schedules(tmp_path: Path) -> None:
     assert order == [
         "data",
         "train@grpo-0",
-        "train@ta_grpo-0",
+        "train@grpo_flipped-0",
         "evaluate@grpo-0",
-        "evaluate@ta_grpo-0",
+        "evaluate@grpo_flipped-0",
         "report",
     ]
     drawn = {

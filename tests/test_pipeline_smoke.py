@@ -53,8 +53,8 @@ def test_dvc_repro_runs_every_stage_and_reconciles(smoke_run: SmokeRun) -> None:
 
     evaluation = json.loads((checkout / "metrics" / "eval" / "base.json").read_text())
     assert evaluation["responses"] == (6 + 4 + 4 + 4) * 4
-    assert {"mini_arith/pass@4", "competition/pass@1", "ood/pass@2"} <= set(evaluation)
-    assert "mini_arith/pass@8" not in evaluation  # k > n is never reported
+    assert {"mini_chains/pass@4", "competition/pass@1", "ood/pass@2"} <= set(evaluation)
+    assert "mini_chains/pass@8" not in evaluation  # k > n is never reported
 
     report = (checkout / "reports" / "report.md").read_text()
     assert "pass@4" in report and "train/miniworld" in report
@@ -127,15 +127,15 @@ def test_dvc_repro_runs_every_stage_and_reconciles(smoke_run: SmokeRun) -> None:
     assert evaluation.data.tags["backend"] == "hf" and evaluation.data.tags["model"]
     # pass@k: one curve per benchmark or group over k (step = k)
     ks = yaml.safe_load((checkout / "params.yaml").read_text())["evaluate"]["ks"]
-    for key in ("pass_at_k/mini_arith", "pass_at_k/competition", "pass_at_k_ci/mini_arith/low"):
+    for key in ("pass_at_k/mini_chains", "pass_at_k/competition", "pass_at_k_ci/mini_chains/low"):
         history = client.get_metric_history(evaluation.info.run_id, key)
         assert sorted(m.step for m in history) == sorted(ks), key
     assert len(evaluation.data.params) < 20  # key params only; the rest in params.json
     assert "params.json" in {a.path for a in client.list_artifacts(evaluation.info.run_id)}
     inputs = {d.dataset.name: d for d in evaluation.inputs.dataset_inputs}
-    assert "processed/benchmarks/mini_arith" in inputs
-    benchmark = checkout / "data" / "processed" / "benchmarks" / "mini_arith.parquet"
-    assert inputs["processed/benchmarks/mini_arith"].dataset.digest == file_md5(benchmark)
+    assert "processed/benchmarks/mini_chains" in inputs
+    benchmark = checkout / "data" / "processed" / "benchmarks" / "mini_chains.parquet"
+    assert inputs["processed/benchmarks/mini_chains"].dataset.digest == file_md5(benchmark)
     training = client.search_runs([experiment], "tags.method = 'ta_grpo' and tags.stage = 'train'")[
         0
     ]
@@ -162,7 +162,7 @@ def test_dvc_repro_runs_every_stage_and_reconciles(smoke_run: SmokeRun) -> None:
         *(f"{m}_data{float(x)}x" for m in scaling["methods"] for x in scaling["multiples"]),
     ]
     assert header.split()[2:] == method_order(columns)  # scaled policies: columns of their own
-    assert re.search(r"mini_arith\s+4\s+\d+\.\d \[\d+\.\d, \d+\.\d\]", compared)
+    assert re.search(r"mini_chains\s+4\s+\d+\.\d \[\d+\.\d, \d+\.\d\]", compared)
 
     # Nothing changed: the second repro reruns nothing but the preflight check (always run: it
     # validates params.yaml and hashes the data inputs), and opens no parent run.

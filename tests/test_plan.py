@@ -86,7 +86,9 @@ def small_project(root: Path, dvc_yaml: str = DVC_YAML) -> dict[str, str]:
     params = resolve_params(
         ROOT,
         RerunRequest(
-            methods=["grpo", "ta_grpo"], seeds=[0], overrides=["diagnostics.policies=[grpo-s0]"]
+            methods=["grpo", "grpo_flipped"],
+            seeds=[0],
+            overrides=["diagnostics.policies=[grpo-s0]"],
         ),
     )
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
@@ -141,20 +143,25 @@ def test_a_learning_rate_reruns_training_and_everything_after_it(reproduced: Pat
     plan = plan_rerun(reproduced, request)
     assert (reproduced / "params.yaml").read_bytes() == params_before  # nothing touched
     assert {p: p.stat().st_mtime_ns for p in reproduced.rglob("*.txt")} == outputs_before
-    expected = ["train@grpo-0", "train@ta_grpo-0", "evaluate@grpo-0", "evaluate@ta_grpo-0"]
+    expected = [
+        "train@grpo-0",
+        "train@grpo_flipped-0",
+        "evaluate@grpo-0",
+        "evaluate@grpo_flipped-0",
+    ]
     assert [s.name for s in plan.runs] == [*expected, "report"]
     assert plan.changed_params == {"train.learning_rate": (0.0003, 0.0002)}
     by_name = {stage.name: stage for stage in plan.runs}
     assert by_name["train@grpo-0"].reasons == ("params: train.learning_rate",)
     assert by_name["evaluate@grpo-0"].reasons == ()
     assert by_name["evaluate@grpo-0"].after == ("train@grpo-0",)
-    assert by_name["report"].after == ("evaluate@grpo-0", "evaluate@ta_grpo-0")
+    assert by_name["report"].after == ("evaluate@grpo-0", "evaluate@grpo_flipped-0")
     assert plan.unchanged == ["data"]
     assert sorted(_apply_and_repro(reproduced, request)) == sorted([*expected, "report"])  # as DVC
 
 
 def test_a_new_method_adds_its_matrix_stages(reproduced: Path) -> None:
-    request = RerunRequest(overrides=["runs.methods=[grpo,ta_grpo,grpo_x4]"])
+    request = RerunRequest(overrides=["runs.methods=[grpo,grpo_flipped,grpo_x4]"])
     plan = plan_rerun(reproduced, request)
     assert [s.name for s in plan.runs] == ["train@grpo_x4-0", "evaluate@grpo_x4-0", "report"]
     assert plan.runs[0].reasons == ("not in dvc.lock (never run)",)
@@ -165,23 +172,23 @@ def test_a_new_method_adds_its_matrix_stages(reproduced: Path) -> None:
 def test_a_profile_and_the_checkout_state_count(reproduced: Path) -> None:
     # Only evaluate declares evaluate.*: the profile's n reruns evaluation and the report.
     names = _names(reproduced, RerunRequest(profile="more-samples"))
-    assert names == ["evaluate@grpo-0", "evaluate@ta_grpo-0", "report"]
+    assert names == ["evaluate@grpo-0", "evaluate@grpo_flipped-0", "report"]
     # The backend's section is a param of train through ${train.backend}.
     assert _names(reproduced, RerunRequest(overrides=["local.micro_batch_sequences=8"])) == [
         "train@grpo-0",
-        "train@ta_grpo-0",
+        "train@grpo_flipped-0",
         "evaluate@grpo-0",
-        "evaluate@ta_grpo-0",
+        "evaluate@grpo_flipped-0",
         "report",
     ]
     # No change, nothing to run; a missing output reruns its stage and what follows.
     plan = plan_rerun(reproduced, RerunRequest())
     assert plan.runs == [] and "would run nothing: all 6 stages" in render_plan(plan)
-    (reproduced / "evals" / "ta_grpo-s0.txt").unlink()
+    (reproduced / "evals" / "grpo_flipped-s0.txt").unlink()
     try:
         plan = plan_rerun(reproduced, RerunRequest())
-        assert [s.name for s in plan.runs] == ["evaluate@ta_grpo-0", "report"]
-        assert plan.runs[0].reasons == ("outputs: evals/ta_grpo-s0.txt (missing)",)
+        assert [s.name for s in plan.runs] == ["evaluate@grpo_flipped-0", "report"]
+        assert plan.runs[0].reasons == ("outputs: evals/grpo_flipped-s0.txt (missing)",)
     finally:
         run_checked([dvc_binary(), "checkout", "-q"], reproduced, _env())
 
@@ -194,7 +201,7 @@ def test_params_are_compared_with_the_last_run_not_with_params_yaml(reproduced: 
     edited["train"]["learning_rate"] = 0.0005
     (reproduced / "params.yaml").write_text(yaml.safe_dump(edited, sort_keys=False))
     try:
-        assert _names(reproduced, RerunRequest())[:2] == ["train@grpo-0", "train@ta_grpo-0"]
+        assert _names(reproduced, RerunRequest())[:2] == ["train@grpo-0", "train@grpo_flipped-0"]
         assert _names(reproduced, RerunRequest(overrides=["train.learning_rate=3e-4"])) == []
     finally:
         (reproduced / "params.yaml").write_text(original)
@@ -220,10 +227,10 @@ def test_the_command_refuses_an_unknown_key_and_prints_the_plan(reproduced: Path
         "params changed from params.yaml (1):",
         "  evaluate.n: 64 -> 128",
         "dvc repro would run 3 of 6 stages, in this order:",
-        "  evaluate@grpo-0     params: evaluate.n",
-        "  evaluate@ta_grpo-0  params: evaluate.n",
-        "  report              upstream runs: evaluate@grpo-0, evaluate@ta_grpo-0",
-        "up to date (3): data, train@grpo-0, train@ta_grpo-0",
+        "  evaluate@grpo-0          params: evaluate.n",
+        "  evaluate@grpo_flipped-0  params: evaluate.n",
+        "  report                   upstream runs: evaluate@grpo-0, evaluate@grpo_flipped-0",
+        "up to date (3): data, train@grpo-0, train@grpo_flipped-0",
     ]
 
 
@@ -260,7 +267,7 @@ def test_an_evaluation_fix_reruns_evaluation_not_training(with_code: Path) -> No
             handle.write("# an evaluation-only fix\n")
     try:
         plan = plan_rerun(with_code, RerunRequest())
-        expected = ["evaluate@grpo-0", "evaluate@ta_grpo-0", "report"]
+        expected = ["evaluate@grpo-0", "evaluate@grpo_flipped-0", "report"]
         assert [stage.name for stage in plan.runs] == expected
         assert plan.runs[0].reasons == (
             "changed deps: tagrpo/backends/vllm_backend.py, tagrpo/evaluation/runner.py",

@@ -100,7 +100,7 @@ def _write_stage_outputs(root: Path) -> None:
                 policy,
             ]
             for name, kind, shift in [
-                ("mini_arith", "benchmark", 0.0),
+                ("mini_chains", "benchmark", 0.0),
                 ("mini_choice", "benchmark", 0.1),
             ]
             for k in (1, 2, 4)
@@ -207,9 +207,9 @@ def test_plot_data_is_long_form_with_method_and_seed(plots_project: Path) -> Non
     assert {"benchmark", "k", "pass_at_k", "ci_low", "ci_high", "policy"} <= set(passk)
     # one row per (policy, benchmark, k): a line per benchmark panel, not a zig-zag
     assert not passk.duplicated(["policy", "benchmark", "k"]).any()
-    # The chance floor of the multiple-choice benchmark (20 options), empty for free-form.
+    # The chance floor of the multiple-choice benchmark (10 options), empty for free-form.
     choice = passk[passk["benchmark"] == "mini_choice"]
-    assert list(choice["chance"]) == [chance_pass_at_k(20, k) for k in choice["k"]]
+    assert list(choice["chance"]) == [chance_pass_at_k(10, k) for k in choice["k"]]
     assert passk[passk["benchmark"] != "mini_choice"]["chance"].isna().all()
     rates = pd.read_csv(plots_project / "plots" / "zero_gradient.csv")
     assert set(rates[rates["policy"] == "ta_grpo-s0"]["grouping"]) == {"original", "joint", "train"}

@@ -1,5 +1,5 @@
 """Sampling progress bars say which benchmark they sample and how far along the benchmarks
-are ("sampling mini_arith (1 of 2)"): the sampler's bar used to say only "sampling"."""
+are ("sampling mini_chains (1 of 2)"): the sampler's bar used to say only "sampling"."""
 
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ def _questions(benchmark: str, count: int) -> list[Question]:
 
 def test_each_benchmarks_bar_names_it_and_its_place() -> None:
     backend = RecordingBackend()
-    benchmarks = {"mini_arith": _questions("mini_arith", 2), "mini_unseen": _questions("u", 1)}
+    benchmarks = {"mini_chains": _questions("mini_chains", 2), "mini_unseen": _questions("u", 1)}
     responses = sample_benchmarks(backend, benchmarks, SamplingParams(n=3, max_new_tokens=4))
-    assert backend.titles == ["sampling mini_arith (1 of 2)", "sampling mini_unseen (2 of 2)"]
+    assert backend.titles == ["sampling mini_chains (1 of 2)", "sampling mini_unseen (2 of 2)"]
     assert len(responses) == 9  # 3 questions x n=3
     assert progress.describe("sampling") == "sampling"  # the label ends with its block
 

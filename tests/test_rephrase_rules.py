@@ -51,22 +51,24 @@ def _mini_question(problem: MiniProblem, family: str, qid: str = "q1") -> Questi
 
 
 def test_miniworld_rephrasings_are_the_other_families_in_order() -> None:
-    question = _mini_question(MiniProblem("addsub", (1, 9, 9), "Ivy", "eggs"), "words")
+    # One number three times: the strict structural check counts them (a multiset).
+    question = _mini_question(MiniProblem(9, (9, -9, 1), "Ivy", "eggs"), "words")
     candidates = rule_candidates(question)
     assert [(c.origin, c.text) for c in candidates[:3]] == [
-        ("family:expr", "What is 1 + 9 - 9?"),
-        ("family:imperative", "Start with 1, add 9, then subtract 9. What number do you get?"),
+        ("family:expr", "What is 9 + 9 - 9 + 1?"),
+        ("family:imperative", "Start with 9. Add 9. Subtract 9. Add 1. What number do you get?"),
         (
             "family:story",
-            "Ivy has 1 eggs, finds 9 more and then loses 9. How many eggs does Ivy have now?",
+            "Ivy has 9 eggs, finds 9 more, gives away 9, then buys 1 more. "
+            "How many eggs does Ivy have now?",
         ),
     ]
     assert candidates[3].origin == "lead_phrase+family:expr"
-    assert candidates[3].text == "Determine 1 + 9 - 9."
+    assert candidates[3].text == "Determine 9 + 9 - 9 + 1."
     texts = [c.text for c in candidates]
     assert len(texts) == len(set(texts)) and question.problem not in texts
     # The held-out family is the OOD benchmark's: it must never become training text.
-    unseen = render(MiniProblem("addsub", (1, 9, 9), "Ivy", "eggs"), HELD_OUT_FAMILY)
+    unseen = render(MiniProblem(9, (9, -9, 1), "Ivy", "eggs"), HELD_OUT_FAMILY)
     assert all(unseen not in text for text in texts)
     for candidate in candidates:
         outcome = check_structural(
@@ -76,11 +78,11 @@ def test_miniworld_rephrasings_are_the_other_families_in_order() -> None:
 
 
 def test_miniworld_meta_that_no_longer_matches_the_text_is_not_trusted() -> None:
-    question = _mini_question(MiniProblem("add", (3, 4)), "expr")
-    edited = Question(**{**question.__dict__, "problem": "What is 3 + 5?"})
+    question = _mini_question(MiniProblem(3, (5, -1)), "expr")
+    edited = Question(**{**question.__dict__, "problem": "What is 3 + 5 - 2?"})
     candidates = rule_candidates(edited)
     assert all(c.origin.startswith(("lead_phrase", "wrap:")) for c in candidates)
-    assert candidates[0].text == "Determine 3 + 5."
+    assert candidates[0].text == "Determine 3 + 5 - 2."
 
 
 def test_generic_rewrites_of_the_papers_example_questions() -> None:
@@ -133,7 +135,7 @@ def test_masking_round_trips_and_protects_sentence_ends_inside_formulas() -> Non
 
 
 def test_rules_rephraser_rounds_take_later_candidates_and_report_exhaustion() -> None:
-    question = _mini_question(MiniProblem("add", (3, 4), "Tom", "pens"), "expr")
+    question = _mini_question(MiniProblem(3, (5, -1), "Tom", "pens"), "expr")
     pool = rule_candidates(question)
     rephraser = RulesRephraser(n=3, seed=0)
     first = rephraser.rephrase([question])

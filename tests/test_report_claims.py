@@ -28,7 +28,7 @@ from tagrpo.report.claims import (
     claims_table,
 )
 
-BENCHMARKS = ("mini_arith", "mini_choice", "mini_multistep", "mini_unseen")
+BENCHMARKS = ("mini_chains", "mini_choice", "mini_long", "mini_unseen")
 N = 4  # samples per problem
 GRPO_SEEDS = (0, 1, 2, 3)
 
@@ -84,8 +84,12 @@ def _write_project(root: Path) -> None:
     ]
     (root / "probes").mkdir()
     pd.DataFrame(probe).to_parquet(root / "probes" / "base_model.parquet")
+    # Its summary: every G-group of the original phrasing has identical rewards.
+    (root / "metrics").mkdir()
+    probe_summary = {"probe/original/groups": 6.0, "probe/original/zero_gradient_rate": 1.0}
+    (root / "metrics" / "base_model.json").write_text(json.dumps(probe_summary))
     # The training summaries (the report shows each method's optimiser updates).
-    (root / "metrics" / "train").mkdir(parents=True)
+    (root / "metrics" / "train").mkdir()
     for policy in POLICIES:
         if policy != "base":
             summary = {"optimiser_updates": 40}
@@ -101,18 +105,25 @@ def _sections(root: Path, overrides: dict) -> tuple[str, str, dict]:
             "evaluate.n": N,
             "evaluate.ks": [1, 2],
             "evaluate.bootstrap_resamples": 50,
+            # The primary (in-distribution) group holds two free-form benchmarks: 8 problems.
+            "evaluate.groups": {
+                "in_distribution": ["mini_chains", "mini_unseen"],
+                "competition": ["mini_long"],
+                "ood": ["mini_choice"],
+            },
             **overrides,
         }
     )
     out = {role: root / path for role, path in report_outputs().outs.items()}
     for path in out.values():
         path.parent.mkdir(parents=True, exist_ok=True)
+    groups = list(config.evaluate.groups)  # a group's score: its benchmarks' mean, the same
     base_passk = pd.DataFrame(
         {
-            "name": list(BENCHMARKS) * 2,
-            "kind": "benchmark",
-            "k": [1] * 4 + [2] * 4,
-            "pass_at_k": [0.125] * 4 + [0.25] * 4,
+            "name": [*BENCHMARKS, *groups] * 2,
+            "kind": (["benchmark"] * 4 + ["group"] * len(groups)) * 2,
+            "k": [1] * (4 + len(groups)) + [2] * (4 + len(groups)),
+            "pass_at_k": [0.125] * (4 + len(groups)) + [0.25] * (4 + len(groups)),
             "policy": "base",
         }
     )
@@ -139,7 +150,7 @@ def test_controls_equivalence_holm_and_validity_from_the_numbers(tmp_path: Path)
     assert lines[1].startswith("| Negative control: GRPO beats the known-bad method")
     assert lines[2].startswith("| A/A control: GRPO's seeds against each other")
     by_claim = _rows(claims)
-    # GRPO's pass@1 on competition: (3 x 0.75 + 0.5) / 4 = 0.6875; the base's 0.125.
+    # GRPO's pass@1 in distribution: (3 x 0.75 + 0.5) / 4 = 0.6875; the base's 0.125.
     positive = by_claim["Positive control: GRPO beats the base policy"]
     assert positive[2].startswith("+56.25 [") and positive[3] == "4 vs the base model (t, 6.0 df)"
     assert positive[5] == "control" and positive[6] == "supported"
@@ -152,18 +163,19 @@ def test_controls_equivalence_holm_and_validity_from_the_numbers(tmp_path: Path)
     # (the halves' seed scores do not vary): +/- t(6) x sqrt(1/6048) = 3.15 points.
     aa = by_claim["A/A control: GRPO's seeds against each other"]
     assert aa[1] == (
-        "pass@2, GRPO's first 2 seeds minus its last 2, competition; its interval should cover 0"
+        "pass@2, GRPO's first 2 seeds minus its last 2, in_distribution; its interval should "
+        "cover 0"
     )
     assert aa[2] == "+0.00 [-3.15, +3.15]" and aa[3] == "2 vs 2 (t, 6.0 df)" and aa[5] == "control"
     assert aa[6] == "covers 0 (as expected)"
     # The primary endpoint on the primary group: TA-GRPO's extra miss costs 1/96 at pass@2.
     gap = by_claim["TA-GRPO beats GRPO at pass@2"]
-    assert gap[1] == "pass@2, TA-GRPO minus GRPO, competition (primary endpoint)"
+    assert gap[1] == "pass@2, TA-GRPO minus GRPO, in_distribution (primary endpoint)"
     assert gap[2].startswith("-1.04 [") and gap[6] == "not distinguishable"
     # Holm over the fixed family of 10: the row's Holm p is min(1, 10 p) or more.
     assert float(gap[5]) == pytest.approx(min(1.0, FAMILY_SIZE * float(gap[4])), abs=0.002)
     widens = by_claim["The gain over GRPO widens with k"]
-    assert widens[1] == "(TA - GRPO at pass@2) minus (TA - GRPO at pass@1), competition"
+    assert widens[1] == "(TA - GRPO at pass@2) minus (TA - GRPO at pass@1), in_distribution"
     assert widens[2].startswith("+0.52 [")  # -1/96 - (-1/64)
     # Section 5.5: the 2.5x GRPO has one seed: the TOST refuses it, never "equivalent".
     equivalence = by_claim["TA-GRPO on 1x data matches GRPO on 2.5x (section 5.5)"]
@@ -183,8 +195,11 @@ def test_controls_equivalence_holm_and_validity_from_the_numbers(tmp_path: Path)
     # Metric names carry the verdict without its reason (MLflow refuses ":" and parentheses).
     assert headline["claims/2/covers 0"] == 1.0 and headline["claims/4/not run"] == 1.0
     assert all(re.fullmatch(r"[\w\-. /]+", key) for key in headline), sorted(headline)
-    # Validity: V1, V2 and every edge pass; V3 cannot be measured in a one-template world, V4
-    # not with one seed of the negative control; V5's design is too wide.
+    # Validity: V1, V2 and the free-form edges pass; V3 cannot be measured in a one-template
+    # world, V4 not with one seed of the negative control; V5's design is too wide. The base's
+    # 12.5% on mini_choice is 2.5 points above chance (10 options): under the 5-point margin.
+    # The harder group's base pass@2 (25%) is under its band, and every q0 group of the probe
+    # has identical rewards (100%: above the regime's band).
     verdicts = {k.removeprefix("validity/"): v for k, v in headline.items() if "validity" in k}
     assert verdicts == {
         "V1_policy": 1.0,
@@ -193,16 +208,24 @@ def test_controls_equivalence_holm_and_validity_from_the_numbers(tmp_path: Path)
         "V3": 0.0,
         "V4": 0.0,
         "V5": 0.0,
-        **{f"edges/{b}": 1.0 for b in BENCHMARKS},
+        **{f"edges/{b}": float(b != "mini_choice") for b in BENCHMARKS},
+        "harder/competition": 0.0,
+        "regime": 0.0,
     }
     assert "| V4 | GRPO - negative control, pass@1, all benchmarks" in validity
     assert "not measurable: grpo_flipped has 1 seed" in validity
     # V5 is blind: the design's half-width, never TA-GRPO - GRPO's estimate.
     v5 = next(line for line in validity.splitlines() if line.startswith("| V5 |"))
     assert "-1.04" not in v5 and "seeds 4 vs 4, 8 problems" in v5
-    # mini_choice's edge at pass@1 against 1/20.
+    # mini_choice's edge at pass@1 against 1/10.
     assert "| edges: mini_choice | base pass@1 <= 90%" in validity
-    assert "**7 of 10 criteria pass.**" in validity
+    assert "12.5% (chance 10.0%, 10 options; margin +2.5 points) | FAIL |" in validity
+    harder = "| harder: competition | base pass@1 in [5, 30]% and pass@2 in [40, 85]% |"
+    assert f"{harder} pass@1 12.5%, pass@2 25.0% | FAIL |" in validity
+    assert (
+        "| regime | base identical-reward rate of q0 G-groups in [40, 80]% | 100.0% [" in validity
+    )
+    assert "**6 of 12 criteria pass.**" in validity
 
 
 def test_without_a_negative_control_v4_fails_and_its_row_is_not_run(tmp_path: Path) -> None:

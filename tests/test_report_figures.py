@@ -272,13 +272,14 @@ def test_chance_section_states_the_k_for_each_choice_benchmark() -> None:
 
 
 def test_multiple_choice_options_come_from_the_data_source() -> None:
-    assert multiple_choice_options(load_config()) == {"mini_choice": 20}
+    assert multiple_choice_options(load_config()) == {"mini_choice": 10}
     hub = config_with(
         {
             "data.source": "hub",
             "evaluate.groups": {"ood": ["gpqa_diamond"]},
             "report.in_distribution": "ood",
             "report.primary_group": None,  # its one group is multiple choice
+            "report.harder_group": None,  # no competition group
         }
     )
     assert multiple_choice_options(hub) == {"gpqa_diamond": 4}

@@ -15,7 +15,7 @@ from tagrpo.miniworld.tasks import MiniProblem, reference_response, render
 from tagrpo.pipeline.layout import checkpoint_name, train_outputs
 from tagrpo.report.strategies import strategy_figure, strategy_over_training
 
-PROBLEM = MiniProblem("add3", (4, 5, 6))
+PROBLEM = MiniProblem(4, (5, 6))
 FORWARD = reference_response(PROBLEM)
 BACKWARD = reference_response(PROBLEM, strategy="backward")
 

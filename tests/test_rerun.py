@@ -63,10 +63,10 @@ def _runs(request: RerunRequest, root: Path = ROOT) -> dict:
 
 
 def test_method_and_seed_subsets_restrict_every_list_of_runs(tmp_path: Path) -> None:
-    # The checkout's params with one-seed methods, as profiles/smoke.yaml has them (the default
-    # has none).
+    # The checkout's params with these one-seed methods (ta_grpo among them, as in the default:
+    # diagnostics.policies names ta_grpo-s0).
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["runs"]["one_seed_methods"] = ["grpo_ds", "grpo_x4_ds", "avspo"]
+    params["runs"]["one_seed_methods"] = ["grpo_ds", "ta_grpo", "avspo"]
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     shutil.copytree(ROOT / "profiles", tmp_path / "profiles")
     _runs = functools.partial(globals()["_runs"], root=tmp_path)
@@ -80,7 +80,7 @@ def test_method_and_seed_subsets_restrict_every_list_of_runs(tmp_path: Path) -> 
     assert runs["methods"] == ["avspo"] and runs["seeds"] == [0]
     assert runs["one_seed_methods"] == [] and runs["data_scaling"]["methods"] == []
     # Seeds without the one seed: the one-seed methods and data-scaling runs are not trained.
-    runs = _runs(RerunRequest(seeds=[1], overrides=["diagnostics.policies=[ta_grpo-s1]"]))
+    runs = _runs(RerunRequest(seeds=[1], overrides=["diagnostics.policies=[grpo-s1]"]))
     assert runs["seeds"] == [1] and runs["one_seed_methods"] == [] and runs["one_seed"] == [1]
     assert runs["data_scaling"]["seeds"] == [] and runs["data_scaling"]["methods"] == []
     assert runs["methods"] == params["runs"]["methods"]
@@ -124,7 +124,9 @@ def test_topological_order_follows_dvc_dag() -> None:
     assert sorted(order) == sorted(load_stages(ROOT))
     position = {stage: index for index, stage in enumerate(order)}
     assert position["data"] < position["base_model"] < position["check_equivalence"]
-    assert position["train@ta_grpo-0"] < position["evaluate@ta_grpo-0"] < position["report"]
+    assert position["train@grpo-0"] < position["evaluate@grpo-0"] < position["report"]
+    one_seed = position["train_one_seed@ta_grpo-0"] < position["evaluate_one_seed@ta_grpo-0"]
+    assert one_seed and position["evaluate_one_seed@ta_grpo-0"] < position["report"]
     assert position["diagnostics"] < position["report"]
 
 

@@ -65,6 +65,7 @@ def config(**overrides):
             "evaluate.groups": {},
             "report.in_distribution": None,  # no groups: V1 over every benchmark
             "report.primary_group": None,  # no groups: every free-form benchmark
+            "report.harder_group": None,  # no groups: no calibration band
             "evaluate.bootstrap_resamples": 10,
             "hf.max_batch_sequences": 4,  # several batches per chunk
             "common.torch_threads": 1,

@@ -1,5 +1,6 @@
 """The testbed validity criteria (issue 21): reward trend, phrasing dispersion, strategy
-entropy, controls, resolution and the benchmarks' edges, on small hand-made inputs."""
+entropy, controls, resolution, the benchmarks' edges, the harder group's band and the
+identical-reward regime, on small hand-made inputs."""
 
 from __future__ import annotations
 
@@ -290,6 +291,50 @@ def test_edges_per_benchmark() -> None:
     assert criteria[0].requirement == "base pass@32 <= 90% and >= chance + 5 points"
     with pytest.raises(KeyError, match="missing: the base policy has no pass@32"):
         validity.edge_criteria(passk, ["missing"], {}, 32)
+
+
+def test_harder_group_band_on_the_base_group_means() -> None:
+    def passk(at_1: float, at_32: float) -> pd.DataFrame:
+        # A benchmark that shares the group's name is not the group.
+        return pd.DataFrame(
+            {
+                "name": ["competition"] * 4,
+                "kind": ["group", "group", "benchmark", "benchmark"],
+                "k": [1, 32, 1, 32],
+                "pass_at_k": [at_1, at_32, 0.99, 0.99],
+            }
+        )
+
+    criterion = validity.harder_criterion(passk(0.20, 0.62), "competition", 32)
+    assert (criterion.name, criterion.key) == ("harder: competition", "harder/competition")
+    assert criterion.requirement == "base pass@1 in [5, 30]% and pass@32 in [40, 85]%"
+    assert criterion.measured == "pass@1 20.0%, pass@32 62.0%" and criterion.passed
+    # The band's ends are inside it; just outside either band fails.
+    assert validity.harder_criterion(passk(0.05, 0.85), "competition", 32).passed
+    assert validity.harder_criterion(passk(0.30, 0.40), "competition", 32).passed
+    for at_1, at_32 in ((0.04, 0.62), (0.31, 0.62), (0.20, 0.39), (0.20, 0.86)):
+        assert not validity.harder_criterion(passk(at_1, at_32), "competition", 32).passed
+    assert validity.harder_criterion(passk(0.20, 0.62), None, 32) is None  # no harder group
+    with pytest.raises(KeyError, match="group competition: the base policy has no pass@1"):
+        validity.harder_criterion(passk(0.20, 0.62), "competition", 16)
+
+
+def test_regime_band_with_a_wilson_interval() -> None:
+    criterion = validity.regime_criterion(0.5, 100)
+    assert criterion.requirement == "base identical-reward rate of q0 G-groups in [40, 80]%"
+    # Wilson at p = 0.5, n = 100: centre 0.5, half-width 1.96 sqrt(0.0025 + 1.96^2 / 40000) /
+    # (1 + 1.96^2 / 100) = 0.0962.
+    assert criterion.measured == "50.0% [40.4, 59.6] of 100 groups" and criterion.passed
+    assert (
+        validity.regime_criterion(0.40, 100).passed and validity.regime_criterion(0.80, 10).passed
+    )
+    # Judged on the rate, not its interval: 85% fails although its interval reaches 80%.
+    high = validity.regime_criterion(0.85, 20)
+    assert not high.passed and float(high.measured.split("[")[1].split(",")[0]) < 80
+    assert not validity.regime_criterion(0.39, 1000).passed
+    for rate, groups in ((None, 0), (0.5, 0)):
+        absent = validity.regime_criterion(rate, groups)
+        assert absent.measured == "not measurable: no phrasing probe" and not absent.passed
 
 
 def test_v3_with_a_policy_that_took_no_known_path() -> None:

@@ -83,17 +83,17 @@ def test_splits_are_datasets_with_dvcs_md5_and_intervals_are_metrics(
     tmp_path: Path, active_run
 ) -> None:
     run, _ = active_run
-    staged = tmp_path / "staging" / "benchmarks" / "mini_arith.parquet"
+    staged = tmp_path / "staging" / "benchmarks" / "mini_chains.parquet"
     staged.parent.mkdir(parents=True)
     pd.DataFrame({"id": ["a", "b"], "problem": ["1+1", "2+2"], "answer": ["2", "4"]}).to_parquet(
         staged
     )
-    final = tmp_path / "data" / "processed" / "benchmarks" / "mini_arith.parquet"
+    final = tmp_path / "data" / "processed" / "benchmarks" / "mini_chains.parquet"
     assert log_datasets([staged], "evaluation", [final]) == 1
     log_passk_intervals(
         pd.DataFrame(
             {
-                "name": ["mini_arith", "competition"],
+                "name": ["mini_chains", "competition"],
                 "k": [4, 4],
                 "ci_low": [0.2, float("nan")],
                 "ci_high": [0.6, float("nan")],
@@ -107,11 +107,11 @@ def test_splits_are_datasets_with_dvcs_md5_and_intervals_are_metrics(
     assert [tag.value for tag in entry.tags] == ["evaluation"]
     # Bounds are curves over k, as pass@k itself.
     assert stored.data.metrics == {
-        "pass_at_k_ci/mini_arith/low": 0.2,
-        "pass_at_k_ci/mini_arith/high": 0.6,
+        "pass_at_k_ci/mini_chains/low": 0.2,
+        "pass_at_k_ci/mini_chains/high": 0.6,
     }
     client = mlflow.tracking.MlflowClient()
-    history = client.get_metric_history(run.info.run_id, "pass_at_k_ci/mini_arith/low")
+    history = client.get_metric_history(run.info.run_id, "pass_at_k_ci/mini_chains/low")
     assert [(m.step, m.value) for m in history] == [(4, 0.2)]
 
 

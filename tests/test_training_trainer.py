@@ -171,7 +171,7 @@ def test_same_seed_same_run(tiny_lm) -> None:
 
 
 def test_training_set_from_rephrasings_column_or_miniworld(tmp_path) -> None:
-    problem = MiniProblem("add3", (1, 2, 6), name="Sam", item="pens")
+    problem = MiniProblem(1, (2, 6), name="Sam", item="pens")
     question = Question(
         id="t-0",
         source="miniworld",

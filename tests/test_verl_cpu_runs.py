@@ -53,9 +53,9 @@ UNREACHABLE = "miniworld-unreachable"
 LOG_PROB_TOLERANCE = 1e-4
 ADVANTAGE_TOLERANCE = 1e-5
 
-# The embedded default's tiny Llama on a smaller corpus: a policy with mixed rewards (measured:
-# 29% of the responses to the originals correct, 79% of G=8 groups mixed) in about 3 minutes
-# on a loaded 2-core machine.
+# The embedded default's tiny Llama on a smaller corpus: a policy with mixed rewards (measured on
+# world v1: 29% of the responses to the originals correct, 79% of G=8 groups mixed) in about 3
+# minutes on a loaded 2-core machine.
 TEST_PROFILE = {
     # One thread per process: on a shared 2-core machine, OpenMP threads spinning for a core
     # they do not get made the warm start 10x slower (measured: 416 s with 2 threads vs 38 s).
@@ -64,8 +64,8 @@ TEST_PROFILE = {
         "synthetic": {
             "train_size": 24,
             "benchmarks": {
-                "mini_arith": {"size": 8},
-                "mini_multistep": {"size": 2},
+                "mini_chains": {"size": 8},
+                "mini_long": {"size": 2},
                 "mini_unseen": {"size": 2},
                 "mini_choice": {"size": 2},
             },
@@ -88,7 +88,7 @@ TEST_PROFILE = {
         "mini_batches": 1,
         "group_size": G,
         "n_neighbours": N,
-        "max_new_tokens": 40,
+        "max_new_tokens": 48,  # a worked chain of 3 is about 40 tokens with its end token
         "checkpoints": [0.5, 1.0],
     },
     "verl": {
@@ -123,7 +123,8 @@ class VerlRun:
 
 def write_training_input(root: Path) -> None:
     """Three mini-world questions and one with an unreachable gold answer, with rephrasings."""
-    # Expression-family questions first: the small warm-started policy solves them most often.
+    # Expression-family questions first: a fixed choice (world v1's small policy solved them most
+    # often; world v2 makes no family safer by design).
     questions = read_questions(str(root / "data" / "processed" / "train.parquet"))
     questions = sorted(questions, key=lambda q: q.meta.get("family") != "expr")[:3]
     unreachable = replace(questions[0], id=UNREACHABLE, answer="-987654")

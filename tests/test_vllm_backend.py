@@ -344,6 +344,7 @@ def test_evaluate_refuses_another_served_model_before_sampling_and_saves_nothing
                 "evaluate.groups": {},
                 "report.in_distribution": None,  # no groups: V1 over every benchmark
                 "report.primary_group": None,  # no groups: every free-form benchmark
+                "report.harder_group": None,  # no groups: no calibration band
                 "vllm.mode": "server",
                 "vllm.base_url": server.base_url,
                 "vllm.served_model": "policy",

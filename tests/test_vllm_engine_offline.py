@@ -124,6 +124,7 @@ def test_evaluate_policy_offline_with_the_sample_store(backend, tmp_path, monkey
             "evaluate.groups": {},
             "report.in_distribution": None,  # no groups: V1 over every benchmark
             "report.primary_group": None,  # no groups: every free-form benchmark
+            "report.harder_group": None,  # no groups: no calibration band
             "evaluate.max_new_tokens": 64,
             "common.grading.workers": 1,
         }

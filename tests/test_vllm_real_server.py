@@ -89,6 +89,7 @@ def test_server_evaluation_saves_samples_before_grading(served, tmp_path, monkey
             "evaluate.groups": {},
             "report.in_distribution": None,  # no groups: V1 over every benchmark
             "report.primary_group": None,  # no groups: every free-form benchmark
+            "report.harder_group": None,  # no groups: no calibration band
             "evaluate.max_new_tokens": 8,
             "vllm.mode": "server",
             "vllm.base_url": served,

@@ -15,9 +15,9 @@ from tagrpo.miniworld.tokenizer import train_tokenizer
 from tagrpo.miniworld.warmstart import TinyModelConfig, build_model, save_policy
 
 PROBLEMS = [
-    MiniProblem("add", (3, 4)),
-    MiniProblem("addsub", (5, 2, 1), name="Ana", item="coins"),
-    MiniProblem("add3", (1, 2, 6), name="Sam", item="pens"),
+    MiniProblem(3, (5, -1)),
+    MiniProblem(5, (2, -1), name="Ana", item="coins"),
+    MiniProblem(1, (2, 6), name="Sam", item="pens"),
 ]
 FAMILIES = ("expr", "words", "imperative", "story")
 

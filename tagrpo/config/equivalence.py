@@ -27,7 +27,7 @@ class SimilaritySettings(ConfigModel):
         min_length=1,
         description="package, folder or sentence-transformers id",
     )
-    # Mini-world equivalents in other families score down to 0.24 (expression vs story),
+    # Mini-world (v2) equivalents in other families score down to 0.33 (words vs story),
     # off-topic text about 0.0-0.15; LLM paraphrases of MATH problems score far higher.
     threshold: float = Field(ge=-1, le=1, description="minimum cosine similarity")
     batch_size: int = Field(ge=1, description="texts per encoding batch")

@@ -37,7 +37,7 @@ DEFAULT_KS = (1, 2, 4, 8, 16, 32)
 class EvaluationResult:
     responses: pd.DataFrame  # one row per sampled response
     passk: pd.DataFrame  # one row per (benchmark or group, k): mean and bootstrap CI
-    summary: dict[str, float]  # flat metrics for DVC/MLflow, e.g. "mini_arith/pass@8"
+    summary: dict[str, float]  # flat metrics for DVC/MLflow, e.g. "mini_chains/pass@8"
 
 
 def evaluation_messages(question: Question, prompt_format: str = "chat") -> list[dict[str, str]]:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-# What the bars opened inside :func:`labelled` are about, e.g. "mini_arith (2 of 4)": the
+# What the bars opened inside :func:`labelled` are about, e.g. "mini_chains (2 of 4)": the
 # sampler that draws the bar does not know which benchmark or variant it samples.
 _LABEL: contextvars.ContextVar[str] = contextvars.ContextVar("tagrpo_progress_label", default="")
 
@@ -28,7 +28,7 @@ def enabled() -> bool:
 
 @contextlib.contextmanager
 def labelled(label: str) -> Iterator[None]:
-    """Bars opened inside say what they are about: ``sampling mini_arith (2 of 4)``."""
+    """Bars opened inside say what they are about: ``sampling mini_chains (2 of 4)``."""
     token = _LABEL.set(label)
     try:
         yield

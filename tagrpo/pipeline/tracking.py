@@ -332,8 +332,8 @@ def metric_name(key: str) -> str:
 
 
 def metric_point(key: str) -> tuple[str, int | None]:
-    """A metrics-file key as an MLflow name and step: ``mini_arith/pass@8`` is
-    ``("pass_at_k/mini_arith", 8)`` (a curve over k); other keys have no step of their own."""
+    """A metrics-file key as an MLflow name and step: ``mini_chains/pass@8`` is
+    ``("pass_at_k/mini_chains", 8)`` (a curve over k); other keys have no step of their own."""
     match = _PASS_AT_K.match(key)
     if match:
         return f"{PASS_AT_K_PREFIX}{match['name']}", int(match["k"])

@@ -80,7 +80,7 @@ def log_datasets(
 
 
 def _dataset_name(path: Path) -> str:
-    """``data/processed/benchmarks/mini_arith.parquet`` -> ``processed/benchmarks/mini_arith``."""
+    """``data/processed/benchmarks/mini_chains.parquet`` -> ``processed/benchmarks/mini_chains``."""
     path = Path(path)
     try:
         relative = path.resolve().relative_to(project_root())
