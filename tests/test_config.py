@@ -212,7 +212,13 @@ def test_embedded_sections_are_the_params_yaml_values() -> None:
         ),
         (
             # The primary endpoint is pass@k_large: a 20-option benchmark there is chance.
-            lambda r: r["report"].update(primary_group="ood"),
+            lambda r: (
+                r["data"]["synthetic"]["benchmarks"].update(
+                    mini_choice={"size": 8, "lengths": {2: 1.0}, "multiple_choice": True}
+                ),
+                r["evaluate"]["groups"].update(ood=["mini_unseen", "mini_choice"]),
+                r["report"].update(primary_group="ood"),
+            ),
             "report.primary_group ('ood') holds multiple-choice benchmarks ['mini_choice']",
         ),
         (

@@ -151,7 +151,15 @@ def test_sampling_is_seeded_distinct_and_respects_exclusions():
 
 def test_splits_are_disjoint_by_arithmetic_and_rebuildable():
     world = embedded(MiniWorldSettings)
-    built = build_miniworld(embedded(SyntheticSettings), world)
+    default = embedded(SyntheticSettings)
+    assert "mini_choice" not in default.benchmarks  # world v2, candidate 3: no multiple choice
+    # A multiple-choice benchmark added (as profiles/smoke.yaml does) is drawn disjoint too.
+    choice_spec = {"size": 48, "lengths": {2: 1.0}, "multiple_choice": True, "options": 10}
+    settings = embedded(
+        SyntheticSettings,
+        benchmarks={**default.model_dump()["benchmarks"], "mini_choice": choice_spec},
+    )
+    built = build_miniworld(settings, world)
     keys = {name: {q.meta["key"] for q in result.questions} for name, result in built.items()}
     names = list(keys)
     for i, a in enumerate(names):
@@ -160,7 +168,7 @@ def test_splits_are_disjoint_by_arithmetic_and_rebuildable():
     assert built["train"].counts() == {"rows_in": 640, "kept": 640, "rejected": 0}
     assert built["extra"].counts() == {"rows_in": 960, "kept": 960, "rejected": 0}
     # The pool is drawn after the training split: its size never changes the training set.
-    smaller = build_miniworld(embedded(SyntheticSettings, extra_size=10), world)
+    smaller = build_miniworld(settings.model_copy(update={"extra_size": 10}), world)
     assert [q.id for q in smaller["train"].questions] == [q.id for q in built["train"].questions]
     for question in built["train"].questions[:20]:
         problem = problem_from_meta(question.meta)

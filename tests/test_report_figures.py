@@ -251,7 +251,7 @@ def test_uninformative_from_one_definition() -> None:
     # GPQA-like: 4 options, a base well above guessing: guessing passes 90% at k = 16.
     base = {1: 0.5, 2: 0.7, 4: 0.85, 8: 0.95, 16: 0.99, 32: 1.0}
     assert uninformative_from(4, KS, base) == (16, "guessing reaches 99.0% (>= 90%)")
-    # A base policy at chance (the default's mini_choice): uninformative from k = 1.
+    # A base policy at chance (world v2's rejected mini_choice): uninformative from k = 1.
     at_chance = {k: chance_pass_at_k(20, k) - 0.0002 for k in KS}
     k, why = uninformative_from(20, KS, at_chance)
     assert k == 1 and why.startswith("the base policy is 0.02 points below guessing")
@@ -272,7 +272,14 @@ def test_chance_section_states_the_k_for_each_choice_benchmark() -> None:
 
 
 def test_multiple_choice_options_come_from_the_data_source() -> None:
-    assert multiple_choice_options(load_config()) == {"mini_choice": 10}
+    assert multiple_choice_options(load_config()) == {}  # world v2 has no multiple choice
+    with_choice = config_with(
+        {
+            "data.synthetic.benchmarks.mini_choice": {"size": 48, "lengths": {2: 1.0}, "multiple_choice": True, "options": 10},
+            "evaluate.groups.ood": ["mini_unseen", "mini_choice"],
+        }
+    )
+    assert multiple_choice_options(with_choice) == {"mini_choice": 10}
     hub = config_with(
         {
             "data.source": "hub",
