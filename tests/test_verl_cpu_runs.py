@@ -67,7 +67,6 @@ TEST_PROFILE = {
                 "mini_chains": {"size": 8},
                 "mini_long": {"size": 2},
                 "mini_unseen": {"size": 2},
-                "mini_choice": {"size": 2},
             },
         }
     },

@@ -56,7 +56,9 @@ _TEMPLATES: list[tuple[re.Pattern[str], int, int, Callable[[str], list[int]]]] =
         lambda chain: _pairs(_STORY, chain, {"finds", "gets", "buys"}),
     ),
     (
-        re.compile(r"Begin with (\d+), ((?:then (?:plus|minus) \d+(?:, )?)+)\. What is the total\?"),
+        re.compile(
+            r"Begin with (\d+), ((?:then (?:plus|minus) \d+(?:, )?)+)\. What is the total\?"
+        ),
         1,
         2,
         lambda chain: _pairs(_WORDS, chain, {"plus"}),
