@@ -35,7 +35,6 @@ def _validity_table(report: Path) -> str:
 # (reports/profiles/<profile>/, copied from that profile's `dvc repro`).
 VALIDITY_QUOTES = [
     ("reports/report.md", "validity"),
-    ("reports/profiles/power/report.md", "power-validity"),
 ]
 
 
