@@ -12,7 +12,12 @@ Each builds what its tests need, so any test runs alone (``pytest -k NAME``) and
   each of its tests (the repro checks, the plots page, the Prefect deployment rerun, the DVC
   experiment) requests it, so none relies on another having run first;
 - ``vllm_server``: a genuine ``vllm serve`` of the engines environment (tests/vllm_engine.py),
-  one start (1-2 minutes) for every genuine-engine module of the session.
+  one start (1-2 minutes) for every genuine-engine module of the session;
+- ``wall_seconds``: log how long a part of a test took; printed in the summary ("wall seconds"),
+  never asserted (speed belongs to benchmarks/).
+
+And two hooks: a NOT TESTED skip fails when ``CI=true`` (tests/not_tested.py), and the
+``core`` tier of ``make test-core`` refuses a test that is also marked ``slow``.
 """
 
 from __future__ import annotations
@@ -21,11 +26,50 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from not_tested import fail_in_ci, not_tested
 from scratch_project import SmokeRun, run_checked, scratch_project, write_empty_project
 
 # What a stage reads from the environment before params.yaml: the tracking store, the parent
 # run of a pipeline (tagrpo.pipeline.tracking.PARENT_RUN_ENV) and the benchmark data directory.
 TRACKING_ENV = ("MLFLOW_TRACKING_URI", "TAGRPO_PARENT_RUN_ID", "TAGRPO_DATA_DIR")
+
+
+WALL_SECONDS = pytest.StashKey[dict[str, float]]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    outcome = yield
+    fail_in_ci(outcome.get_result())
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    both = [
+        item.nodeid
+        for item in items
+        if item.get_closest_marker("core") and item.get_closest_marker("slow")
+    ]
+    if both:
+        raise pytest.UsageError(f"marked both core and slow (core is the fast tier): {both}")
+
+
+@pytest.fixture
+def wall_seconds(request: pytest.FixtureRequest):
+    """``log(label, seconds)``: shown in the run's summary under "wall seconds"."""
+    logged = request.config.stash.setdefault(WALL_SECONDS, {})
+
+    def log(label: str, seconds: float) -> None:
+        logged[label] = seconds
+
+    return log
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    logged = config.stash.get(WALL_SECONDS, {})
+    if logged:
+        terminalreporter.section("wall seconds (logged, not asserted)")
+        for label, seconds in logged.items():
+            terminalreporter.write_line(f"{seconds:8.1f}  {label}")
 
 
 @pytest.fixture
@@ -68,7 +112,7 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory):
     from vllm_engine import VLLMServer, alive, engines_missing, port_in_use
 
     if engines_missing():
-        pytest.skip(str(engines_missing()))
+        not_tested(str(engines_missing()))
     running = VLLMServer(tmp_path_factory.mktemp("vllm") / "server.log")
     with running:
         yield running

@@ -25,6 +25,8 @@ from tagrpo.evaluation.vanishing_diversity import (
 )
 from tagrpo.report.vanishing_diversity import diagnostics_figure, diagnostics_section
 
+pytestmark = pytest.mark.core
+
 G, N = 2, 2
 
 
