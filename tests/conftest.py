@@ -16,8 +16,9 @@ Each builds what its tests need, so any test runs alone (``pytest -k NAME``) and
 - ``wall_seconds``: log how long a part of a test took; printed in the summary ("wall seconds"),
   never asserted (speed belongs to benchmarks/).
 
-And two hooks: a NOT TESTED skip fails when ``CI=true`` (tests/not_tested.py), and the
-``core`` tier of ``make test-core`` refuses a test that is also marked ``slow``.
+And the harness's hooks (tests/harness.py): a NOT TESTED skip fails when ``CI=true``
+(tests/not_tested.py), a test marked both ``core`` and ``slow`` is refused, logged wall
+seconds are printed in the summary.
 """
 
 from __future__ import annotations
@@ -26,50 +27,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from not_tested import fail_in_ci, not_tested
+from harness import (  # noqa: F401  (hooks and a fixture, registered by being here)
+    pytest_collection_modifyitems,
+    pytest_runtest_makereport,
+    pytest_terminal_summary,
+    wall_seconds,
+)
+from not_tested import not_tested
 from scratch_project import SmokeRun, run_checked, scratch_project, write_empty_project
 
 # What a stage reads from the environment before params.yaml: the tracking store, the parent
 # run of a pipeline (tagrpo.pipeline.tracking.PARENT_RUN_ENV) and the benchmark data directory.
 TRACKING_ENV = ("MLFLOW_TRACKING_URI", "TAGRPO_PARENT_RUN_ID", "TAGRPO_DATA_DIR")
-
-
-WALL_SECONDS = pytest.StashKey[dict[str, float]]()
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
-    outcome = yield
-    fail_in_ci(outcome.get_result())
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    both = [
-        item.nodeid
-        for item in items
-        if item.get_closest_marker("core") and item.get_closest_marker("slow")
-    ]
-    if both:
-        raise pytest.UsageError(f"marked both core and slow (core is the fast tier): {both}")
-
-
-@pytest.fixture
-def wall_seconds(request: pytest.FixtureRequest):
-    """``log(label, seconds)``: shown in the run's summary under "wall seconds"."""
-    logged = request.config.stash.setdefault(WALL_SECONDS, {})
-
-    def log(label: str, seconds: float) -> None:
-        logged[label] = seconds
-
-    return log
-
-
-def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
-    logged = config.stash.get(WALL_SECONDS, {})
-    if logged:
-        terminalreporter.section("wall seconds (logged, not asserted)")
-        for label, seconds in logged.items():
-            terminalreporter.write_line(f"{seconds:8.1f}  {label}")
 
 
 @pytest.fixture
@@ -101,7 +70,8 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
     cold ``dvc repro`` (about 12-40 minutes on 2 busy cores)."""
     checkout = tmp_path_factory.mktemp("smoke-checkout")
     env = scratch_project(checkout, "profiles/smoke.yaml")
-    return SmokeRun(checkout, env, run_checked(["dvc", "repro"], checkout, env))
+    log = run_checked(["dvc", "repro"], checkout, env, timeout=55 * 60)
+    return SmokeRun(checkout, env, log)
 
 
 @pytest.fixture(scope="session")

@@ -251,6 +251,7 @@ def check_rendered(page: Path, plots: int, shot: Path | None = None) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_dvc_plots_page_renders_offline_in_chromium(plots_project: Path) -> None:
     vega_libraries()
     page = _plots_page(plots_project)

@@ -50,6 +50,9 @@ from tagrpo.data.schema import Question
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.timeout(
+        1800
+    ),  # the session's server start (vllm_engine.START_TIMEOUT_S 900) counts against the first test
     pytest.mark.skipif(bool(engines_missing()), reason=str(engines_missing())),
 ]
 

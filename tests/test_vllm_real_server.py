@@ -27,6 +27,9 @@ from vllm_engine import ENGINES_MODEL, engines_missing
 MODEL = ENGINES_MODEL
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.timeout(
+        1800
+    ),  # the session's server start (vllm_engine.START_TIMEOUT_S 900) counts against the first test
     pytest.mark.skipif(bool(engines_missing()), reason=str(engines_missing())),
 ]
 
