@@ -11,10 +11,8 @@ from pathlib import Path
 import pytest
 from scratch_project import run_checked, scratch_project
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.timeout(2400),
-]  # the smoke profile's upstream (dvc repro check_equivalence) and three stages run twice
+# Time limit: the smoke profile's upstream (dvc repro check_equivalence) and three stages run twice.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 TIMING = ("seconds", "_s", "time/", "sft_seconds", "probe_seconds", "build_seconds")
 

@@ -19,10 +19,8 @@ from scratch_project import run_checked, scratch_project
 from tagrpo.config.params import load_config
 from tagrpo.pipeline.paths import project_root
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.timeout(3000),
-]  # a fresh clone builds the default's base policy: about 4 min idle
+# Time limit: a fresh clone builds the default's base policy: about 4 min idle.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
 
 STEPS = 4
 

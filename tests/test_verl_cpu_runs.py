@@ -46,10 +46,8 @@ from tagrpo.data.training_set import load_training_questions, miniworld_neighbou
 from tagrpo.training.scoring import build_scoring_batch, score_log_probs
 from tagrpo.verl_ext.process import processes_marked
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.timeout(1800),
-]  # the first test builds the project and a run: measured 9 min 46 s for all
+# Time limit: the first test builds the project and a run: measured 9 min 46 s for all.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 G, N, BATCH, STEPS = 4, 3, 2, 2
 UNREACHABLE = "miniworld-unreachable"
