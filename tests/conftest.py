@@ -6,6 +6,7 @@ Each builds what its tests need, so any test runs alone (``pytest -k NAME``) and
 - ``empty_project``: the working directory is a checkout with a complete params.yaml (the
   embedded defaults, MLflow experiment ``EMPTY_PROJECT_EXPERIMENT``) and no DVC stage
   (``scratch_project.write_empty_project``, for tests that need several);
+- ``saved``: every matplotlib figure a test saves, to check what it draws;
 - ``tiny_lm``: a random tiny Llama and its tokenizer (``tests/tiny_policy.py``), one per module;
 - ``smoke_run``: this tree as a scratch repo with ``profiles/smoke.yaml``, reproduced once by
   ``dvc repro`` (session-scoped; slow: every stage of the DAG), for tests/test_pipeline_smoke.py:
@@ -39,6 +40,23 @@ from scratch_project import SmokeRun, run_checked, scratch_project, write_empty_
 # What a stage reads from the environment before params.yaml: the tracking store, the parent
 # run of a pipeline (tagrpo.pipeline.tracking.PARENT_RUN_ENV) and the benchmark data directory.
 TRACKING_ENV = ("MLFLOW_TRACKING_URI", "TAGRPO_PARENT_RUN_ID", "TAGRPO_DATA_DIR")
+
+
+@pytest.fixture
+def saved(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every matplotlib figure saved during the test (drawn, then written as usual): figure
+    tests check what is drawn (axes, series, labels), not the file's size."""
+    from matplotlib.figure import Figure
+
+    figures: list[Figure] = []
+    original = Figure.savefig
+
+    def record(self: Figure, *args: Any, **kwargs: Any) -> None:
+        figures.append(self)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", record)
+    return figures
 
 
 @pytest.fixture
