@@ -121,7 +121,7 @@ test: install browser engines lint
 # Algorithms, metrics, grading and the trainer's math: under a minute, no server, no DVC run.
 # Only the files that mark core tests are collected (collecting all of tests/ takes longer than
 # the tier runs).
-CORE_TESTS = $(shell grep -l 'pytest\.mark\.core' tests/test_*.py)
+CORE_TESTS = $(shell grep -lE '^(pytestmark = .*|@)pytest\.mark\.core' tests/test_*.py)
 test-core: install
 	$(BIN)/python -m pytest -q -x -m core --durations=10 $(CORE_TESTS)
 
