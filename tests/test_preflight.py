@@ -17,7 +17,8 @@ from tagrpo.pipeline.paths import project_root
 
 FIXTURES = project_root() / "tests" / "fixtures" / "data"
 
-# Time limit: each test runs `dvc repro` in a scratch project (268 s measured, niced, 2 loaded cores).
+# Time limit: each test runs `dvc repro` in a scratch project (268 s measured, niced, on 2
+# loaded cores).
 pytestmark = [
     pytest.mark.skipif(shutil.which("dvc") is None, reason="dvc is not installed"),
     pytest.mark.timeout(1200),
