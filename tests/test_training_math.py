@@ -273,9 +273,9 @@ def test_the_hf_evaluation_backend_loads_on_hf_device(
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (runs where one is lent)")
 def test_a_trainer_step_on_cuda_matches_the_cpu(setup) -> None:
-    """``local.device: cuda``: the update's gradients and metrics equal the CPU's (fp32; torch leaves TF32 matmuls off by default;
-    tolerance 1e-4 relative), and a whole step (sampling, grading, scoring, update) runs with
-    every tensor on the device."""
+    """``local.device: cuda``: the update's gradients and metrics equal the CPU's (fp32, and
+    torch leaves TF32 matmuls off by default; tolerance 1e-4 relative), and a whole step
+    (sampling, grading, scoring, update) runs with every tensor on the device."""
     cpu_metrics, cpu_grads = trainer_update(setup, device="cpu")
     gpu_metrics, gpu_grads = trainer_update(setup, device="cuda")
     assert_same_gradients({n: g.cpu() for n, g in gpu_grads.items()}, cpu_grads)
