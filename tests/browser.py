@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import pytest
+from not_tested import not_tested
 
 FLAGS = [
     "--headless",
@@ -33,8 +33,8 @@ def chromium() -> str:
         found = shutil.which(name)
         if found:
             return found
-    pytest.skip(
-        "NOT TESTED: no Chromium to render the page. `make test` installs Debian's chromium "
+    not_tested(
+        "no Chromium to render the page. `make test` installs Debian's chromium "
         "package (make browser; needs root and apt); install it to run this check"
     )
 

@@ -8,8 +8,10 @@ a params profile and commits, so stage runs are tagged with a real commit.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -36,21 +38,53 @@ def write_empty_project(folder: Path, experiment: str = EMPTY_PROJECT_EXPERIMENT
     return folder
 
 
+# What one command may take before run_checked stops it: a bound, so that a hung `dvc repro` or
+# stage fails its test instead of eating CI's budget. Generous (a busy 2-core machine can take
+# several times longer than an idle one); the smoke DAG's cold `dvc repro` passes its own.
+RUN_TIMEOUT_S = 20 * 60
+
+
 def run_checked(
-    cmd: list[str], cwd: Path, env: dict[str, str], timeout: float | None = None
+    cmd: list[str], cwd: Path, env: dict[str, str], timeout: float | None = RUN_TIMEOUT_S
 ) -> str:
     """Run ``cmd``; its output, or an AssertionError with the tail of both streams.
 
-    No fixed time limit by default: a busy 2-core machine can take several times longer than
-    an idle one, and the test must not fail for that (a hung stage still fails the CI job).
+    The command leads a process group of its own: when it runs past ``timeout`` seconds (None:
+    no limit), or the test is interrupted (pytest-timeout, Ctrl-C), the whole group (a `dvc
+    repro` and the stage it runs) is killed, and a timeout says so with the output so far.
     """
-    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    if result.returncode != 0:
+    process = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(process)
+        stdout, stderr = process.communicate()
         raise AssertionError(
-            f"{' '.join(cmd)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n"
-            f"{result.stderr[-4000:]}"
+            f"{' '.join(cmd)} timed out after {timeout:.0f} s (killed with its process group):\n"
+            f"{stdout[-4000:]}\n{stderr[-4000:]}"
+        ) from None
+    except BaseException:
+        _kill_group(process)
+        process.wait()
+        raise
+    if process.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(cmd)} failed ({process.returncode}):\n{stdout[-4000:]}\n{stderr[-4000:]}"
         )
-    return result.stdout + result.stderr
+    return stdout + stderr
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 def copy_checkout(target: Path, *pathspec: str) -> None:

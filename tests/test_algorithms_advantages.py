@@ -18,6 +18,8 @@ from tagrpo.algorithms import (
     rollout_layout,
 )
 
+pytestmark = pytest.mark.core
+
 # One question, G=4, q0..q3: the original is all correct, the neighbours are mixed.
 ORIGINAL_ALL_CORRECT = np.array(
     [*[1, 1, 1, 1], *[1, 0, 1, 0], *[0, 0, 0, 0], *[1, 1, 0, 0]], dtype=float

@@ -20,6 +20,8 @@ from tagrpo.algorithms import (
     virtual_rewards,
 )
 
+pytestmark = pytest.mark.core
+
 
 def _reference(real: np.ndarray, virtual: np.ndarray, epsilon: float = EPSILON) -> np.ndarray:
     """Advantages of the real rewards normalised with statistics over real + virtual."""

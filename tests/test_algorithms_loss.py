@@ -9,6 +9,8 @@ import torch
 
 from tagrpo.algorithms import low_var_kl, policy_loss, token_log_probs
 
+pytestmark = pytest.mark.core
+
 
 def test_token_log_probs() -> None:
     logits = torch.tensor([[[0.0, math.log(3.0)], [math.log(4.0), 0.0]]])

@@ -14,6 +14,8 @@ from tagrpo.algorithms import (
 from tagrpo.algorithms.dynamic_sampling import dynamic_sampling
 from tagrpo.metrics.groups import group_stats
 
+pytestmark = pytest.mark.core
+
 
 def _stream(groups: list[list[float]]):
     """A data stream of pre-graded groups; records how many were requested per round."""

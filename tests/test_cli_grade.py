@@ -118,6 +118,7 @@ def test_option_values_are_checked(argv):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_console_script_end_to_end(tmp_path):
     source = write_lines(tmp_path / "in.jsonl", [json.dumps(row) for row in ROWS])
     target = tmp_path / "out.jsonl"

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from scratch_project import run_checked, scratch_project
 
-pytestmark = pytest.mark.slow
+# Time limit: the smoke profile's upstream (dvc repro check_equivalence) and three stages run twice.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 TIMING = ("seconds", "_s", "time/", "sft_seconds", "probe_seconds", "build_seconds")
 
@@ -42,7 +43,7 @@ def _snapshot(root: Path, weights: list[str], metrics: str) -> tuple[dict[str, s
 def upstream_checkout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     target = tmp_path_factory.mktemp("determinism")
     env = scratch_project(target, "profiles/smoke.yaml")
-    run_checked(["dvc", "repro", "check_equivalence"], target, env)
+    run_checked(["dvc", "repro", "check_equivalence"], target, env, timeout=35 * 60)
     return target, env
 
 

@@ -25,6 +25,8 @@ from tagrpo.evaluation.vanishing_diversity import (
 )
 from tagrpo.report.vanishing_diversity import diagnostics_figure, diagnostics_section
 
+pytestmark = pytest.mark.core
+
 G, N = 2, 2
 
 
@@ -168,7 +170,7 @@ def test_within_variant_distances_and_their_paired_comparison() -> None:
     assert comparison.questions == 2 and comparison.p_value == 1.0
 
 
-def test_report_section_and_figure(tmp_path: Path) -> None:
+def test_report_section_and_figure(tmp_path: Path, saved) -> None:
     groups = question_groups(_frame(REWARDS), G, N)
     zero = pd.DataFrame(
         [{"policy": "ta_grpo-s0", "label": "base", **r} for r in zero_gradient_rows(groups, G, N)]
@@ -188,7 +190,25 @@ def test_report_section_and_figure(tmp_path: Path) -> None:
     )
     figure = tmp_path / "d.png"
     diagnostics_figure(zero, distances, figure)
-    assert figure.stat().st_size > 1000
+    # What is drawn: per policy, (a) one line per grouping at its identical-reward rate (%),
+    # labelled with its size, (b) q0's and the neighbours' distances as two box series.
+    (drawn,) = saved
+    rates, boxes = drawn.axes
+    assert rates.get_title() == "ta_grpo-s0: gradient vanishing by group (size in legend)"
+    lines = rates.get_lines()
+    assert len(lines) == len(zero) == len(set(zero["grouping"]))
+    by_label = {line.get_label(): list(line.get_ydata()) for line in lines}
+    assert sorted(v for values in by_label.values() for v in values) == pytest.approx(
+        sorted(100 * zero["zero_gradient_rate"])
+    )
+    assert sorted(t.get_text() for t in rates.get_legend().get_texts()) == sorted(by_label)
+    assert [t.get_text() for t in rates.get_xticklabels()] == ["base"]
+    legend = [t.get_text() for t in boxes.get_legend().get_texts()]
+    assert legend == ["q0 (G responses)", "neighbours (mean of N variants' G)"]
+    # Box medians: q0's one question at 0.1, the neighbours' mean of 0.2 and 0.3.
+    medians = [line for line in boxes.get_lines() if line.get_label().startswith("_")]
+    assert any(list(m.get_ydata()) == pytest.approx([0.1, 0.1]) for m in medians)
+    assert any(list(m.get_ydata()) == pytest.approx([0.25, 0.25]) for m in medians)
     section = diagnostics_section(zero, compared, "d.png", 2, G, N, "minilm")
     assert "| q0, G = 2 (%) | one neighbour, G = 2 (%) | N neighbours, NxG = 4 (%) |" in section
     assert "| ta_grpo-s0 | base | 50.0 | 100.0 | 75.0 | 50.0 | 50.0 | 50.0 | 50.0 |" in section

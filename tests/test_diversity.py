@@ -10,6 +10,8 @@ import pytest
 
 from tagrpo.metrics.diversity import group_distances, mean_pairwise_cosine_distance
 
+pytestmark = pytest.mark.core
+
 
 def test_identical_vectors_have_zero_distance_and_scale_does_not_matter() -> None:
     assert mean_pairwise_cosine_distance(np.array([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]])) == (

@@ -20,7 +20,7 @@ from tagrpo.grading.pool import GradingPool, process_cpu_seconds
 from tagrpo.grading.types import GradeItem
 from tagrpo.grading.verify import GradeResult, grade_response
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 REAL_ITEMS = [
     GradeItem("\\boxed{\\frac{1}{2004 \\cdot 2003!}}", "\\frac{1}{2004!}"),

@@ -14,6 +14,8 @@ from tagrpo.grading.verify import (
     plain_number,
 )
 
+pytestmark = pytest.mark.core
+
 
 def graded(pred: str, gold: str) -> tuple[bool, str]:
     result = grade_response(f"Hence the answer is $\\boxed{{{pred}}}$.", gold)

@@ -4,6 +4,8 @@ import pytest
 
 from tagrpo.grading.extract import all_boxed, choice_letter, extract_choice, iter_boxed, last_boxed
 
+pytestmark = pytest.mark.core
+
 
 @pytest.mark.parametrize(
     ("text", "expected"),

@@ -76,6 +76,7 @@ def test_closed_pool_refuses_work():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_pathological_answer_hits_the_time_limit():
     tower = "Huge: \\boxed{10^{10^{10^{10}}}}"
     items = [
@@ -97,6 +98,7 @@ def test_pathological_answer_hits_the_time_limit():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_watchdog_kills_a_hang_the_timer_cannot_stop():
     items = [GradeItem(f"\\boxed{{{i}}}", str(i)) for i in range(10)]
     items.insert(4, GradeItem("hangs in C", "", TEST_HANG_KIND))
@@ -115,6 +117,7 @@ def test_watchdog_kills_a_hang_the_timer_cannot_stop():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_externally_killed_worker_is_replaced(tmp_path: Path):
     pid_file = tmp_path / "hung_worker.pid"
     items = [GradeItem(f"\\boxed{{{i}}}", str(i)) for i in range(20)]

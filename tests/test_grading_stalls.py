@@ -155,6 +155,7 @@ def test_pool_grades_hostile_responses_within_the_limit_without_parent_work(pare
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_killed_item_reports_an_empty_pred_without_parent_work(parent_cannot_grade):
     items = [
         GradeItem("\\boxed{1}", "1"),

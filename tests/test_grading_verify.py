@@ -11,6 +11,8 @@ from tagrpo.grading import verify
 from tagrpo.grading.normalize import normalize_answer, split_tuple
 from tagrpo.grading.verify import GradeResult, grade_response
 
+pytestmark = pytest.mark.core
+
 
 def boxed(answer: str) -> str:
     return f"Some reasoning first. Therefore the answer is $\\boxed{{{answer}}}$."

@@ -31,6 +31,8 @@ from tagrpo.metrics.compare import (
 )
 from tagrpo.metrics.passk import pass_at_k_per_problem
 
+pytestmark = pytest.mark.core
+
 
 def _responses(correct_by_problem: dict[tuple[str, str], list[bool]]) -> pd.DataFrame:
     rows = [

@@ -84,6 +84,7 @@ def _wait_until_ended(client, run_id: str, timeout: float = 180.0) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize(
     ("stages", "expected"),
     [([("data", "ok"), ("report", "ok")], "FINISHED"), ([("data", "fail")], "FAILED")],
@@ -123,6 +124,7 @@ def test_stages_of_one_dvc_invocation_share_a_parent_run(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_an_orchestrator_parent_wins_over_dvc(tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 

@@ -11,6 +11,8 @@ from tagrpo.metrics import (
     pass_at_k_table,
 )
 
+pytestmark = pytest.mark.core
+
 
 def exact_pass_at_k(n: int, c: int, k: int) -> Fraction:
     return 1 - Fraction(comb(n - c, k), comb(n, k))

@@ -57,6 +57,7 @@ def _deployment(api, name: str, serve: subprocess.Popen, log: Path, timeout: flo
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_flow_graph_progress_logs_and_schedules(tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()

@@ -32,7 +32,8 @@ from tagrpo.pipeline.compare import method_order
 from tagrpo.pipeline.rerun import stage_order
 from tagrpo.pipeline.tracking_assets import file_md5
 
-pytestmark = pytest.mark.slow
+# Time limit: the cold smoke `dvc repro`: 12 min idle, 37 min on 2 busy cores.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 
 def test_dvc_repro_runs_every_stage_and_reconciles(smoke_run: SmokeRun) -> None:

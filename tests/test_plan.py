@@ -10,14 +10,16 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from scratch_project import copy_checkout, run_checked
 
 from tagrpo.config.params import ConfigError
+from tagrpo.pipeline.dvc_stages import expand_stages
 from tagrpo.pipeline.paths import project_root
-from tagrpo.pipeline.plan import plan_rerun, render_plan
+from tagrpo.pipeline.plan import _dvc_yaml_view, plan_rerun, render_plan
 from tagrpo.pipeline.rerun import RerunRequest, dvc_binary, resolve_params
 
 ROOT = project_root()
@@ -301,3 +303,103 @@ def test_tracking_code_and_settings_that_cannot_change_results_rerun_nothing(
         assert len(plan.changed_params) == 4 and plan.runs == []
     finally:
         run_checked(["git", "checkout", "-q", "--", "."], with_code, _env())
+
+
+# -- every reason, from a synthetic dvc.lock and `dvc status` (no DVC run: fast) -----------------
+
+
+@pytest.fixture
+def locked(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    """The small DAG's params.yaml and dvc.yaml, and a dvc.lock recording every stage as it is
+    now (commands and params); returns the root and that lock, to be edited and written."""
+    params = resolve_params(
+        ROOT,
+        RerunRequest(
+            methods=["grpo", "grpo_flipped"],
+            seeds=[0],
+            overrides=["diagnostics.policies=[grpo-s0]"],
+        ),
+    )
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    (tmp_path / "dvc.yaml").write_text(DVC_YAML)
+    view = _dvc_yaml_view(params)
+    stages = {}
+    for name, stage in expand_stages(yaml.safe_load(DVC_YAML), params).items():
+        recorded = {key: view[key.split(".")[0]] for key in stage.params}
+        stages[name] = {"cmd": stage.cmd, "params": {"params.yaml": recorded}}
+    return tmp_path, {"schema": "2.0", "stages": stages}
+
+
+def _plan(root: Path, lock: dict[str, Any], status: dict[str, list[Any]] | None = None):
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+    plan = plan_rerun(root, RerunRequest(), status=status or {})
+    return {stage.name: stage for stage in plan.runs}, plan
+
+
+ALL = ["data", "train@grpo-0", "train@grpo_flipped-0", "evaluate@grpo-0"]
+ALL += ["evaluate@grpo_flipped-0", "report"]
+
+
+def test_the_recorded_state_plans_nothing(locked) -> None:
+    """The oracle of the tests below: the lock as written is up to date."""
+    runs, plan = _plan(*locked)
+    assert runs == {} and plan.order == ALL
+
+
+def test_a_changed_command_reruns_the_stage_and_what_follows(locked) -> None:
+    root, lock = locked
+    lock["stages"]["train@grpo-0"]["cmd"] = "cat data.txt > models/grpo-s0.txt"
+    runs, _ = _plan(root, lock)
+    command = "cat data.txt params.yaml > models/grpo-s0.txt"
+    assert runs["train@grpo-0"].reasons == (f"command changed: {command}",)
+    assert list(runs) == ["train@grpo-0", "evaluate@grpo-0", "report"]
+    assert runs["evaluate@grpo-0"].reasons == () and runs["evaluate@grpo-0"].after == (
+        "train@grpo-0",
+    )
+
+
+def test_code_and_output_changes_from_dvc_status(locked) -> None:
+    """`dvc status`'s changed code deps (the most common real case: an edited module), a
+    deleted dep, outputs missing or not in the cache; params.yaml's entry is left to the
+    params comparison, "always changed" is kept."""
+    root, lock = locked
+    status = {
+        "train@grpo_flipped-0": [
+            {
+                "changed deps": {
+                    "tagrpo/training/trainer.py": "modified",
+                    "stages/train.py": "deleted",
+                    "params.yaml": "modified",
+                }
+            },
+            {"changed outs": {"models/grpo_flipped-s0.txt": "not in cache"}},
+        ],
+        "report": [{"changed outs": {"report.txt": "deleted"}}, "always changed"],
+    }
+    runs, _ = _plan(root, lock, status)
+    assert runs["train@grpo_flipped-0"].reasons == (
+        "changed deps: tagrpo/training/trainer.py, stages/train.py (missing)",
+        "outputs: models/grpo_flipped-s0.txt (missing, not in the cache)",
+    )
+    assert runs["report"].reasons == ("always changed", "outputs: report.txt (missing)")
+    assert list(runs) == ["train@grpo_flipped-0", "evaluate@grpo_flipped-0", "report"]
+
+
+def test_params_dependencies_added_dropped_and_removed(locked) -> None:
+    """A stage that declares a params section its last run did not record ("new params
+    dependency", also when the run recorded no params at all), one it no longer declares,
+    and a changed value."""
+    root, lock = locked
+    stages = lock["stages"]
+    del stages["evaluate@grpo-0"]["params"]["params.yaml"]["evaluate"]
+    stages["evaluate@grpo-0"]["params"]["params.yaml"]["rephrase"] = {"n": 1}
+    del stages["data"]["params"]
+    stages["report"]["params"]["params.yaml"]["report"] = {"changed": True}
+    runs, _ = _plan(root, lock)
+    assert runs["evaluate@grpo-0"].reasons == (
+        "new params dependency evaluate",
+        "no longer depends on params rephrase",
+    )
+    assert runs["data"].reasons == ("new params dependency data",)
+    assert runs["report"].reasons[0].startswith("params: report.")
+    assert list(runs) == ALL

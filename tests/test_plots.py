@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 from browser import dump_dom, screenshot
+from not_tested import not_tested
 
 from tagrpo.config.params import config_with
 from tagrpo.metrics.compare import chance_pass_at_k
@@ -70,7 +71,7 @@ def vega_libraries() -> Path:
     try:
         return node_modules()
     except FileNotFoundError as error:
-        pytest.skip(f"NOT TESTED: {error}")
+        not_tested(str(error))
 
 
 def test_offline_template_inlines_the_npm_builds() -> None:
@@ -253,6 +254,7 @@ def check_rendered(page: Path, plots: int, shot: Path | None = None) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_dvc_plots_page_renders_offline_in_chromium(plots_project: Path) -> None:
     vega_libraries()
     page = _plots_page(plots_project)

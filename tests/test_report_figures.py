@@ -27,20 +27,6 @@ OPTIONS = {"choice": 20}
 GROUPS = {"ood": ["arith", "choice"]}
 
 
-@pytest.fixture
-def saved(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
-    """Every figure saved during the test (drawn, then written as usual)."""
-    figures: list[Figure] = []
-    original = Figure.savefig
-
-    def record(self: Figure, *args: Any, **kwargs: Any) -> None:
-        figures.append(self)
-        original(self, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", record)
-    return figures
-
-
 def _policy_passk() -> pd.DataFrame:
     """evals/*/passk.csv rows of base, two GRPO seeds and a TA-GRPO seed."""
     rows = []

@@ -33,7 +33,7 @@ def _dump(root: Path, policy: str, fraction: float, responses: list[str]) -> Non
     pd.DataFrame(rows).to_parquet(folder / f"{checkpoint_name(fraction)}.parquet")
 
 
-def test_entropy_per_checkpoint_from_the_first_g_answers_to_q0(tmp_path: Path) -> None:
+def test_entropy_per_checkpoint_from_the_first_g_answers_to_q0(tmp_path: Path, saved) -> None:
     # ta_grpo: 2 forward + 2 backward (1 bit); the 5th answer is past G=4 and is not read.
     _dump(tmp_path, "ta_grpo-s0", 1.0, [FORWARD, BACKWARD, FORWARD, BACKWARD, FORWARD])
     # grpo: one path only, and a response with no equation (left out of the mix).
@@ -57,7 +57,25 @@ def test_entropy_per_checkpoint_from_the_first_g_answers_to_q0(tmp_path: Path) -
     assert frame.loc["base", "entropy_bits"] == pytest.approx(0.811278, abs=1e-6)
     assert frame.loc["base", "fraction"] == 0.0
     strategy_figure(frame.reset_index(), tmp_path / "figure.png")
-    assert (tmp_path / "figure.png").stat().st_size > 0
+    # What is drawn: one panel, one line per method from the base (at 0) to its checkpoint,
+    # the base as its own point, the axes and legend labelled.
+    (figure,) = saved
+    (axis,) = figure.axes
+    lines = {line.get_label(): line for line in axis.get_lines()}
+    assert sorted(lines) == ["grpo", "ta_grpo"]
+    base = 0.811278
+    for method, end in (("ta_grpo", 1.0), ("grpo", 0.0)):
+        assert list(lines[method].get_xdata()) == [0.0, 1.0]
+        assert lines[method].get_ydata() == pytest.approx([base, end], abs=1e-6)
+    base_points = [c for c in axis.collections if c.get_label() == "base"]
+    assert len(base_points) == 1
+    (point,) = base_points[0].get_offsets().tolist()
+    assert point == pytest.approx([0.0, base], abs=1e-6)
+    assert axis.get_xlabel() == "fraction of training"
+    assert axis.get_ylabel() == "strategy entropy (bits per question)"
+    assert axis.get_ylim() == (0.0, 1.05)
+    legend = sorted(text.get_text() for text in axis.get_legend().get_texts())
+    assert legend == ["base", "grpo", "ta_grpo"]
 
 
 def test_a_missing_checkpoint_dump_is_an_error(tmp_path: Path) -> None:

@@ -140,6 +140,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("shell", ["/bin/sh", "/bin/bash"])
 def test_killing_dvc_stops_the_stage_and_its_run_ends_killed(
     empty_project: Path, shell: str

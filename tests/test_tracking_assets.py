@@ -40,6 +40,7 @@ def _policy_folder(folder: Path, with_tokenizer: bool = True) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_a_policy_is_an_mlflow_transformers_model(tmp_path: Path, active_run) -> None:
     run, experiment = active_run
     folder = _policy_folder(tmp_path / "ta_grpo-s0")

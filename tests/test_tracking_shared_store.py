@@ -108,6 +108,7 @@ def test_each_checkout_keeps_its_artifacts(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_two_stages_create_a_fresh_sqlite_store_at_once(
     tmp_path: Path, clean_tracking_env: None
 ) -> None:
@@ -202,6 +203,7 @@ def test_a_store_failing_mid_run_ends_the_stage_with_one_line(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_tracking_against_a_real_mlflow_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_tracking_env: None, capsys
 ) -> None:

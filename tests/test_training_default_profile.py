@@ -19,7 +19,8 @@ from scratch_project import run_checked, scratch_project
 from tagrpo.config.params import load_config
 from tagrpo.pipeline.paths import project_root
 
-pytestmark = pytest.mark.slow
+# Time limit: a fresh clone builds the default's base policy: about 4 min idle.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
 
 STEPS = 4
 
@@ -34,7 +35,7 @@ def default_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
         return root
     scratch = tmp_path_factory.mktemp("default")
     env = scratch_project(scratch)
-    run_checked(["dvc", "repro", "check_equivalence"], scratch, env)
+    run_checked(["dvc", "repro", "check_equivalence"], scratch, env, timeout=35 * 60)
     return scratch
 
 

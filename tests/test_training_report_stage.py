@@ -171,7 +171,7 @@ def test_plan_counts_optimiser_updates_per_epoch_for_both_batch_units(tmp_path) 
         plan_training(questions, "ta_grpo", 0, data_multiple=1.5, root=tmp_path)
 
 
-def test_the_ratio_under_q0_says_not_measured_when_switched_off(tmp_path) -> None:
+def test_the_ratio_under_q0_says_not_measured_when_switched_off(tmp_path, saved) -> None:
     """``train.anchoring_diagnostic: false``: the TA rows say so (no KeyError for the missing
     anchoring means), and the figure is a "not run" one."""
     from tagrpo.report.anchoring import anchoring_figure
@@ -185,4 +185,9 @@ def test_the_ratio_under_q0_says_not_measured_when_switched_off(tmp_path) -> Non
     )
     assert "| grpo-s0 | n/a (samples no rephrasings) |  |  |  |  |" in section
     anchoring_figure({}, tmp_path / "a.png", measured=False)
-    assert (tmp_path / "a.png").stat().st_size > 0
+    (figure,) = saved  # a "not run" figure: no data axis, the title and why
+    (axis,) = figure.axes
+    assert not axis.axison and len(axis.get_lines()) == len(axis.collections) == 0
+    assert axis.get_title() == "The ratio under q0 (Eq. 4)"
+    (text,) = axis.texts
+    assert text.get_text() == "The shift was not measured (train.anchoring_diagnostic: false)."

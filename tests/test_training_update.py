@@ -14,6 +14,8 @@ from tagrpo.backends.hf import HFBackend
 from tagrpo.training.scoring import build_scoring_batch, forward_log_probs, score_log_probs
 from tagrpo.training.trainer import TrainConfig, Trainer
 
+pytestmark = pytest.mark.core
+
 
 def _copy(model):
     clone = type(model)(model.config)

@@ -39,6 +39,7 @@ from tagrpo.data.schema import Question, write_questions
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.timeout(1200),  # an engine start: up to minutes on 2 busy cores
     pytest.mark.skipif(bool(engines_missing()), reason=str(engines_missing())),
 ]
 QUESTIONS = ["What is 2 + 3?", "What is 4 + 1?", "What is 3 + 3?"]

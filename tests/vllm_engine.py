@@ -35,11 +35,13 @@ ENGINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCA
 
 
 def engines_missing() -> str | None:
-    """Why the genuine-engine tests cannot run here (None when they can)."""
+    """Why the genuine-engine tests cannot run here (None when they can), a NOT TESTED reason."""
+    from not_tested import reason
+
     if not ENGINES_PYTHON.exists():
-        return f"NOT TESTED: no engines environment at {ENGINES_PYTHON} (run `make engines`)"
+        return reason(f"no engines environment at {ENGINES_PYTHON} (run `make engines`)")
     if not (ENGINES_MODEL / "config.json").exists():
-        return f"NOT TESTED: no model folder at {ENGINES_MODEL} (run `make engines`)"
+        return reason(f"no model folder at {ENGINES_MODEL} (run `make engines`)")
     return None
 
 

@@ -212,8 +212,9 @@ def plan_rerun(
         else:
             if str(recorded.get("cmd", "")) != stage.cmd:
                 reasons.append(f"command changed: {stage.cmd}")
+            # A run that recorded no params at all: every param the stage declares is new.
             reasons += _param_reasons(
-                stage, (recorded.get("params") or {}).get(PARAMS_FILE), new_view
+                stage, (recorded.get("params") or {}).get(PARAMS_FILE) or {}, new_view
             )
             reasons += checkout_reasons(status.get(name, []))
         after = tuple(up for up in order if up in running and up in upstream_of[name])

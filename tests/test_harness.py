@@ -1,0 +1,117 @@
+"""The test harness itself: a NOT TESTED skip is a skip locally and a failure with ``CI=true``
+(tests/not_tested.py), an ordinary skip stays a skip; ``run_checked`` stops a command that runs
+past its time limit, with everything it started; logged wall seconds reach the summary; a test
+cannot be both core and slow."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from scratch_project import run_checked
+
+pytest_plugins = ["pytester"]
+
+INNER = """
+import pytest
+from not_tested import not_tested, reason
+
+def test_needs_a_tool():
+    not_tested("no such tool here")
+
+@pytest.mark.skipif(True, reason=reason("no engines environment"))
+def test_marked():
+    pass
+
+def test_ordinary_skip():
+    pytest.skip("not relevant on this platform")
+
+def test_runs():
+    assert True
+"""
+
+
+@pytest.fixture
+def inner(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makeconftest("from harness import pytest_runtest_makereport\n")
+    pytester.makepyfile(test_inner=INNER)
+    return pytester
+
+
+# A skipif skips at set-up: failed there, pytest counts it as an error.
+@pytest.mark.parametrize(
+    ("ci", "failed", "errors", "skipped"),
+    [(None, 0, 0, 3), ("false", 0, 0, 3), ("true", 1, 1, 1), ("TRUE", 1, 1, 1)],
+)
+def test_not_tested_fails_only_in_ci(
+    inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, ci, failed, errors, skipped
+) -> None:
+    if ci is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", ci)
+    result = inner.runpytest("-p", "no:cacheprovider", "-p", "no:timeout")
+    result.assert_outcomes(passed=1, failed=failed, errors=errors, skipped=skipped)
+    if failed:
+        result.stdout.fnmatch_lines(
+            [
+                "*CI=true, and this check did not run: NOT TESTED: no such tool here*",
+                "*CI=true, and this check did not run: NOT TESTED: no engines environment*",
+            ],
+            consecutive=False,
+        )
+
+
+def _dead(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+def test_run_checked_kills_a_command_and_its_children_at_the_time_limit(tmp_path: Path) -> None:
+    """A shell that starts a child and waits: stopped after 1 s (not 60), the child too."""
+    pid_file = tmp_path / "child.pid"
+    started = time.monotonic()
+    with pytest.raises(AssertionError, match=r"timed out after 1 s .*\n.*started"):
+        run_checked(
+            ["sh", "-c", f"sleep 60 & echo $! > {pid_file}; echo started; wait"],
+            tmp_path,
+            dict(os.environ),
+            timeout=1,
+        )
+    assert time.monotonic() - started < 30
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while not _dead(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _dead(child), f"the command's child {child} outlived the timeout"
+
+
+def test_run_checked_returns_the_output_or_fails_with_it(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    assert run_checked(["sh", "-c", "echo out; echo err >&2"], tmp_path, env) == "out\nerr\n"
+    with pytest.raises(AssertionError, match=r"failed \(3\):\nout\n\nerr"):
+        run_checked(["sh", "-c", "echo out; echo err >&2; exit 3"], tmp_path, env)
+
+
+def test_logged_wall_seconds_reach_the_summary(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("from harness import pytest_terminal_summary, wall_seconds\n")
+    pytester.makepyfile(test_timed="def test_a(wall_seconds):\n    wall_seconds('a part', 12.5)\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:timeout")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*wall seconds (logged, not asserted)*", "*12.5  a part"])
+
+
+def test_a_test_marked_core_and_slow_is_refused(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("from harness import pytest_collection_modifyitems\n")
+    pytester.makeini("[pytest]\nmarkers =\n    core: c\n    slow: s\n")
+    pytester.makepyfile(
+        test_both="import pytest\n@pytest.mark.core\n@pytest.mark.slow\ndef test_b():\n    pass\n"
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:timeout")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*marked both core and slow*test_b*"])
