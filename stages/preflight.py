@@ -19,14 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.config.params import ConfigError, load_config
-from tagrpo.data.inputs import input_manifest
+from tagrpo.data.inputs import PARAMS_OK, input_manifest, manifest_text
 from tagrpo.pipeline.layout import preflight_outputs
 from tagrpo.pipeline.paths import project_root
-
-PARAMS_OK = (
-    "params.yaml validated. Every stage depends on this file: when the params do not validate, "
-    "the preflight stage fails and DVC runs (and deletes the outputs of) no other stage.\n"
-)
 
 
 def _write(path: Path, text: str) -> None:
@@ -60,7 +55,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"[preflight] data inputs missing (the data stage will need them): {missing}")
     root = project_root()
     outputs = preflight_outputs()
-    _write(root / outputs["inputs"], json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    _write(root / outputs["inputs"], manifest_text(manifest))
     _write(root / outputs.metrics, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     _write(root / outputs["params_ok"], PARAMS_OK)  # last: only a complete run gives it
     print(f"[preflight] params valid; data inputs: {metrics}")

@@ -9,11 +9,19 @@ identical content (a clone elsewhere, the same files copied) does not.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from tagrpo.config.params import Params
 from tagrpo.pipeline.verify import file_md5
+
+# The text of data/preflight/params.ok: constant, so a valid params change reruns only the stages
+# whose params changed (``tagrpo plan`` predicts it as unchanged).
+PARAMS_OK = (
+    "params.yaml validated. Every stage depends on this file: when the params do not validate, "
+    "the preflight stage fails and DVC runs (and deletes the outputs of) no other stage.\n"
+)
 
 
 def local_source_files(config: Params) -> list[str]:
@@ -50,3 +58,9 @@ def input_manifest(config: Params) -> dict[str, Any]:
         else:
             files[name] = "missing"
     return {"source": source, "files": files}
+
+
+def manifest_text(manifest: dict[str, Any]) -> str:
+    """data/preflight/inputs.json as the preflight stage writes it (``tagrpo plan`` compares
+    this text of the params it plans with the one the data stage last ran on)."""
+    return json.dumps(manifest, indent=2, sort_keys=True) + "\n"
