@@ -28,6 +28,7 @@ from tagrpo.config.params import (
 )
 from tagrpo.pipeline.cli import main as cli
 from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.rerun import RerunRequest, resolve_params
 
 ROOT = project_root()
 
@@ -336,12 +337,40 @@ def test_params_check_never_echoes_a_key_shaped_value(tmp_path: Path, capsys) ->
     assert "rephrase.openai.api_key_env = '[redacted: looks like an API key]'" in err
     assert "train.learning_rate = '[redacted: looks like an API key]'" in err
     assert secret not in err and "Ab3dE5" not in err
+
+
+def test_a_key_shaped_value_is_refused_in_any_string_field(tmp_path: Path, capsys) -> None:
+    """Not only *_env fields: a key pasted as the model name, into a list or a free-form
+    mapping is refused naming the key, never echoed (issue 33.5); a pinned revision is not."""
+    secret = "sk-proj-" + "Ab3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z"
     raw = _default()
-    raw["rephrase"]["openai"]["model"] = secret  # valid, but explain shows current values
+    raw["rephrase"]["openai"]["model"] = secret
+    raw["runs"]["seeds"] = [0, "Bearer " + "abcdefgh12345"]
+    broken = tmp_path / "params.yaml"
     broken.write_text(yaml.safe_dump(raw))
-    assert cli(["params", "explain", "rephrase.openai.model", "--file", str(broken)]) == 0
-    shown = capsys.readouterr().out
-    assert "value: '[redacted: looks like an API key]'" in shown and secret not in shown
+    assert cli(["params", "check", str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert "2 problem(s)" in err
+    assert (
+        "  - rephrase.openai.model = '[redacted: looks like an API key]': looks like an API key "
+        "or token: secrets never go in params (they are logged, tracked and committed); put it "
+        "in the environment and name the variable in an *_env key"
+    ) in err.splitlines()
+    assert "  - runs.seeds.1 = '[redacted: looks like an API key]': looks like" in err
+    assert secret not in err and "abcdefgh12345" not in err
+    assert cli(["params", "explain", "rephrase.openai.model", "--file", str(broken)]) == 2
+    assert secret not in capsys.readouterr().out
+    # An override, as `tagrpo plan -S` and the Prefect flow pass it: refused before any work,
+    # the message (which names the request) redacted.
+    with pytest.raises(ConfigError) as refused:
+        resolve_params(ROOT, RerunRequest(overrides=[f"rephrase.openai.model={secret}"]))
+    assert refused.value.problems[0].startswith("rephrase.openai.model = '[redacted")
+    assert secret not in str(refused.value)
+    # A pinned dataset revision (40 hex digits) is a value, not a key.
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    raw = _default()
+    raw["data"]["hub"]["options"]["math"]["revision"] = revision
+    assert validate_params(raw).data.hub.options["math"]["revision"] == revision
 
 
 def _comments(text: str) -> list[str]:

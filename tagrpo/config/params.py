@@ -24,7 +24,7 @@ from tagrpo.config.data import DataSettings
 from tagrpo.config.engines import HFEngineSettings, VerlSettings, VLLMEngineSettings
 from tagrpo.config.equivalence import CheckEquivalenceSettings
 from tagrpo.config.evaluation import DiagnosticsSettings, EvaluateSettings, ReportSettings
-from tagrpo.config.model import ConfigModel, redact_secrets
+from tagrpo.config.model import REDACTED, ConfigModel, redact_secrets, secret_shaped_leaves
 from tagrpo.config.rephrase import RephraseSettings
 from tagrpo.config.runtime import RuntimeSettings
 from tagrpo.config.train import LocalBackendSettings, TrainSettings
@@ -36,8 +36,9 @@ class ConfigError(ValueError):
     """params that cannot run: each line names the key path, the value and what is allowed."""
 
     def __init__(self, source: str, problems: list[str]) -> None:
-        self.source = source
-        # Values are echoed to help; a key pasted into the wrong field must not be.
+        # Values are echoed to help; a key pasted into the wrong field must not be (nor into
+        # an override, which the source may name).
+        self.source = source = redact_secrets(source)
         self.problems = problems = [redact_secrets(problem) for problem in problems]
         listed = "\n".join(f"  - {problem}" for problem in problems)
         super().__init__(f"{source}: {len(problems)} problem(s) in the params:\n{listed}")
@@ -311,12 +312,29 @@ def describe_errors(error: ValidationError, model: type[ConfigModel] = Params) -
     return lines
 
 
+SECRET_IN_PARAMS = (
+    "looks like an API key or token: secrets never go in params (they are logged, tracked and "
+    "committed); put it in the environment and name the variable in an *_env key"
+)
+
+
 def validate_params(raw: Mapping[str, Any], source: str = "params") -> Params:
-    """A mapping as :class:`Params`; :class:`ConfigError` listing every problem otherwise."""
+    """A mapping as :class:`Params`; :class:`ConfigError` listing every problem otherwise.
+
+    A key-shaped string is refused in any field (``*_env`` fields say so themselves)."""
+    secrets = [path for path in secret_shaped_leaves(dict(raw)) if not path.endswith("_env")]
+    problems = [f"{path} = {REDACTED!r}: {SECRET_IN_PARAMS}" for path in secrets]
     try:
-        return Params.model_validate(dict(raw))
+        params = Params.model_validate(dict(raw))
     except ValidationError as error:
-        raise ConfigError(source, describe_errors(error)) from None
+        problems += [
+            line
+            for line in describe_errors(error)
+            if not any(line.startswith((f"{path} ", f"{path}:")) for path in secrets)
+        ]
+    if problems:
+        raise ConfigError(source, problems)
+    return params
 
 
 def load_config(path: str | Path | None = None) -> Params:
