@@ -392,3 +392,62 @@ def test_params_apply_keeps_every_comment_and_writes_the_merged_params(
     assert yaml.safe_load(written) == expected  # PyYAML (the stages) reads the merged values
     assert _comments(written) == _comments(original)  # all 139 comment lines, in order
     assert len(_comments(original)) > 100
+
+
+def test_a_key_given_twice_is_refused_as_dvc_refuses_it(tmp_path: Path, capsys) -> None:
+    """PyYAML keeps the last of two equal keys; DVC refuses the file: so do the params (33.8)."""
+    text = (ROOT / "params.yaml").read_text()
+    assert "\ntrain:\n" in text
+    doubled = text.replace("\ntrain:\n", "\ntrain:\n  learning_rate: 0.5\n", 1)
+    path = tmp_path / "params.yaml"
+    path.write_text(doubled)
+    first = doubled[: doubled.index("  learning_rate: 0.5")].count("\n") + 1
+    second = doubled[: doubled.index("\n  learning_rate: 3")].count("\n") + 2
+    assert cli(["params", "check", str(path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"tagrpo params check: {path}: 1 problem(s) in the params:",
+        f"  - duplicate key 'learning_rate' (line {second}; first on line {first}): DVC refuses "
+        "such a file, YAML readers keep the last; remove one",
+    ]
+    with pytest.raises(ConfigError, match="duplicate key 'learning_rate'"):
+        load_config(path)
+
+
+def test_a_binary_profile_is_refused_with_a_clear_error(tmp_path: Path, capsys) -> None:
+    params = tmp_path / "params.yaml"
+    shutil.copy(ROOT / "params.yaml", params)
+    profile = tmp_path / "broken.yaml"
+    profile.write_bytes(b"common:\n  profile: x\n\x89PNG\r\n\x1a\n\x00\x00")
+    assert cli(["params", "apply", str(profile), "--params", str(params)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"tagrpo params apply: {profile}: 1 problem(s) in the params:\n"
+        "  - not UTF-8 text: byte 0x89 at offset 21 (line 3); is it a binary file?\n"
+    )
+    assert params.read_bytes() == (ROOT / "params.yaml").read_bytes()
+
+
+def test_stacking_a_profile_says_what_it_keeps_from_the_earlier_one(tmp_path: Path, capsys) -> None:
+    """profiles/seeds3.yaml applied over profiles/local.yaml keeps local's data source and
+    model: the command says so, key by key (issue 33.8)."""
+    params = tmp_path / "params.yaml"
+    shutil.copy(ROOT / "params.yaml", params)
+    shutil.copytree(ROOT / "profiles", tmp_path / "profiles")
+    local, seeds3 = tmp_path / "profiles" / "local.yaml", tmp_path / "profiles" / "seeds3.yaml"
+    assert cli(["params", "apply", str(local), "--params", str(params)]) == 0
+    assert capsys.readouterr().out == f"applied {local}: profile is now 'local'\n"
+    assert cli(["params", "apply", str(seeds3), "--params", str(params)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == [
+        f"applied {seeds3}: profile is now 'seeds3'",
+        f"note: stacked on profile 'local', already applied to the params: 36 of its keys stay "
+        f"as it set them, {seeds3} does not set them:",
+    ]
+    assert "  data.source = 'local'" in out and "  base_model.kind = 'gguf_package'" in out
+    assert not any(line.startswith(("  runs.seeds ", "  runs.methods ")) for line in out)
+    assert out[-1].endswith("git checkout params.yaml, then apply it again")
+    assert load_config(params).data.source == "local"
+    # On the embedded default: no note.
+    shutil.copy(ROOT / "params.yaml", params)
+    assert cli(["params", "apply", str(seeds3), "--params", str(params)]) == 0
+    assert capsys.readouterr().out == f"applied {seeds3}: profile is now 'seeds3'\n"

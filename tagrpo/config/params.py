@@ -250,11 +250,48 @@ def _model_at(path: tuple[str, ...]) -> Any:
     return current
 
 
+class _DuplicateKeyError(Exception):
+    pass
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last
+    silently; DVC refuses the file, so the stages and DVC would disagree on the params)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise _DuplicateKeyError(
+                    f"duplicate key {key!r} (line {line}; first on line {seen[key]}): DVC "
+                    "refuses such a file, YAML readers keep the last; remove one"
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
-    """A YAML file whose top level is a mapping (a clear error otherwise)."""
+    """A YAML file whose top level is a mapping, without a duplicate key, in UTF-8 (a clear
+    error naming the file otherwise)."""
     path = Path(path)
+    data = path.read_bytes()
     try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise ConfigError(
+            str(path),
+            [
+                f"not UTF-8 text: byte 0x{data[error.start]:02x} at offset {error.start} "
+                f"(line {line}); is it a binary file?"
+            ],
+        ) from None
+    try:
+        loaded = yaml.load(text, Loader=_UniqueKeyLoader)
+    except _DuplicateKeyError as error:
+        raise ConfigError(str(path), [str(error)]) from None
     except yaml.YAMLError as error:
         raise ConfigError(str(path), [f"not valid YAML: {error}"]) from None
     if loaded is None:
@@ -408,6 +445,48 @@ def merged_with_profile(profile_path: str | Path, params_path: str | Path) -> di
     merged = deep_merge(base, override)
     validate_params(merged, f"{params_path} + {profile_path}")
     return merged
+
+
+def _leaves(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping) and value:
+            found.update(_leaves(value, path))
+        else:
+            found[path] = value
+    return found
+
+
+def kept_from_earlier_profile(
+    profile_path: str | Path, params_path: str | Path | None = None
+) -> tuple[str, list[str]] | None:
+    """Applying ``profile_path`` to a params file that already has another profile applied
+    (``common.profile`` is not ``embedded``) keeps that profile's values wherever the new one
+    is silent: (the earlier profile's name, ``key = value`` of each kept key, as now in the
+    file). The keys are those ``profiles/<earlier>.yaml`` sets (beside ``profile_path``);
+    without that file, ``["(its file is not in <folder>: the keys cannot be listed)"]``.
+    None when nothing is stacked."""
+    target = Path(params_path) if params_path else default_params_path()
+    profile_path = Path(profile_path)
+    current = read_yaml_mapping(target)
+    earlier = str((current.get("common") or {}).get("profile", "embedded"))
+    new = read_yaml_mapping(profile_path)
+    if earlier in ("embedded", str((new.get("common") or {}).get("profile", ""))):
+        return None
+    earlier_path = profile_path.parent / f"{earlier}.yaml"
+    if not earlier_path.is_file():
+        return earlier, [f"(its file is not in {profile_path.parent}: the keys cannot be listed)"]
+    overridden = _leaves(new)
+    current_leaves = _leaves(current)
+    kept = [
+        f"{key} = {current_leaves.get(key)!r}"
+        for key in _leaves(read_yaml_mapping(earlier_path))
+        if key != "common.profile"
+        and not any(key == other or key.startswith(f"{other}.") for other in overridden)
+        and key in current_leaves
+    ]
+    return earlier, kept
 
 
 def apply_profile(profile_path: str | Path, params_path: str | Path | None = None) -> Params:

@@ -263,14 +263,26 @@ def _cmd_grade(args: argparse.Namespace) -> int:
 def _cmd_params_apply(args: argparse.Namespace) -> int:
     # Here and below: the typed params (pydantic), the method registry (numpy) and mlflow load
     # only in the command that needs them, so that ``tagrpo --help`` stays fast.
-    from tagrpo.config.params import ConfigError, apply_profile
+    from tagrpo.config.params import ConfigError, apply_profile, kept_from_earlier_profile
 
     try:
+        stacked = kept_from_earlier_profile(args.profile, args.params)
         merged = apply_profile(args.profile, args.params)
     except (ConfigError, OSError) as error:
         print(f"tagrpo params apply: {error}", file=sys.stderr)
         return 2
     print(f"applied {args.profile}: profile is now {merged.common.profile!r}")
+    if stacked:
+        earlier, kept = stacked
+        print(
+            f"note: stacked on profile {earlier!r}, already applied to the params: "
+            f"{len(kept)} of its keys stay as it set them, {args.profile} does not set them:"
+        )
+        print("\n".join(f"  {line}" for line in kept))
+        print(
+            f"  to apply {args.profile} on the embedded default alone: git checkout params.yaml, "
+            "then apply it again"
+        )
     return 0
 
 
