@@ -36,7 +36,7 @@ from tagrpo.grading import pool as grading_pool
 from tagrpo.grading.kinds import ANSWER_KINDS
 from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.plots import dvc_plots
-from tagrpo.pipeline.verify import verify_outputs
+from tagrpo.pipeline.verify import restore_command, stale_lock_entries, verify_outputs
 
 # --- grade -----------------------------------------------------------------------------------
 
@@ -412,18 +412,34 @@ def _cmd_plots(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
+    from tagrpo.pipeline.dvc_stages import load_stages
+
     root = project_root()
+    # The pipeline under the current params: dvc.lock keeps the entries of stages the params
+    # dropped (another profile's matrix items), whose outputs are rightly absent.
+    stages = set(load_stages(root))
+    stale = stale_lock_entries(root, stages)
     try:
-        checked, mismatches = verify_outputs(root, args.paths or None)
+        checked, mismatches = verify_outputs(root, args.paths or None, stages)
     except KeyError as error:
         print(f"tagrpo verify: {error.args[0]}", file=sys.stderr)
         return 2
+    if stale:
+        names = sorted(stale)
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        print(
+            f"not checked: {sum(map(len, stale.values()))} output(s) of {len(stale)} dvc.lock "
+            f"entries of stages the current params do not have ({shown})"
+        )
     if not checked:
         print("tagrpo verify: dvc.lock lists no outputs (run dvc repro first)", file=sys.stderr)
         return 2
     for mismatch in mismatches:
         print(f"tagrpo verify: {mismatch.describe()}", file=sys.stderr)
     print(f"{len(checked)} output(s) of dvc.lock checked by content: {len(mismatches)} differ")
+    if mismatches:
+        paths = " ".join(m.path for m in mismatches)
+        print(f"tagrpo verify: to restore them: {restore_command(paths)}", file=sys.stderr)
     return 1 if mismatches else 0
 
 
