@@ -61,3 +61,18 @@ def test_passk_curves_writes_a_png(tmp_path: Path) -> None:
     path = tmp_path / "figures" / "curves.png"
     passk_curves(_passk(), path, "t", options={}, groups={"g": ["a", "b"]})
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_report_names_its_profile() -> None:
+    """A profile that keeps the embedded default's title (smoke) is named in the heading, so
+    its report never reads as the embedded default's (issue 33.11)."""
+    from tagrpo.config.params import config_with
+    from tagrpo.report.build import report_title
+
+    default = "TA-GRPO pipeline report (embedded default: mini world)"
+    assert report_title(config_with()) == default
+    assert report_title(config_with({"common.profile": "smoke"})) == (
+        f"{default} [profile 'smoke']"
+    )
+    local = "TA-GRPO pipeline report (local profile: real data, SmolLM2-135M)"
+    assert report_title(config_with({"common.profile": "local", "report.title": local})) == local
