@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.config.params import ConfigError, load_config
-from tagrpo.data.inputs import PARAMS_OK, input_manifest, manifest_text
+from tagrpo.data.inputs import PARAMS_OK, data_dir_problem, input_manifest, manifest_text
 from tagrpo.pipeline.layout import preflight_outputs
 from tagrpo.pipeline.paths import project_root
 
@@ -43,6 +43,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             file=sys.stderr,
         )
         raise SystemExit(2) from None
+    root = project_root()
+    problem = data_dir_problem(config, root)
+    if problem:
+        print(f"[preflight] {problem}", file=sys.stderr)
+        print(
+            "[preflight] refused before any stage ran: no output was deleted",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
     manifest = input_manifest(config)
     files = manifest["files"]
     missing = sorted(name for name, entry in files.items() if entry == "missing")
@@ -53,7 +62,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     if missing:
         print(f"[preflight] data inputs missing (the data stage will need them): {missing}")
-    root = project_root()
     outputs = preflight_outputs()
     _write(root / outputs["inputs"], manifest_text(manifest))
     _write(root / outputs.metrics, json.dumps(metrics, indent=2, sort_keys=True) + "\n")

@@ -64,3 +64,28 @@ def manifest_text(manifest: dict[str, Any]) -> str:
     """data/preflight/inputs.json as the preflight stage writes it (``tagrpo plan`` compares
     this text of the params it plans with the one the data stage last ran on)."""
     return json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+
+
+def data_dir_problem(config: Params, root: Path) -> str | None:
+    """Why the data stage's inputs cannot be read, said before DVC deletes its outputs: the
+    local source's data directory does not exist (``TAGRPO_DATA_DIR`` named when it comes from
+    there). None for the other sources and for an existing directory (a missing file is
+    recorded in the manifest and named by the data stage)."""
+    import os
+
+    from tagrpo.pipeline.paths import shared_data_dir
+
+    if config.data.source != "local":
+        return None
+    data_dir = shared_data_dir(config.common.data_dir)
+    if data_dir.is_dir():
+        return None
+    origin = (
+        f"TAGRPO_DATA_DIR={os.environ['TAGRPO_DATA_DIR']}"
+        if os.environ.get("TAGRPO_DATA_DIR")
+        else f"common.data_dir = {config.common.data_dir!r}"
+    )
+    return (
+        f"data.source is local, but its data directory {data_dir} ({origin}) does not exist: "
+        "point TAGRPO_DATA_DIR or common.data_dir at the folder of benchmark files"
+    )
