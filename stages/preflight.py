@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.config.params import ConfigError, load_config
-from tagrpo.data.inputs import PARAMS_OK, data_dir_problem, input_manifest, manifest_text
+from tagrpo.data.inputs import (
+    INPUT_LINKS,
+    PARAMS_OK,
+    data_dir_problem,
+    input_manifest,
+    link_inputs,
+    manifest_text,
+)
 from tagrpo.pipeline.layout import preflight_outputs
 from tagrpo.pipeline.paths import project_root
 
@@ -65,6 +72,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     outputs = preflight_outputs()
     _write(root / outputs["inputs"], manifest_text(manifest))
     _write(root / outputs.metrics, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    link_inputs(config, root / INPUT_LINKS)  # what `dvc status` of the data stage follows
     _write(root / outputs["params_ok"], PARAMS_OK)  # last: only a complete run gives it
     print(f"[preflight] params valid; data inputs: {metrics}")
     return metrics

@@ -95,6 +95,19 @@ def test_a_changed_benchmark_file_outside_the_repo_reruns_the_data_stage(tmp_pat
     benchmark.write_text("".join(lines[:-1]))
     status = run_checked(["dvc", "status", "--with-deps", "data"], project, env)
     assert "always changed" in status  # preflight: it hashes the files DVC cannot see
+    # `dvc status` of the data stage alone sees the edit through preflight's links (33.2).
+    status = run_checked(["dvc", "status", "data"], project, env)
+    assert status.split() == ["data:", "changed", "deps:", "modified:", "data/preflight/raw"]
+    # ... and `tagrpo plan` says data reruns, and why.
+    from tagrpo.pipeline.plan import plan_rerun
+    from tagrpo.pipeline.rerun import RerunRequest
+
+    plan = plan_rerun(project, RerunRequest())
+    by_name = {stage.name: stage.reasons for stage in plan.runs}
+    assert by_name["data"] == (
+        "changed deps: data/preflight/raw",
+        "changed deps: data/preflight/inputs.json (rewritten by preflight)",
+    )
     output = run_checked(["dvc", "repro", "data"], project, env)
     assert "Running stage 'data'" in output
     assert _rows_in(project, "test/amc23") == rows - 1

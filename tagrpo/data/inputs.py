@@ -16,6 +16,12 @@ from typing import Any
 from tagrpo.config.params import Params
 from tagrpo.pipeline.verify import file_md5
 
+# Links to the benchmark files the local source reads, remade by the preflight stage: a dep
+# of the data stage, so `dvc status` (which follows the links) sees a file edited in place.
+# Its .gitkeep is committed (the folder exists in every clone, with the same hash when empty).
+INPUT_LINKS = Path("data/preflight/raw")
+KEEP = ".gitkeep"
+
 # The text of data/preflight/params.ok: constant, so a valid params change reruns only the stages
 # whose params changed (``tagrpo plan`` predicts it as unchanged).
 PARAMS_OK = (
@@ -89,3 +95,32 @@ def data_dir_problem(config: Params, root: Path) -> str | None:
         f"data.source is local, but its data directory {data_dir} ({origin}) does not exist: "
         "point TAGRPO_DATA_DIR or common.data_dir at the folder of benchmark files"
     )
+
+
+def link_inputs(config: Params, folder: Path) -> list[str]:
+    """Make ``folder`` (:data:`INPUT_LINKS`) hold one symlink per existing input file of the
+    manifest (same relative path), and nothing else but its .gitkeep; the names linked."""
+    from tagrpo.pipeline.paths import shared_data_dir
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if path == folder / KEEP:
+            continue
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():
+            path.rmdir()
+    (folder / KEEP).touch()
+    files = input_manifest(config)["files"]
+    if config.data.source != "local":
+        return []
+    data_dir = shared_data_dir(config.common.data_dir)
+    linked = []
+    for name, entry in sorted(files.items()):
+        if entry == "missing":
+            continue
+        link = folder / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to((data_dir / name).resolve())
+        linked.append(name)
+    return linked
