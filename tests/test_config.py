@@ -451,3 +451,19 @@ def test_stacking_a_profile_says_what_it_keeps_from_the_earlier_one(tmp_path: Pa
     shutil.copy(ROOT / "params.yaml", params)
     assert cli(["params", "apply", str(seeds3), "--params", str(params)]) == 0
     assert capsys.readouterr().out == f"applied {seeds3}: profile is now 'seeds3'\n"
+
+
+def test_a_misspelt_override_suggests_the_key(capsys) -> None:
+    with pytest.raises(ConfigError) as refused:
+        apply_overrides(_default(), ["train.lerning_rate=2e-4"])
+    assert refused.value.problems == [
+        "train.lerning_rate: not a params key; did you mean train.learning_rate?"
+    ]
+    with pytest.raises(ConfigError) as refused:
+        apply_overrides(_default(), ["trian.learning_rate=2e-4"])
+    assert refused.value.problems == [
+        "trian.learning_rate: trian is not a params key; did you mean train?"
+    ]
+    with pytest.raises(ConfigError) as refused:
+        apply_overrides(_default(), ["train.zzz=1"])
+    assert refused.value.problems == ["train.zzz: not a params key"]

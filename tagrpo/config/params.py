@@ -552,6 +552,16 @@ def _merge_in_place(node: Any, override: Mapping[str, Any]) -> None:
         node[key] = new
 
 
+def _did_you_mean(part: str, node: Any, parents: list[str]) -> str:
+    """``"; did you mean a.b.c?"`` for the closest existing key, or ``""``."""
+    import difflib
+
+    if not isinstance(node, dict):
+        return ""
+    close = difflib.get_close_matches(part, [str(key) for key in node], n=1, cutoff=0.6)
+    return f"; did you mean {'.'.join([*parents, close[0]])}?" if close else ""
+
+
 def apply_overrides(raw: Mapping[str, Any], assignments: list[str]) -> dict[str, Any]:
     """``key.path=value`` assignments (values parsed as YAML) applied to a params mapping.
 
@@ -566,14 +576,17 @@ def apply_overrides(raw: Mapping[str, Any], assignments: list[str]) -> dict[str,
         node: Any = merged
         for depth, part in enumerate(parts[:-1]):
             if not isinstance(node, dict) or part not in node:
+                hint = _did_you_mean(part, node, parts[:depth])
                 raise ConfigError(
-                    "overrides", [f"{key}: {'.'.join(parts[: depth + 1])} is not a params key"]
+                    "overrides",
+                    [f"{key}: {'.'.join(parts[: depth + 1])} is not a params key{hint}"],
                 )
             node = node[part]
         if not isinstance(node, dict) or (
             parts[-1] not in node and not _free_form(tuple(parts[:-1]))
         ):
-            raise ConfigError("overrides", [f"{key}: not a params key"])
+            hint = _did_you_mean(parts[-1], node, parts[:-1])
+            raise ConfigError("overrides", [f"{key}: not a params key{hint}"])
         node[parts[-1]] = yaml.safe_load(text)
     validate_params(merged, "overrides")
     return merged
