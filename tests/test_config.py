@@ -467,3 +467,17 @@ def test_a_misspelt_override_suggests_the_key(capsys) -> None:
     with pytest.raises(ConfigError) as refused:
         apply_overrides(_default(), ["train.zzz=1"])
     assert refused.value.problems == ["train.zzz: not a params key"]
+
+
+def test_explain_shows_values_as_the_files_not_as_defaults(capsys) -> None:
+    """`= 'local'` read like a default; the values are the file's, and the models have none
+    (issue 33.14)."""
+    assert cli(["params", "explain", "train"]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0] == "# values now in params.yaml (profile 'embedded')"
+    assert shown[1] == (
+        "train.backend: Literal['local', 'verl'], now 'local'  # local (tagrpo/training) | "
+        "verl (section verl)"
+    )
+    assert cli(["params", "explain", "train.backend"]) == 0
+    assert "  value: 'local' (in params.yaml; there is no default)" in capsys.readouterr().out
