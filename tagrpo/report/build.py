@@ -9,11 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from tagrpo.config.params import Params
@@ -54,6 +56,27 @@ from tagrpo.report.training import (
     training_section,
     updates_by_method,
 )
+
+
+def claim_key(claim: str) -> str:
+    """A claim's words as a metric name: ``Fewer identical-reward groups than GRPO (Fig. 3)``
+    -> ``fewer_identical_reward_groups_than_grpo_fig_3``."""
+    return re.sub(r"[^a-z0-9]+", "_", claim.lower()).strip("_")[:80]
+
+
+def claim_metrics(claims: Sequence[Any]) -> dict[str, float]:
+    """Per claim, named by its words (not its row number, not its verdict): the estimate, its
+    Holm-adjusted p and ``supported`` (1 or 0); the verdicts in words are the claims table
+    (reports/claims.md, an artifact of the report's run)."""
+    metrics: dict[str, float] = {}
+    for claim in claims:
+        key = f"claims/{claim_key(claim.claim)}"
+        if claim.estimate is not None:
+            metrics[f"{key}/estimate"] = float(claim.estimate.value)
+        if np.isfinite(claim.holm_p):
+            metrics[f"{key}/holm_p"] = float(claim.holm_p)
+        metrics[f"{key}/supported"] = float(claim.verdict in ("supported", "equivalent"))
+    return metrics
 
 
 def report_title(config: Params) -> str:
@@ -420,10 +443,7 @@ def statistics_sections(
             _differences_markdown(differences, updates),
         ]
     )
-    headline = {f"claims/{i}/{c.verdict_key}": 1.0 for i, c in enumerate(claims)}
-    headline.update(
-        {f"claims/{i}/estimate": c.estimate.value for i, c in enumerate(claims) if c.estimate}
-    )
+    headline = claim_metrics(claims)
     headline.update(validity_metrics)
     return validity, table, section, headline
 
