@@ -402,7 +402,8 @@ def test_a_key_given_twice_is_refused_as_dvc_refuses_it(tmp_path: Path, capsys) 
     path = tmp_path / "params.yaml"
     path.write_text(doubled)
     first = doubled[: doubled.index("  learning_rate: 0.5")].count("\n") + 1
-    second = doubled[: doubled.index("\n  learning_rate: 3")].count("\n") + 2
+    inserted = doubled.index("  learning_rate: 0.5")
+    second = doubled[: doubled.index("\n  learning_rate:", inserted)].count("\n") + 2
     assert cli(["params", "check", str(path)]) == 2
     assert capsys.readouterr().err.splitlines() == [
         f"tagrpo params check: {path}: 1 problem(s) in the params:",
