@@ -79,6 +79,23 @@ def claim_metrics(claims: Sequence[Any]) -> dict[str, float]:
     return metrics
 
 
+def truncation_table(root: Path, passk: pd.DataFrame) -> str:
+    """Percent of each benchmark's responses cut at the token limit, per policy (rows in the
+    order of ``passk``), from each evaluation's metrics file (``<benchmark>/truncated_rate``);
+    ``-`` where it is not recorded."""
+    policies = list(dict.fromkeys(passk["policy"]))
+    names = list(dict.fromkeys(passk.loc[passk["kind"] == "benchmark", "name"]))
+    rows = []
+    for policy in policies:
+        path = root / evaluate_outputs(policy).metrics
+        metrics = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        cells = [metrics.get(f"{name}/truncated_rate") for name in names]
+        rows.append([policy, *("-" if c is None else f"{100 * c:.1f}" for c in cells)])
+    lines = ["| policy | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 def report_title(config: Params) -> str:
     """report.title, with the profile named when the title does not name it (a profile that
     keeps the embedded default's title must not read as the embedded default)."""
@@ -895,6 +912,13 @@ def build_report(
         "## pass@1 (percent)",
         "",
         table1(passk, 1, groups, options=options),
+        "",
+        "## Truncated responses (percent of each benchmark's samples)",
+        "",
+        f"A response cut at `evaluate.max_new_tokens` ({config.evaluate.max_new_tokens}) is "
+        "graded wrong: read every pass@k above beside its truncation rate.",
+        "",
+        truncation_table(root, passk),
         "",
         "## pass@k with bootstrap 95% confidence intervals over problems (percent)",
         "",
