@@ -19,14 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.config.params import ConfigError, load_config
-from tagrpo.data.inputs import input_manifest
+from tagrpo.data.inputs import (
+    INPUT_LINKS,
+    PARAMS_OK,
+    data_dir_problem,
+    input_manifest,
+    link_inputs,
+    manifest_text,
+)
 from tagrpo.pipeline.layout import preflight_outputs
 from tagrpo.pipeline.paths import project_root
-
-PARAMS_OK = (
-    "params.yaml validated. Every stage depends on this file: when the params do not validate, "
-    "the preflight stage fails and DVC runs (and deletes the outputs of) no other stage.\n"
-)
 
 
 def _write(path: Path, text: str) -> None:
@@ -48,6 +50,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             file=sys.stderr,
         )
         raise SystemExit(2) from None
+    root = project_root()
+    problem = data_dir_problem(config, root)
+    if problem:
+        print(f"[preflight] {problem}", file=sys.stderr)
+        print(
+            "[preflight] refused before any stage ran: no output was deleted",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
     manifest = input_manifest(config)
     files = manifest["files"]
     missing = sorted(name for name, entry in files.items() if entry == "missing")
@@ -58,10 +69,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     if missing:
         print(f"[preflight] data inputs missing (the data stage will need them): {missing}")
-    root = project_root()
     outputs = preflight_outputs()
-    _write(root / outputs["inputs"], json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    _write(root / outputs["inputs"], manifest_text(manifest))
     _write(root / outputs.metrics, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    link_inputs(config, root / INPUT_LINKS)  # what `dvc status` of the data stage follows
     _write(root / outputs["params_ok"], PARAMS_OK)  # last: only a complete run gives it
     print(f"[preflight] params valid; data inputs: {metrics}")
     return metrics

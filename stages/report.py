@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             import mlflow
 
             mlflow.log_artifact(str(ctx.path("report")))
+            mlflow.log_artifact(str(ctx.path("claims")))  # the verdicts, in words
             mlflow.log_artifacts(str(ctx.path("figures")), "figures")
         ctx.set_metrics(metrics)
     print(f"[report] wrote {report_outputs()['report']}")

@@ -12,12 +12,15 @@ trained with ``train.backend``: ``local`` (:mod:`tagrpo.training`) or ``verl``
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from tagrpo.config.params import load_config
 from tagrpo.pipeline.layout import data_outputs, dvc_stage_name, policy_name, train_outputs
+from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.runtime import running_stage
 from tagrpo.pipeline.tracking import model_label
 from tagrpo.pipeline.tracking_assets import log_datasets, log_policy_model
+from tagrpo.pipeline.verify import check_against_lock
 from tagrpo.training.train_stage import plan_training, run_summary, train_local
 
 
@@ -36,7 +39,6 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             parser.error("--dry-run applies to train.backend: verl")
         import sys
 
-        from tagrpo.pipeline.paths import project_root
         from tagrpo.verl_ext.dry_run import evaluation_lines
         from tagrpo.verl_ext.launcher import planned_model, run_training
 
@@ -70,6 +72,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         except ValueError as error:
             parser.exit(2, f"{parser.prog}: {error}\n")
         return planned
+    # By content, not DVC's size-and-mtime state: a model or training set damaged in place is
+    # refused by name before anything is trained on it (nothing checked outside dvc.lock).
+    for path in (config.train.model, config.train.input):
+        check_against_lock(project_root(), Path(path).as_posix())
     plan = plan_training(config, args.method, seed, args.data_multiple)
     with running_stage(
         "train",

@@ -228,3 +228,21 @@ def test_compare_help_says_95_percent() -> None:
     subparsers = next(a for a in parser._actions if a.dest == "command")
     text = subparsers.choices["compare"].format_help()
     assert "95% intervals" in text and "%%" not in text
+
+
+def test_a_k_or_benchmark_no_run_has_is_refused_with_those_there_are(
+    store: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--k 1 --k 32 with ks 1 and 4 logged: not a table of k=1 alone (issue 33.10)."""
+    assert main(["compare", "--experiment", "cmp", "--k", "1", "--k", "32"]) == 2
+    assert capsys.readouterr().err == (
+        "tagrpo compare: no pass@k for k 32 in the evaluations of profile 'embedded': they "
+        f"have k 1, 4 ({store})\n"
+    )
+    assert main(["compare", "--experiment", "cmp", "--benchmark", "aime24"]) == 2
+    assert capsys.readouterr().err == (
+        "tagrpo compare: no pass@k for benchmark or group aime24 in the evaluations of profile "
+        f"'embedded': they have benchmark or group competition, mini_chains ({store})\n"
+    )
+    assert main(["compare", "--experiment", "cmp", "--k", "4"]) == 0
+    assert "mini_chains" in capsys.readouterr().out

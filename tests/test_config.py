@@ -28,6 +28,7 @@ from tagrpo.config.params import (
 )
 from tagrpo.pipeline.cli import main as cli
 from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.rerun import RerunRequest, resolve_params
 
 ROOT = project_root()
 
@@ -342,12 +343,40 @@ def test_params_check_never_echoes_a_key_shaped_value(tmp_path: Path, capsys) ->
     assert "rephrase.openai.api_key_env = '[redacted: looks like an API key]'" in err
     assert "train.learning_rate = '[redacted: looks like an API key]'" in err
     assert secret not in err and "Ab3dE5" not in err
+
+
+def test_a_key_shaped_value_is_refused_in_any_string_field(tmp_path: Path, capsys) -> None:
+    """Not only *_env fields: a key pasted as the model name, into a list or a free-form
+    mapping is refused naming the key, never echoed (issue 33.5); a pinned revision is not."""
+    secret = "sk-proj-" + "Ab3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z"
     raw = _default()
-    raw["rephrase"]["openai"]["model"] = secret  # valid, but explain shows current values
+    raw["rephrase"]["openai"]["model"] = secret
+    raw["runs"]["seeds"] = [0, "Bearer " + "abcdefgh12345"]
+    broken = tmp_path / "params.yaml"
     broken.write_text(yaml.safe_dump(raw))
-    assert cli(["params", "explain", "rephrase.openai.model", "--file", str(broken)]) == 0
-    shown = capsys.readouterr().out
-    assert "value: '[redacted: looks like an API key]'" in shown and secret not in shown
+    assert cli(["params", "check", str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert "2 problem(s)" in err
+    assert (
+        "  - rephrase.openai.model = '[redacted: looks like an API key]': looks like an API key "
+        "or token: secrets never go in params (they are logged, tracked and committed); put it "
+        "in the environment and name the variable in an *_env key"
+    ) in err.splitlines()
+    assert "  - runs.seeds.1 = '[redacted: looks like an API key]': looks like" in err
+    assert secret not in err and "abcdefgh12345" not in err
+    assert cli(["params", "explain", "rephrase.openai.model", "--file", str(broken)]) == 2
+    assert secret not in capsys.readouterr().out
+    # An override, as `tagrpo plan -S` and the Prefect flow pass it: refused before any work,
+    # the message (which names the request) redacted.
+    with pytest.raises(ConfigError) as refused:
+        resolve_params(ROOT, RerunRequest(overrides=[f"rephrase.openai.model={secret}"]))
+    assert refused.value.problems[0].startswith("rephrase.openai.model = '[redacted")
+    assert secret not in str(refused.value)
+    # A pinned dataset revision (40 hex digits) is a value, not a key.
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    raw = _default()
+    raw["data"]["hub"]["options"]["math"]["revision"] = revision
+    assert validate_params(raw).data.hub.options["math"]["revision"] == revision
 
 
 def _comments(text: str) -> list[str]:
@@ -369,3 +398,93 @@ def test_params_apply_keeps_every_comment_and_writes_the_merged_params(
     assert yaml.safe_load(written) == expected  # PyYAML (the stages) reads the merged values
     assert _comments(written) == _comments(original)  # all 139 comment lines, in order
     assert len(_comments(original)) > 100
+
+
+def test_a_key_given_twice_is_refused_as_dvc_refuses_it(tmp_path: Path, capsys) -> None:
+    """PyYAML keeps the last of two equal keys; DVC refuses the file: so do the params (33.8)."""
+    text = (ROOT / "params.yaml").read_text()
+    assert "\ntrain:\n" in text
+    doubled = text.replace("\ntrain:\n", "\ntrain:\n  learning_rate: 0.5\n", 1)
+    path = tmp_path / "params.yaml"
+    path.write_text(doubled)
+    first = doubled[: doubled.index("  learning_rate: 0.5")].count("\n") + 1
+    inserted = doubled.index("  learning_rate: 0.5")
+    second = doubled[: doubled.index("\n  learning_rate:", inserted)].count("\n") + 2
+    assert cli(["params", "check", str(path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"tagrpo params check: {path}: 1 problem(s) in the params:",
+        f"  - duplicate key 'learning_rate' (line {second}; first on line {first}): DVC refuses "
+        "such a file, YAML readers keep the last; remove one",
+    ]
+    with pytest.raises(ConfigError, match="duplicate key 'learning_rate'"):
+        load_config(path)
+
+
+def test_a_binary_profile_is_refused_with_a_clear_error(tmp_path: Path, capsys) -> None:
+    params = tmp_path / "params.yaml"
+    shutil.copy(ROOT / "params.yaml", params)
+    profile = tmp_path / "broken.yaml"
+    profile.write_bytes(b"common:\n  profile: x\n\x89PNG\r\n\x1a\n\x00\x00")
+    assert cli(["params", "apply", str(profile), "--params", str(params)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"tagrpo params apply: {profile}: 1 problem(s) in the params:\n"
+        "  - not UTF-8 text: byte 0x89 at offset 21 (line 3); is it a binary file?\n"
+    )
+    assert params.read_bytes() == (ROOT / "params.yaml").read_bytes()
+
+
+def test_stacking_a_profile_says_what_it_keeps_from_the_earlier_one(tmp_path: Path, capsys) -> None:
+    """profiles/seeds3.yaml applied over profiles/local.yaml keeps local's data source and
+    model: the command says so, key by key (issue 33.8)."""
+    params = tmp_path / "params.yaml"
+    shutil.copy(ROOT / "params.yaml", params)
+    shutil.copytree(ROOT / "profiles", tmp_path / "profiles")
+    local, seeds3 = tmp_path / "profiles" / "local.yaml", tmp_path / "profiles" / "seeds3.yaml"
+    assert cli(["params", "apply", str(local), "--params", str(params)]) == 0
+    assert capsys.readouterr().out == f"applied {local}: profile is now 'local'\n"
+    assert cli(["params", "apply", str(seeds3), "--params", str(params)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == [
+        f"applied {seeds3}: profile is now 'seeds3'",
+        f"note: stacked on profile 'local', already applied to the params: 36 of its keys stay "
+        f"as it set them, {seeds3} does not set them:",
+    ]
+    assert "  data.source = 'local'" in out and "  base_model.kind = 'gguf_package'" in out
+    assert not any(line.startswith(("  runs.seeds ", "  runs.methods ")) for line in out)
+    assert out[-1].endswith("git checkout params.yaml, then apply it again")
+    assert load_config(params).data.source == "local"
+    # On the embedded default: no note.
+    shutil.copy(ROOT / "params.yaml", params)
+    assert cli(["params", "apply", str(seeds3), "--params", str(params)]) == 0
+    assert capsys.readouterr().out == f"applied {seeds3}: profile is now 'seeds3'\n"
+
+
+def test_a_misspelt_override_suggests_the_key(capsys) -> None:
+    with pytest.raises(ConfigError) as refused:
+        apply_overrides(_default(), ["train.lerning_rate=2e-4"])
+    assert refused.value.problems == [
+        "train.lerning_rate: not a params key; did you mean train.learning_rate?"
+    ]
+    with pytest.raises(ConfigError) as refused:
+        apply_overrides(_default(), ["trian.learning_rate=2e-4"])
+    assert refused.value.problems == [
+        "trian.learning_rate: trian is not a params key; did you mean train?"
+    ]
+    with pytest.raises(ConfigError) as refused:
+        apply_overrides(_default(), ["train.zzz=1"])
+    assert refused.value.problems == ["train.zzz: not a params key"]
+
+
+def test_explain_shows_values_as_the_files_not_as_defaults(capsys) -> None:
+    """`= 'local'` read like a default; the values are the file's, and the models have none
+    (issue 33.14)."""
+    assert cli(["params", "explain", "train"]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0] == "# values now in params.yaml (profile 'embedded')"
+    assert shown[1] == (
+        "train.backend: Literal['local', 'verl'], now 'local'  # local (tagrpo/training) | "
+        "verl (section verl)"
+    )
+    assert cli(["params", "explain", "train.backend"]) == 0
+    assert "  value: 'local' (in params.yaml; there is no default)" in capsys.readouterr().out

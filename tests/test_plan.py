@@ -403,3 +403,86 @@ def test_params_dependencies_added_dropped_and_removed(locked) -> None:
     assert runs["data"].reasons == ("new params dependency data",)
     assert runs["report"].reasons[0].startswith("params: report.")
     assert list(runs) == ALL
+
+
+# -- the always-changed preflight stage: runs every time, reruns nothing after it by itself ----
+
+PREFLIGHT = """\
+  preflight:
+    cmd: python -m stages.preflight
+    always_changed: true
+    outs:
+      - data/preflight/params.ok:
+          cache: false
+      - data/preflight/inputs.json:
+          cache: false
+    metrics:
+      - metrics/preflight.json:
+          cache: false
+"""
+
+
+@pytest.fixture(scope="module")
+def with_preflight(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small DAG behind the project's preflight stage (its real command over a copy of the
+    code; every stage depends on its outputs through data), reproduced once."""
+    root = tmp_path_factory.mktemp("plan-preflight")
+    dag = DVC_YAML.replace("stages:\n", "stages:\n" + PREFLIGHT, 1).replace(
+        "    cmd: echo data > data.txt\n",
+        "    cmd: echo data > data.txt\n"
+        "    deps:\n      - data/preflight/params.ok\n      - data/preflight/inputs.json\n",
+    )
+    copy_checkout(root, "tagrpo", "stages")
+    env = small_project(root, dag)
+    assert len(_ran(run_checked([dvc_binary(), "repro"], root, env))) == 7
+    run_checked([*GIT, "add", "-A"], root, env)
+    run_checked([*GIT, "commit", "-q", "-m", "reproduced"], root, env)
+    return root
+
+
+def test_the_always_changed_preflight_reruns_only_itself(with_preflight: Path) -> None:
+    """A built checkout: `dvc status` lists only preflight (always changed); the plan runs
+    preflight alone, and a learning rate reruns training and after, not data (issue 33.1)."""
+    plan = plan_rerun(with_preflight, RerunRequest())
+    assert [(s.name, s.reasons, s.after) for s in plan.runs] == [
+        ("preflight", ("always changed",), ())
+    ]
+    assert "dvc repro would run 1 of 7 stages" in render_plan(plan)
+    assert _apply_and_repro(with_preflight, RerunRequest()) == ["preflight"]  # as DVC
+    request = RerunRequest(overrides=["train.learning_rate=2e-4"])
+    expected = [
+        "preflight",
+        "train@grpo-0",
+        "train@grpo_flipped-0",
+        "evaluate@grpo-0",
+        "evaluate@grpo_flipped-0",
+        "report",
+    ]
+    plan = plan_rerun(with_preflight, request)
+    assert [s.name for s in plan.runs] == expected
+    assert plan.runs[1].after == () and plan.unchanged == ["data"]
+    assert sorted(_apply_and_repro(with_preflight, request)) == sorted(expected)
+
+
+def test_benchmark_files_changed_under_the_data_dir_rerun_data(
+    with_preflight: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The manifest preflight would write differs from the one data last ran on (an edited
+    benchmark file under TAGRPO_DATA_DIR): data and everything after it rerun, and say why."""
+    import tagrpo.data.inputs
+
+    edited = {"source": "synthetic", "files": {"aime24/test.jsonl": {"bytes": 5, "md5": "0"}}}
+    monkeypatch.setattr(tagrpo.data.inputs, "input_manifest", lambda config: edited)
+    plan = plan_rerun(with_preflight, RerunRequest())
+    assert [s.name for s in plan.runs] == [
+        "preflight",
+        "data",
+        "train@grpo-0",
+        "train@grpo_flipped-0",
+        "evaluate@grpo-0",
+        "evaluate@grpo_flipped-0",
+        "report",
+    ]
+    assert plan.runs[1].reasons == (
+        "changed deps: data/preflight/inputs.json (rewritten by preflight)",
+    )

@@ -180,7 +180,12 @@ def plots_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "runs.data_scaling.methods": ["grpo"],
             "runs.data_scaling.multiples": [2.0],
             # world v2 has no multiple-choice benchmark; the chance floor needs one
-            "data.synthetic.benchmarks.mini_choice": {"size": 48, "lengths": {2: 1.0}, "multiple_choice": True, "options": 10},
+            "data.synthetic.benchmarks.mini_choice": {
+                "size": 48,
+                "lengths": {2: 1.0},
+                "multiple_choice": True,
+                "options": 10,
+            },
             "evaluate.groups.ood": ["mini_unseen", "mini_choice"],
         }
     )

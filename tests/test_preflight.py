@@ -100,6 +100,19 @@ def test_a_changed_benchmark_file_outside_the_repo_reruns_the_data_stage(tmp_pat
     benchmark.write_text("".join(lines[:-1]))
     status = run_checked(["dvc", "status", "--with-deps", "data"], project, env)
     assert "always changed" in status  # preflight: it hashes the files DVC cannot see
+    # `dvc status` of the data stage alone sees the edit through preflight's links (33.2).
+    status = run_checked(["dvc", "status", "data"], project, env)
+    assert status.split() == ["data:", "changed", "deps:", "modified:", "data/preflight/raw"]
+    # ... and `tagrpo plan` says data reruns, and why.
+    from tagrpo.pipeline.plan import plan_rerun
+    from tagrpo.pipeline.rerun import RerunRequest
+
+    plan = plan_rerun(project, RerunRequest())
+    by_name = {stage.name: stage.reasons for stage in plan.runs}
+    assert by_name["data"] == (
+        "changed deps: data/preflight/raw",
+        "changed deps: data/preflight/inputs.json (rewritten by preflight)",
+    )
     output = run_checked(["dvc", "repro", "data"], project, env)
     assert "Running stage 'data'" in output
     assert _rows_in(project, "test/amc23") == rows - 1
@@ -114,3 +127,27 @@ def test_a_changed_benchmark_file_outside_the_repo_reruns_the_data_stage(tmp_pat
     moved["TAGRPO_DATA_DIR"] = str(tmp_path / "elsewhere")
     output = run_checked(["dvc", "repro", "data"], project, moved)
     assert "Stage 'data' didn't change, skipping" in output
+
+
+def test_a_data_dir_that_does_not_exist_is_refused_before_dvc_deletes_data(
+    tmp_path: Path,
+) -> None:
+    """TAGRPO_DATA_DIR naming no folder: refused by preflight, data/processed kept (33.2)."""
+    project, data_dir = tmp_path / "project", tmp_path / "data"
+    project.mkdir()
+    shutil.copytree(FIXTURES, data_dir)
+    env = scratch_project(project, profile="profiles/local.yaml")
+    env = {**env, "TAGRPO_DATA_DIR": str(data_dir)}
+    run_checked(["dvc", "repro", "data"], project, env)
+    outputs = ["data/processed", "metrics/data.json"]
+    before = _snapshot(project, outputs)
+    assert "data/processed/train.parquet" in before
+    gone = tmp_path / "no-such-folder"
+    output = _dvc_fails(["repro", "data"], project, {**env, "TAGRPO_DATA_DIR": str(gone)})
+    assert (
+        f"[preflight] data.source is local, but its data directory {gone} "
+        f"(TAGRPO_DATA_DIR={gone}) does not exist: point TAGRPO_DATA_DIR or common.data_dir at "
+        "the folder of benchmark files"
+    ) in output
+    assert "Running stage 'data'" not in output and "Traceback" not in output
+    assert _snapshot(project, outputs) == before

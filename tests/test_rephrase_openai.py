@@ -407,3 +407,36 @@ def test_a_run_killed_with_sigkill_resumes_losing_only_requests_in_flight(
         final = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
         assert final.stdout.strip() == str(total)
         assert server.received - sent_before == total - cached  # a complete cache: no request
+
+
+def test_a_rerun_served_from_the_cache_writes_a_byte_identical_candidates_file(
+    server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """The candidates' attempts and token counts are the reply's as first obtained (a retry
+    included), not this run's: an all-cached rerun writes the same bytes, so DVC does not
+    rerun check_equivalence for identical texts (issue 33.8)."""
+    from tagrpo.rephrase.candidates import read_candidates, write_candidates
+
+    server.add_fault(Fault("status", match="Q-1:", status=503))  # Q1's first slot: 2 attempts
+    questions = _questions(3)
+    with ReplyCache(tmp_path / "cache.sqlite") as cache:
+        first = OpenAIRephraser(_endpoint(server), APPENDIX_A, n=2, seed=5, cache=cache)
+        write_candidates(first.rephrase(questions), tmp_path / "first.parquet")
+        assert server.received == 7
+        again = OpenAIRephraser(_endpoint(server), APPENDIX_A, n=2, seed=5, cache=cache)
+        rerun = again.rephrase(questions)
+        assert server.received == 7 and all(c.cached for c in rerun)
+        write_candidates(rerun, tmp_path / "rerun.parquet")
+    first_bytes = (tmp_path / "first.parquet").read_bytes()
+    assert (tmp_path / "rerun.parquet").read_bytes() == first_bytes
+    written = read_candidates(tmp_path / "rerun.parquet")
+    assert sorted((c.question_id, c.attempts) for c in written) == [
+        ("Q0", 1),
+        ("Q0", 1),
+        ("Q1", 1),
+        ("Q1", 2),  # whichever of Q1's two requests the fault hit
+        ("Q2", 1),
+        ("Q2", 1),
+    ]
+    assert all(c.prompt_tokens > 0 and c.completion_tokens > 0 for c in written)
+    assert not any(c.cached for c in written)  # not in the file: this run's, not the reply's

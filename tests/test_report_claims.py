@@ -106,7 +106,12 @@ def _sections(root: Path, overrides: dict) -> tuple[str, str, dict]:
             "evaluate.ks": [1, 2],
             "evaluate.bootstrap_resamples": 50,
             # The primary (in-distribution) group holds two free-form benchmarks: 8 problems.
-            "data.synthetic.benchmarks.mini_choice": {"size": 48, "lengths": {2: 1.0}, "multiple_choice": True, "options": 10},
+            "data.synthetic.benchmarks.mini_choice": {
+                "size": 48,
+                "lengths": {2: 1.0},
+                "multiple_choice": True,
+                "options": 10,
+            },
             "evaluate.groups": {
                 "in_distribution": ["mini_chains", "mini_unseen"],
                 "competition": ["mini_long"],
@@ -196,8 +201,12 @@ def test_controls_equivalence_holm_and_validity_from_the_numbers(tmp_path: Path)
         assert by_claim[claim][6] == "not run (not supported)"
     assert (tmp_path / "reports" / "claims.md").read_text().strip() == claims
     # Metric names carry the verdict without its reason (MLflow refuses ":" and parentheses).
-    assert headline["claims/2/covers 0"] == 1.0 and headline["claims/4/not run"] == 1.0
-    assert all(re.fullmatch(r"[\w\-. /]+", key) for key in headline), sorted(headline)
+    # Metric names are the claims' words, never a row number or a verdict (issue 33.12).
+    fig3 = "claims/fewer_identical_reward_groups_than_grpo_fig_3"
+    assert f"{fig3}/estimate" not in headline and headline[f"{fig3}/supported"] == 0.0
+    assert headline[f"{fig3}/holm_p"] == 1.0  # not run: in the family with p = 1
+    assert not any(re.search(r"claims/\d", key) for key in headline), sorted(headline)
+    assert all(re.fullmatch(r"[a-z0-9_/]+|v\d\w*/[\w/]+|[\w/]+", key) for key in headline)
     # Validity: V1, V2 and the free-form edges pass; V3 cannot be measured in a one-template
     # world, V4 not with one seed of the negative control; V5's design is too wide. The base's
     # 12.5% on mini_choice is 2.5 points above chance (10 options): under the 5-point margin.
@@ -372,3 +381,24 @@ def test_figure_3_is_stated_size_matched_first() -> None:
         "minus TA joint (N+1)G-group rate, same policy: not size-matched (a larger group has "
         "fewer identical rewards by chance alone) | +27.50 [+22.50, +32.50]"
     )
+
+
+def test_claims_are_logged_under_their_words_not_a_number_and_a_verdict() -> None:
+    """`claims/3/not distinguishable = 1.0` read as nothing in MLflow: each claim is named by
+    its words, with its estimate, Holm p and whether it is supported (issue 33.12)."""
+    from tagrpo.metrics.compare import Estimate
+    from tagrpo.report.build import claim_metrics
+    from tagrpo.report.claims import Claim
+
+    estimate = Estimate(1, 0.05, 0.01, 0.09, p_value=0.01, se=0.02, df=10.0, seeds=(3, 3))
+    claims = [
+        Claim("TA-GRPO beats GRPO at pass@1 (Table 1)", "TA - GRPO", estimate, holm_p=0.02),
+        Claim("Fewer identical-reward groups than GRPO (Fig. 3)", "GRPO - TA", None, holm_p=1.0),
+    ]
+    assert claim_metrics(claims) == {
+        "claims/ta_grpo_beats_grpo_at_pass_1_table_1/estimate": 0.05,
+        "claims/ta_grpo_beats_grpo_at_pass_1_table_1/holm_p": 0.02,
+        "claims/ta_grpo_beats_grpo_at_pass_1_table_1/supported": 1.0,
+        "claims/fewer_identical_reward_groups_than_grpo_fig_3/holm_p": 1.0,
+        "claims/fewer_identical_reward_groups_than_grpo_fig_3/supported": 0.0,
+    }

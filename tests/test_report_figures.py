@@ -261,7 +261,12 @@ def test_multiple_choice_options_come_from_the_data_source() -> None:
     assert multiple_choice_options(load_config()) == {}  # world v2 has no multiple choice
     with_choice = config_with(
         {
-            "data.synthetic.benchmarks.mini_choice": {"size": 48, "lengths": {2: 1.0}, "multiple_choice": True, "options": 10},
+            "data.synthetic.benchmarks.mini_choice": {
+                "size": 48,
+                "lengths": {2: 1.0},
+                "multiple_choice": True,
+                "options": 10,
+            },
             "evaluate.groups.ood": ["mini_unseen", "mini_choice"],
         }
     )

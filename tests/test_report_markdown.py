@@ -61,3 +61,45 @@ def test_passk_curves_writes_a_png(tmp_path: Path) -> None:
     path = tmp_path / "figures" / "curves.png"
     passk_curves(_passk(), path, "t", options={}, groups={"g": ["a", "b"]})
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_report_names_its_profile() -> None:
+    """A profile that keeps the embedded default's title (smoke) is named in the heading, so
+    its report never reads as the embedded default's (issue 33.11)."""
+    from tagrpo.config.params import config_with
+    from tagrpo.report.build import report_title
+
+    default = "TA-GRPO pipeline report (embedded default: mini world)"
+    assert report_title(config_with()) == default
+    assert report_title(config_with({"common.profile": "smoke"})) == (
+        f"{default} [profile 'smoke']"
+    )
+    local = "TA-GRPO pipeline report (local profile: real data, SmolLM2-135M)"
+    assert report_title(config_with({"common.profile": "local", "report.title": local})) == local
+
+
+def test_the_truncation_rate_stands_beside_the_passk_tables(tmp_path: Path) -> None:
+    """Each evaluation computes <benchmark>/truncated_rate; the report shows it (33.14)."""
+    import json
+
+    from tagrpo.pipeline.layout import evaluate_outputs
+    from tagrpo.report.build import truncation_table
+
+    passk = pd.DataFrame(
+        {
+            "name": ["mini_chains", "mini_long", "in_distribution", "mini_chains"],
+            "kind": ["benchmark", "benchmark", "group", "benchmark"],
+            "k": [1, 1, 1, 1],
+            "pass_at_k": [0.5, 0.2, 0.5, 0.6],
+            "policy": ["base", "base", "base", "grpo-s0"],
+        }
+    )
+    metrics = tmp_path / evaluate_outputs("base").metrics
+    metrics.parent.mkdir(parents=True)
+    metrics.write_text(json.dumps({"mini_chains/truncated_rate": 0.125, "truncated_rate": 0.1}))
+    assert truncation_table(tmp_path, passk).splitlines() == [
+        "| policy | mini_chains | mini_long |",
+        "|---|---|---|",
+        "| base | 12.5 | - |",
+        "| grpo-s0 | - | - |",
+    ]

@@ -196,3 +196,43 @@ def test_killing_dvc_stops_the_stage_and_its_run_ends_killed(
     assert _wait(lambda: client.get_run(parent.info.run_id).info.status == "KILLED")
     with StageLock(empty_project, "slow"):  # the lock died with the stage
         pass
+
+
+def test_a_stage_refuses_while_another_dvc_repro_runs_in_its_checkout(
+    empty_project: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Two `dvc repro` in one checkout: DVC discards the second's stage at the end ("Unable
+    to acquire lock") after all its work; the stage refuses before any (issue 33.3)."""
+    bin_dir = tmp_path_factory.mktemp("bin")
+    fake = bin_dir / "dvc"  # a process whose command line is `dvc repro ...`
+    fake.write_text("#!/bin/sh\nsleep 60\n")
+    fake.chmod(0o755)
+    (empty_project / "out").mkdir()
+    (empty_project / "out/table.csv").write_text("keep me\n")
+    elsewhere = tmp_path_factory.mktemp("other-checkout")
+    other = subprocess.Popen([str(fake), "repro", "-s", "evaluate@grpo-0"], cwd=elsewhere)
+    same = None
+    try:
+        with running_stage("toy", _outputs(), _config()) as ctx:  # another checkout: runs
+            ctx.path("table").write_text("x\n")
+            ctx.path("model").mkdir()
+            ctx.set_metrics({"n": 1})
+        (empty_project / "out/table.csv").write_text("keep me\n")
+        same = subprocess.Popen([str(fake), "repro", "-s", "evaluate@grpo-0"], cwd=empty_project)
+        ran = False
+        with (
+            pytest.raises(
+                StageBusyError,
+                match=rf"toy: another dvc process runs stages in this checkout \(pid {same.pid}: "
+                rf"/bin/sh {fake} repro -s evaluate@grpo-0\)",
+            ),
+            running_stage("toy", _outputs(), _config()),
+        ):
+            ran = True
+        assert not ran
+        assert (empty_project / "out/table.csv").read_text() == "keep me\n"
+    finally:
+        for process in (other, same):
+            if process is not None:
+                process.kill()
+                process.wait()

@@ -294,3 +294,39 @@ def test_scratch_and_dvc_exp_copies_belong_to_their_checkout(tmp_path: Path) -> 
     assert checkout_root(scratch / "stages") == checkout
     assert checkout_root(experiment) == checkout
     assert checkout_root(checkout) == checkout
+
+
+def test_a_store_left_half_migrated_by_a_full_disk_says_what_to_do(tmp_path: Path) -> None:
+    """A migration interrupted by a full disk leaves alembic's temporary table, and every
+    later stage failed with "table _alembic_tmp_experiments already exists" and no hint; a
+    disk filling mid-use gave SQLAlchemy's autoflush preamble as the cause (issue 33.7)."""
+    import sqlite3
+
+    from mlflow.tracking import MlflowClient
+
+    from tagrpo.pipeline.tracking import TrackingError, store_failure, tracking_errors
+
+    database = tmp_path / "mlflow.db"
+    with sqlite3.connect(database) as connection:
+        connection.execute("CREATE TABLE _alembic_tmp_experiments (id INTEGER)")
+    uri = f"sqlite:///{database}"
+    with pytest.raises(TrackingError) as failed, tracking_errors("opening the store", uri):
+        MlflowClient(uri).search_experiments()
+    message = str(failed.value)
+    assert message.startswith(f"MLflow tracking failed opening the store ({uri}): ")
+    assert "_alembic_tmp_experiments already exists" in message
+    assert message.endswith(
+        "; an MLflow schema migration of this store was interrupted (a full disk?) and left its "
+        "temporary table: drop it (sqlite3 <store> 'DROP TABLE _alembic_tmp_<name>') and rerun, "
+        "or move the store aside to start a new one"
+    )
+    assert "\n" not in message
+    autoflush = RuntimeError(
+        "(raised as a result of Query-invoked autoflush; consider using a session.no_autoflush "
+        "block if this flush is occurring prematurely)\n"
+        "(sqlite3.OperationalError) database or disk is full\n[SQL: INSERT INTO metrics ...]"
+    )
+    assert store_failure(autoflush) == (
+        "RuntimeError: (sqlite3.OperationalError) database or disk is full; free space on the "
+        "store's disk and rerun (the stage committed no output)"
+    )

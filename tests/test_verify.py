@@ -4,6 +4,8 @@ file corrupted in place with its size and mtime kept, which DVC's state cache do
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -135,3 +137,67 @@ def test_a_retrained_model_is_checked_against_its_new_lock_entry(
 def test_no_lock_entry_means_nothing_to_compare(tmp_path: Path) -> None:
     (tmp_path / "models/base").mkdir(parents=True)
     assert check_against_lock(tmp_path, "models/base") is False
+
+
+def test_the_suggested_restore_puts_the_locked_content_back(dvc_project: Path) -> None:
+    """`dvc checkout models/base` (and --force) keep a file changed in place with its size and
+    mtime; the command the error suggests restores it (issue 33.6)."""
+    model = dvc_project / "models/base/model.safetensors"
+    original = model.read_bytes()
+    _corrupt_in_place(model)
+    _dvc(dvc_project, "checkout", "--force", "models/base")
+    assert model.read_bytes() != original  # the drill: DVC's own checkout trusts its state
+    with pytest.raises(OutputCorruptedError) as refused:
+        check_against_lock(dvc_project, "models/base")
+    (command,) = re.findall(r"restore it with `([^`]+)`", str(refused.value))
+    assert command == "dvc checkout --relink models/base"
+    _dvc(dvc_project, *shlex.split(command)[1:])
+    assert model.read_bytes() == original
+    assert check_against_lock(dvc_project, "models/base") is True
+
+
+def test_verify_leaves_out_lock_entries_of_stages_the_params_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """dvc.lock keeps the entry of a matrix item the params no longer have (here: method b
+    after runs.methods lost it), whose output is rightly gone: not a failure (issue 33.6/9)."""
+    monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
+    params = yaml.safe_load((project_root() / "params.yaml").read_text())
+    params["runs"]["methods"] = ["grpo", "grpo_flipped"]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    stage = {
+        "matrix": {"method": "${runs.methods}"},
+        "cmd": "mkdir -p out && echo ${item.method} > out/${item.method}.txt",
+        "outs": ["out/${item.method}.txt"],
+    }
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"write": stage}}))
+    _dvc(tmp_path, "init", "--no-scm", "-q")
+    _dvc(tmp_path, "repro")
+    params["runs"]["methods"] = ["grpo"]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    (tmp_path / "out/grpo_flipped.txt").unlink()
+    _dvc(tmp_path, "repro")
+    assert "write@grpo_flipped" in yaml.safe_load((tmp_path / "dvc.lock").read_text())["stages"]
+    assert "up to date" in _dvc(tmp_path, "status")
+    monkeypatch.chdir(tmp_path)
+    assert cli(["verify"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "not checked: 1 output(s) of 1 dvc.lock entries of stages the current params do not "
+        "have (write@grpo_flipped)",
+        "1 output(s) of dvc.lock checked by content: 0 differ",
+    ]
+    (tmp_path / "out/grpo.txt").write_text("changed\n")
+    assert cli(["verify"]) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "tagrpo verify: to restore them: dvc checkout --relink out/grpo.txt"
+    )
+
+
+def test_training_refuses_a_base_model_changed_since_dvc_locked_it(dvc_project: Path) -> None:
+    """A corrupted models/base is refused by name before training, not trained on (33.6)."""
+    from stages.train import main as train
+
+    _corrupt_in_place(dvc_project / "models/base/model.safetensors")
+    with pytest.raises(OutputCorruptedError, match=r"models/base/model\.safetensors"):
+        train(["--method", "grpo", "--seed", "0"])
+    assert not (dvc_project / "models/grpo-s0").exists()

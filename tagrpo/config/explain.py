@@ -67,12 +67,18 @@ def explain(key: str = "", params_path: str | Path | None = None) -> str:
             info = fields[part]
             return (
                 f"{prefix}{part}\n  type: {_type_name(annotation)}\n"
-                f"  value: {instance!r}\n  bounds: {_bounds(info) or '-'}\n"
+                f"  value: {instance!r} (in {_source(params_path)}; there is no default)\n"
+                f"  bounds: {_bounds(info) or '-'}\n"
                 f"  help: {info.description or '-'}"
             )
         model, prefix = annotation, f"{prefix}{part}."
-    lines = []
+    # "now": the value in the file (profile included), not a default (the models have none).
+    lines = [f"# values now in {_source(params_path)} (profile {config.common.profile!r})"]
     for path, kind, value, bounds, help_text in _rows(model, instance, prefix):
         limits = f" [{bounds}]" if bounds else ""
-        lines.append(f"{path}: {kind} = {value}{limits}  # {help_text}")
+        lines.append(f"{path}: {kind}, now {value}{limits}  # {help_text}")
     return "\n".join(lines)
+
+
+def _source(params_path: str | Path | None) -> str:
+    return str(params_path) if params_path else "params.yaml"

@@ -23,6 +23,7 @@ __all__ = [
     "Field",
     "looks_like_secret",
     "redact_secrets",
+    "secret_shaped_leaves",
 ]
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -37,6 +38,9 @@ _SECRET_SHAPES = (
     re.compile(r"\b(?=[A-Za-z0-9_\-]*\d)(?=[A-Za-z0-9_\-]*[A-Za-z])[A-Za-z0-9_\-]{32,}\b"),
 )
 
+# The prefixed shapes only: refused in any string field of the params (the long opaque shape
+# would also match a pinned git revision or a checksum, which are legitimate values).
+_PREFIXED_SHAPES = _SECRET_SHAPES[:5]
 
 REDACTED = "[redacted: looks like an API key]"
 
@@ -53,6 +57,26 @@ def looks_like_secret(value: Any) -> bool:
     if not isinstance(value, str):
         return False
     return any(shape.search(value) for shape in _SECRET_SHAPES)
+
+
+def secret_shaped_leaves(tree: Any, prefix: str = "") -> list[str]:
+    """Dotted keys of every string (at any depth, in lists too) with a key or token's prefix
+    (``sk-...``, ``Bearer ...``, ``hf_...``, ``ghp_...``, ``AKIA...``)."""
+    if isinstance(tree, dict):
+        return [
+            found
+            for key, value in tree.items()
+            for found in secret_shaped_leaves(value, f"{prefix}.{key}" if prefix else str(key))
+        ]
+    if isinstance(tree, (list, tuple)):
+        return [
+            found
+            for index, value in enumerate(tree)
+            for found in secret_shaped_leaves(value, f"{prefix}.{index}")
+        ]
+    if isinstance(tree, str) and any(shape.search(tree) for shape in _PREFIXED_SHAPES):
+        return [prefix]
+    return []
 
 
 def _env_var_name(value: str | None) -> str | None:

@@ -24,7 +24,7 @@ from tagrpo.config.data import DataSettings
 from tagrpo.config.engines import HFEngineSettings, VerlSettings, VLLMEngineSettings
 from tagrpo.config.equivalence import CheckEquivalenceSettings
 from tagrpo.config.evaluation import DiagnosticsSettings, EvaluateSettings, ReportSettings
-from tagrpo.config.model import ConfigModel, redact_secrets
+from tagrpo.config.model import REDACTED, ConfigModel, redact_secrets, secret_shaped_leaves
 from tagrpo.config.rephrase import RephraseSettings
 from tagrpo.config.runtime import RuntimeSettings
 from tagrpo.config.train import LocalBackendSettings, TrainSettings
@@ -36,8 +36,9 @@ class ConfigError(ValueError):
     """params that cannot run: each line names the key path, the value and what is allowed."""
 
     def __init__(self, source: str, problems: list[str]) -> None:
-        self.source = source
-        # Values are echoed to help; a key pasted into the wrong field must not be.
+        # Values are echoed to help; a key pasted into the wrong field must not be (nor into
+        # an override, which the source may name).
+        self.source = source = redact_secrets(source)
         self.problems = problems = [redact_secrets(problem) for problem in problems]
         listed = "\n".join(f"  - {problem}" for problem in problems)
         super().__init__(f"{source}: {len(problems)} problem(s) in the params:\n{listed}")
@@ -249,11 +250,48 @@ def _model_at(path: tuple[str, ...]) -> Any:
     return current
 
 
+class _DuplicateKeyError(Exception):
+    pass
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last
+    silently; DVC refuses the file, so the stages and DVC would disagree on the params)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise _DuplicateKeyError(
+                    f"duplicate key {key!r} (line {line}; first on line {seen[key]}): DVC "
+                    "refuses such a file, YAML readers keep the last; remove one"
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
-    """A YAML file whose top level is a mapping (a clear error otherwise)."""
+    """A YAML file whose top level is a mapping, without a duplicate key, in UTF-8 (a clear
+    error naming the file otherwise)."""
     path = Path(path)
+    data = path.read_bytes()
     try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise ConfigError(
+            str(path),
+            [
+                f"not UTF-8 text: byte 0x{data[error.start]:02x} at offset {error.start} "
+                f"(line {line}); is it a binary file?"
+            ],
+        ) from None
+    try:
+        loaded = yaml.load(text, Loader=_UniqueKeyLoader)
+    except _DuplicateKeyError as error:
+        raise ConfigError(str(path), [str(error)]) from None
     except yaml.YAMLError as error:
         raise ConfigError(str(path), [f"not valid YAML: {error}"]) from None
     if loaded is None:
@@ -311,12 +349,29 @@ def describe_errors(error: ValidationError, model: type[ConfigModel] = Params) -
     return lines
 
 
+SECRET_IN_PARAMS = (
+    "looks like an API key or token: secrets never go in params (they are logged, tracked and "
+    "committed); put it in the environment and name the variable in an *_env key"
+)
+
+
 def validate_params(raw: Mapping[str, Any], source: str = "params") -> Params:
-    """A mapping as :class:`Params`; :class:`ConfigError` listing every problem otherwise."""
+    """A mapping as :class:`Params`; :class:`ConfigError` listing every problem otherwise.
+
+    A key-shaped string is refused in any field (``*_env`` fields say so themselves)."""
+    secrets = [path for path in secret_shaped_leaves(dict(raw)) if not path.endswith("_env")]
+    problems = [f"{path} = {REDACTED!r}: {SECRET_IN_PARAMS}" for path in secrets]
     try:
-        return Params.model_validate(dict(raw))
+        params = Params.model_validate(dict(raw))
     except ValidationError as error:
-        raise ConfigError(source, describe_errors(error)) from None
+        problems += [
+            line
+            for line in describe_errors(error)
+            if not any(line.startswith((f"{path} ", f"{path}:")) for path in secrets)
+        ]
+    if problems:
+        raise ConfigError(source, problems)
+    return params
 
 
 def load_config(path: str | Path | None = None) -> Params:
@@ -392,6 +447,48 @@ def merged_with_profile(profile_path: str | Path, params_path: str | Path) -> di
     return merged
 
 
+def _leaves(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping) and value:
+            found.update(_leaves(value, path))
+        else:
+            found[path] = value
+    return found
+
+
+def kept_from_earlier_profile(
+    profile_path: str | Path, params_path: str | Path | None = None
+) -> tuple[str, list[str]] | None:
+    """Applying ``profile_path`` to a params file that already has another profile applied
+    (``common.profile`` is not ``embedded``) keeps that profile's values wherever the new one
+    is silent: (the earlier profile's name, ``key = value`` of each kept key, as now in the
+    file). The keys are those ``profiles/<earlier>.yaml`` sets (beside ``profile_path``);
+    without that file, ``["(its file is not in <folder>: the keys cannot be listed)"]``.
+    None when nothing is stacked."""
+    target = Path(params_path) if params_path else default_params_path()
+    profile_path = Path(profile_path)
+    current = read_yaml_mapping(target)
+    earlier = str((current.get("common") or {}).get("profile", "embedded"))
+    new = read_yaml_mapping(profile_path)
+    if earlier in ("embedded", str((new.get("common") or {}).get("profile", ""))):
+        return None
+    earlier_path = profile_path.parent / f"{earlier}.yaml"
+    if not earlier_path.is_file():
+        return earlier, [f"(its file is not in {profile_path.parent}: the keys cannot be listed)"]
+    overridden = _leaves(new)
+    current_leaves = _leaves(current)
+    kept = [
+        f"{key} = {current_leaves.get(key)!r}"
+        for key in _leaves(read_yaml_mapping(earlier_path))
+        if key != "common.profile"
+        and not any(key == other or key.startswith(f"{other}.") for other in overridden)
+        and key in current_leaves
+    ]
+    return earlier, kept
+
+
 def apply_profile(profile_path: str | Path, params_path: str | Path | None = None) -> Params:
     """Write params.yaml merged with a profile (only after the result validates).
 
@@ -455,6 +552,16 @@ def _merge_in_place(node: Any, override: Mapping[str, Any]) -> None:
         node[key] = new
 
 
+def _did_you_mean(part: str, node: Any, parents: list[str]) -> str:
+    """``"; did you mean a.b.c?"`` for the closest existing key, or ``""``."""
+    import difflib
+
+    if not isinstance(node, dict):
+        return ""
+    close = difflib.get_close_matches(part, [str(key) for key in node], n=1, cutoff=0.6)
+    return f"; did you mean {'.'.join([*parents, close[0]])}?" if close else ""
+
+
 def apply_overrides(raw: Mapping[str, Any], assignments: list[str]) -> dict[str, Any]:
     """``key.path=value`` assignments (values parsed as YAML) applied to a params mapping.
 
@@ -469,14 +576,17 @@ def apply_overrides(raw: Mapping[str, Any], assignments: list[str]) -> dict[str,
         node: Any = merged
         for depth, part in enumerate(parts[:-1]):
             if not isinstance(node, dict) or part not in node:
+                hint = _did_you_mean(part, node, parts[:depth])
                 raise ConfigError(
-                    "overrides", [f"{key}: {'.'.join(parts[: depth + 1])} is not a params key"]
+                    "overrides",
+                    [f"{key}: {'.'.join(parts[: depth + 1])} is not a params key{hint}"],
                 )
             node = node[part]
         if not isinstance(node, dict) or (
             parts[-1] not in node and not _free_form(tuple(parts[:-1]))
         ):
-            raise ConfigError("overrides", [f"{key}: not a params key"])
+            hint = _did_you_mean(parts[-1], node, parts[:-1])
+            raise ConfigError("overrides", [f"{key}: not a params key{hint}"])
         node[parts[-1]] = yaml.safe_load(text)
     validate_params(merged, "overrides")
     return merged

@@ -9,11 +9,25 @@ identical content (a clone elsewhere, the same files copied) does not.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from tagrpo.config.params import Params
 from tagrpo.pipeline.verify import file_md5
+
+# Links to the benchmark files the local source reads, remade by the preflight stage: a dep
+# of the data stage, so `dvc status` (which follows the links) sees a file edited in place.
+# Its .gitkeep is committed (the folder exists in every clone, with the same hash when empty).
+INPUT_LINKS = Path("data/preflight/raw")
+KEEP = ".gitkeep"
+
+# The text of data/preflight/params.ok: constant, so a valid params change reruns only the stages
+# whose params changed (``tagrpo plan`` predicts it as unchanged).
+PARAMS_OK = (
+    "params.yaml validated. Every stage depends on this file: when the params do not validate, "
+    "the preflight stage fails and DVC runs (and deletes the outputs of) no other stage.\n"
+)
 
 
 def local_source_files(config: Params) -> list[str]:
@@ -50,3 +64,63 @@ def input_manifest(config: Params) -> dict[str, Any]:
         else:
             files[name] = "missing"
     return {"source": source, "files": files}
+
+
+def manifest_text(manifest: dict[str, Any]) -> str:
+    """data/preflight/inputs.json as the preflight stage writes it (``tagrpo plan`` compares
+    this text of the params it plans with the one the data stage last ran on)."""
+    return json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+
+
+def data_dir_problem(config: Params, root: Path) -> str | None:
+    """Why the data stage's inputs cannot be read, said before DVC deletes its outputs: the
+    local source's data directory does not exist (``TAGRPO_DATA_DIR`` named when it comes from
+    there). None for the other sources and for an existing directory (a missing file is
+    recorded in the manifest and named by the data stage)."""
+    import os
+
+    from tagrpo.pipeline.paths import shared_data_dir
+
+    if config.data.source != "local":
+        return None
+    data_dir = shared_data_dir(config.common.data_dir)
+    if data_dir.is_dir():
+        return None
+    origin = (
+        f"TAGRPO_DATA_DIR={os.environ['TAGRPO_DATA_DIR']}"
+        if os.environ.get("TAGRPO_DATA_DIR")
+        else f"common.data_dir = {config.common.data_dir!r}"
+    )
+    return (
+        f"data.source is local, but its data directory {data_dir} ({origin}) does not exist: "
+        "point TAGRPO_DATA_DIR or common.data_dir at the folder of benchmark files"
+    )
+
+
+def link_inputs(config: Params, folder: Path) -> list[str]:
+    """Make ``folder`` (:data:`INPUT_LINKS`) hold one symlink per existing input file of the
+    manifest (same relative path), and nothing else but its .gitkeep; the names linked."""
+    from tagrpo.pipeline.paths import shared_data_dir
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if path == folder / KEEP:
+            continue
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():
+            path.rmdir()
+    (folder / KEEP).touch()
+    files = input_manifest(config)["files"]
+    if config.data.source != "local":
+        return []
+    data_dir = shared_data_dir(config.common.data_dir)
+    linked = []
+    for name, entry in sorted(files.items()):
+        if entry == "missing":
+            continue
+        link = folder / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to((data_dir / name).resolve())
+        linked.append(name)
+    return linked

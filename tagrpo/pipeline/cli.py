@@ -36,7 +36,7 @@ from tagrpo.grading import pool as grading_pool
 from tagrpo.grading.kinds import ANSWER_KINDS
 from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.plots import dvc_plots
-from tagrpo.pipeline.verify import verify_outputs
+from tagrpo.pipeline.verify import restore_command, stale_lock_entries, verify_outputs
 
 # --- grade -----------------------------------------------------------------------------------
 
@@ -263,14 +263,26 @@ def _cmd_grade(args: argparse.Namespace) -> int:
 def _cmd_params_apply(args: argparse.Namespace) -> int:
     # Here and below: the typed params (pydantic), the method registry (numpy) and mlflow load
     # only in the command that needs them, so that ``tagrpo --help`` stays fast.
-    from tagrpo.config.params import ConfigError, apply_profile
+    from tagrpo.config.params import ConfigError, apply_profile, kept_from_earlier_profile
 
     try:
+        stacked = kept_from_earlier_profile(args.profile, args.params)
         merged = apply_profile(args.profile, args.params)
     except (ConfigError, OSError) as error:
         print(f"tagrpo params apply: {error}", file=sys.stderr)
         return 2
     print(f"applied {args.profile}: profile is now {merged.common.profile!r}")
+    if stacked:
+        earlier, kept = stacked
+        print(
+            f"note: stacked on profile {earlier!r}, already applied to the params: "
+            f"{len(kept)} of its keys stay as it set them, {args.profile} does not set them:"
+        )
+        print("\n".join(f"  {line}" for line in kept))
+        print(
+            f"  to apply {args.profile} on the embedded default alone: git checkout params.yaml, "
+            "then apply it again"
+        )
     return 0
 
 
@@ -400,18 +412,34 @@ def _cmd_plots(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
+    from tagrpo.pipeline.dvc_stages import load_stages
+
     root = project_root()
+    # The pipeline under the current params: dvc.lock keeps the entries of stages the params
+    # dropped (another profile's matrix items), whose outputs are rightly absent.
+    stages = set(load_stages(root))
+    stale = stale_lock_entries(root, stages)
     try:
-        checked, mismatches = verify_outputs(root, args.paths or None)
+        checked, mismatches = verify_outputs(root, args.paths or None, stages)
     except KeyError as error:
         print(f"tagrpo verify: {error.args[0]}", file=sys.stderr)
         return 2
+    if stale:
+        names = sorted(stale)
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        print(
+            f"not checked: {sum(map(len, stale.values()))} output(s) of {len(stale)} dvc.lock "
+            f"entries of stages the current params do not have ({shown})"
+        )
     if not checked:
         print("tagrpo verify: dvc.lock lists no outputs (run dvc repro first)", file=sys.stderr)
         return 2
     for mismatch in mismatches:
         print(f"tagrpo verify: {mismatch.describe()}", file=sys.stderr)
     print(f"{len(checked)} output(s) of dvc.lock checked by content: {len(mismatches)} differ")
+    if mismatches:
+        paths = " ".join(m.path for m in mismatches)
+        print(f"tagrpo verify: to restore them: {restore_command(paths)}", file=sys.stderr)
     return 1 if mismatches else 0
 
 

@@ -275,6 +275,17 @@ def compare(
     if missing:
         raise LookupError(f"no finished evaluation of {missing} for profile {profile!r}")
     keys = {key for run in runs for key in run.passk}
+    # A filter naming what no run has is refused with what there is, never dropped silently.
+    for asked, present, what in (
+        (ks, {k for _, k in keys}, "k"),
+        (names, {n for n, _ in keys}, "benchmark or group"),
+    ):
+        absent = sorted(set(asked or ()) - present)
+        if absent:
+            raise LookupError(
+                f"no pass@k for {what} {', '.join(map(str, absent))} in the evaluations of "
+                f"profile {profile!r}: they have {what} {', '.join(map(str, sorted(present)))}"
+            )
     keys = {(n, k) for n, k in keys if (not ks or k in ks) and (not names or n in names)}
     # Benchmarks (they have intervals) before groups, then by name and k.
     has_ci = {key for run in runs for key in run.intervals}

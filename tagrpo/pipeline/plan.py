@@ -14,11 +14,18 @@ against the typed params) and then reads, never writes, the checkout:
 * and every stage downstream of one that runs (its inputs are about to be rewritten; DVC skips
   it only if they come out byte-identical).
 
+An ``always_changed`` stage (``preflight``) runs on every ``dvc repro`` but rewrites its outputs
+byte-identical unless its inputs changed: where the text it will write is known without running
+it (:func:`predicted_outputs`), a stage downstream runs only when that text differs from the
+one it last ran on (dvc.lock), e.g. benchmark files edited under ``TAGRPO_DATA_DIR``; elsewhere
+everything downstream counts as rerun.
+
 The checkout's params.yaml and outputs are not touched (``dvc status`` only reads them).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -170,6 +177,34 @@ def _param_reasons(
     return reasons
 
 
+ALWAYS_CHANGED = "always changed"
+
+
+def predicted_outputs(stage: ExpandedStage, params: Mapping[str, Any]) -> dict[str, bytes]:
+    """The bytes an always-changed stage will write, per output, where known without running it:
+    the preflight stage's params.ok (constant text) and inputs.json (the benchmark files'
+    manifest under ``params``, :mod:`tagrpo.data.inputs`). Other outputs: not listed."""
+    if stage.stage != "preflight":
+        return {}
+    from tagrpo.config.params import validate_params
+    from tagrpo.data.inputs import PARAMS_OK, input_manifest, manifest_text
+    from tagrpo.pipeline.layout import preflight_outputs
+
+    outputs = preflight_outputs()
+    manifest = input_manifest(validate_params(params, "plan"))
+    return {
+        str(outputs["params_ok"]): PARAMS_OK.encode("utf-8"),
+        str(outputs["inputs"]): manifest_text(manifest).encode("utf-8"),
+    }
+
+
+def _recorded_dep_md5(recorded: Mapping[str, Any] | None, path: str) -> str | None:
+    for dep in (recorded or {}).get("deps") or []:
+        if dep.get("path") == path:
+            return dep.get("md5")
+    return None
+
+
 def plan_rerun(
     root: Path, request: RerunRequest, status: Mapping[str, Sequence[Any]] | None = None
 ) -> RerunPlan:
@@ -202,7 +237,8 @@ def plan_rerun(
         upstream_of[downstream].append(upstream)
 
     runs: list[PlannedStage] = []
-    running: set[str] = set()
+    running: set[str] = set()  # stages that run and may rewrite what their downstream reads
+    predicted: dict[str, tuple[str, bytes]] = {}  # output -> (its always-changed stage, bytes)
     for name in order:
         stage = stages[name]
         recorded = recorded_stages.get(name)
@@ -217,11 +253,41 @@ def plan_rerun(
                 stage, (recorded.get("params") or {}).get(PARAMS_FILE) or {}, new_view
             )
             reasons += checkout_reasons(status.get(name, []))
+        rewritten = sorted(
+            f"{dep} (rewritten by {predicted[dep][0]})"
+            for dep in stage.deps
+            if dep in predicted
+            and _recorded_dep_md5(recorded, dep) != hashlib.md5(predicted[dep][1]).hexdigest()
+        )
+        if recorded is not None and rewritten:
+            reasons.append("changed deps: " + ", ".join(rewritten))
         after = tuple(up for up in order if up in running and up in upstream_of[name])
         if reasons or after:
             runs.append(PlannedStage(name, tuple(reasons), after))
-            running.add(name)
+            outputs = predicted_outputs(stage, resolved) if ALWAYS_CHANGED in reasons else {}
+            if outputs and set(stage.outs) - set(outputs) == _unread(stage, stages, outputs):
+                # Reruns, but what its downstream reads is known: compared per stage above.
+                predicted.update({out: (name, data) for out, data in outputs.items()})
+            else:
+                running.add(name)
     return RerunPlan(request=request, changed_params=changed, order=order, runs=runs)
+
+
+def _unread(
+    stage: ExpandedStage, stages: Mapping[str, ExpandedStage], known: Mapping[str, bytes]
+) -> set[str]:
+    """``stage``'s outputs outside ``known`` that no other stage reads."""
+    return {
+        out
+        for out in stage.outs
+        if out not in known
+        and not any(
+            _inside(dep, out) or _inside(out, dep)
+            for other in stages.values()
+            if other.name != stage.name
+            for dep in other.deps
+        )
+    }
 
 
 def _short(value: Any) -> str:

@@ -163,6 +163,60 @@ class StageLock:
             self.handle = None
 
 
+# dvc commands that run stage commands (and write dvc.lock after each).
+_RUNNING_COMMANDS = (("repro",), ("run",), ("exp", "run"))
+
+
+def other_dvc_runs(root: Path) -> list[tuple[int, str]]:
+    """Other ``dvc repro``/``dvc exp run`` processes working in ``root`` (cwd at or under it),
+    not this process's ancestors: ``(pid, command line)``.
+
+    DVC releases its repository lock while a stage's command runs and takes it back to write
+    dvc.lock: a stage of a second ``dvc repro`` in the same checkout runs to its end and is
+    then thrown away ("Unable to acquire lock"), its MLflow run FINISHED (issue 33.3).
+    """
+    from tagrpo.pipeline.parent_run import _cmdline, dvc_arguments
+
+    if not sys.platform.startswith("linux"):
+        return []
+    ancestors = set()
+    pid = os.getpid()
+    for _ in range(64):
+        stat = proc_stat(pid)
+        if stat is None or pid <= 1:
+            break
+        ancestors.add(pid)
+        pid = stat.parent
+    found = []
+    target = root.resolve()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in ancestors:
+            continue
+        argv = _cmdline(int(entry.name))
+        args = dvc_arguments(argv)
+        if not args or not any(args[: len(c)] == c for c in _RUNNING_COMMANDS):
+            continue
+        try:
+            cwd = Path(os.readlink(entry / "cwd")).resolve()
+        except OSError:
+            continue
+        if cwd == target or target in cwd.parents:
+            found.append((int(entry.name), " ".join(argv)))
+    return sorted(found)
+
+
+def refuse_concurrent_dvc(root: Path, name: str) -> None:
+    """:class:`StageBusyError` when another dvc run works in this checkout (before any work)."""
+    others = other_dvc_runs(root)
+    if others:
+        pid, command = others[0]
+        raise StageBusyError(
+            f"{name}: another dvc process runs stages in this checkout (pid {pid}: {command}); "
+            "DVC would throw this stage's result away when that one holds its lock (\"Unable "
+            'to acquire lock"): wait for it to end, or run in another checkout'
+        )
+
+
 def require_inputs(root: Path, paths: list[Path], stage: str) -> None:
     """Every input exists (checked before the stage deletes or loads anything)."""
     missing = [str(path) for path in paths if not (root / path).exists()]
@@ -280,6 +334,7 @@ def running_stage(
     root = project_root()
     name = f"{stage}@{key}" if key else stage
     with StageLock(root, name):
+        refuse_concurrent_dvc(root, name)
         check_writable(root, outputs.all())
         for relative in outputs.all():
             remove_path(root / relative)

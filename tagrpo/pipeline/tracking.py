@@ -127,9 +127,28 @@ def tracking_errors(doing: str, uri: str | None = None) -> Iterator[None]:
         yield
     except failures as error:
         where = uri or mlflow.get_tracking_uri()
-        lines = str(error).strip().splitlines() or [""]
-        cause = f"{type(error).__name__}: {lines[0][:300]}"
-        raise TrackingError(f"MLflow tracking failed {doing} ({where}): {cause}") from error
+        raise TrackingError(
+            f"MLflow tracking failed {doing} ({where}): {store_failure(error)}"
+        ) from error
+
+
+def store_failure(error: BaseException) -> str:
+    """The one-line cause of a store failure: its first informative line (SQLAlchemy's
+    "raised as a result of Query-invoked autoflush" preamble skipped) and, for a full disk and
+    a store left half-migrated by one, what to do."""
+    text = str(error)
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    informative = [line for line in lines if not line.startswith("(raised as a result of")]
+    cause = f"{type(error).__name__}: {(informative or lines or [''])[0][:300]}"
+    if "_alembic_tmp_" in text:
+        cause += (
+            "; an MLflow schema migration of this store was interrupted (a full disk?) and left "
+            "its temporary table: drop it (sqlite3 <store> 'DROP TABLE _alembic_tmp_<name>') "
+            "and rerun, or move the store aside to start a new one"
+        )
+    elif "disk is full" in text or "No space left" in text:
+        cause += "; free space on the store's disk and rerun (the stage committed no output)"
+    return cause
 
 
 def sqlite_path(uri: str) -> Path | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,17 +46,32 @@ def dvc_md5(path: Path) -> str:
     return file_md5(path)
 
 
-def locked_outputs(root: Path) -> dict[str, str]:
-    """Every output of dvc.lock: path -> md5 (outs, metrics and plots alike)."""
+def _lock_stages(root: Path) -> dict[str, Any]:
     lock = root / "dvc.lock"
     if not lock.is_file():
         return {}
-    stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages") or {}
+    return (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages") or {}
+
+
+def locked_outputs(root: Path, stages: Collection[str] | None = None) -> dict[str, str]:
+    """Every output of dvc.lock: path -> md5 (outs, metrics and plots alike); only those of
+    the entries named in ``stages`` when given."""
     return {
         out["path"]: out["md5"]
-        for stage in stages.values()
+        for name, stage in _lock_stages(root).items()
+        if stages is None or name in stages
         for out in stage.get("outs") or []
         if "md5" in out
+    }
+
+
+def stale_lock_entries(root: Path, stages: Collection[str]) -> dict[str, list[str]]:
+    """dvc.lock's entries of stages not in ``stages`` (the pipeline under the current params:
+    DVC keeps the entry of a matrix item the params dropped), with their outputs."""
+    return {
+        name: [out["path"] for out in entry.get("outs") or []]
+        for name, entry in _lock_stages(root).items()
+        if name not in stages
     }
 
 
@@ -109,9 +125,12 @@ def verify_output(root: Path, relative: str, expected: str) -> Mismatch | None:
     return Mismatch(relative, expected, found, files)
 
 
-def verify_outputs(root: Path, paths: list[str] | None = None) -> tuple[list[str], list[Mismatch]]:
-    """The locked outputs checked (all, or those at or under ``paths``) and the mismatches."""
-    locked = locked_outputs(root)
+def verify_outputs(
+    root: Path, paths: list[str] | None = None, stages: Collection[str] | None = None
+) -> tuple[list[str], list[Mismatch]]:
+    """The locked outputs checked (all, or those at or under ``paths``; only the entries of
+    ``stages`` when given) and the mismatches."""
+    locked = locked_outputs(root, stages)
     if paths:
         prefixes = [p.rstrip("/") for p in paths]
         unknown = [p for p in prefixes if not any(_under(out, p) for out in locked)]
@@ -125,6 +144,12 @@ def verify_outputs(root: Path, paths: list[str] | None = None) -> tuple[list[str
 
 def _under(path: str, prefix: str) -> bool:
     return path == prefix or path.startswith(prefix + "/")
+
+
+def restore_command(relative: str) -> str:
+    """The command that puts the locked content of ``relative`` back from DVC's cache:
+    ``--relink`` rewrites the files whatever DVC's state cache says (tested)."""
+    return f"dvc checkout --relink {relative}"
 
 
 class OutputCorruptedError(RuntimeError):
@@ -144,8 +169,9 @@ def check_against_lock(root: Path, relative: str) -> bool:
     if mismatch is not None:
         raise OutputCorruptedError(
             f"{mismatch.describe()}. It was changed after the stage that wrote it (DVC's state "
-            "cache trusts size and mtime, so `dvc status` may not see it): restore it with "
-            f"`dvc checkout {relative}` or rerun its stage (`dvc repro --force` that stage); "
-            "if you changed it on purpose, `dvc commit` that stage records it"
+            "cache trusts size and mtime, so `dvc status` may not see it, and a plain "
+            f"`dvc checkout` keeps the changed file): restore it with `{restore_command(relative)}`"
+            " or rerun its stage (`dvc repro --force` that stage); if you changed it on purpose, "
+            "`dvc commit` that stage records it"
         )
     return True

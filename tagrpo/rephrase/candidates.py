@@ -34,7 +34,9 @@ CANDIDATE_SCHEMA = pa.schema(
         pa.field("origin", pa.string(), nullable=False),  # backend and transform or model
         pa.field("error", pa.string()),  # reason code when text is None
         pa.field("detail", pa.string()),  # error message or parse repairs
-        pa.field("cached", pa.bool_(), nullable=False),
+        # How the reply was obtained when it was first asked for (a cache hit reproduces
+        # them), so a rerun served from the cache writes a byte-identical file; whether this
+        # run hit the cache is Candidate.cached, and the stage's requests/cache_hits metric.
         pa.field("attempts", pa.int32(), nullable=False),
         pa.field("prompt_tokens", pa.int64(), nullable=False),
         pa.field("completion_tokens", pa.int64(), nullable=False),
@@ -51,7 +53,7 @@ class Candidate:
     origin: str
     error: str | None = None
     detail: str | None = None
-    cached: bool = False
+    cached: bool = False  # served from the reply cache in this run (not written to the file)
     attempts: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0

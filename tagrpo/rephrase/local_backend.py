@@ -164,7 +164,7 @@ class HFRephraser:
                     round,
                     self.issues,
                     cached=cached,
-                    attempts=0 if cached else 1,
+                    attempts=1,  # as when generated: the file must not depend on the cache
                 )
             )
         return out

@@ -217,7 +217,17 @@ class ChatRunner:
         results: dict[str, ChatResult] = {}
         stored = self.cache.get_many(unique) if self.cache is not None else {}
         for key, payload in stored.items():
-            results[key] = ChatResult(key, list(payload["texts"]), cached=True)
+            # The reply's provenance as first obtained: the file the stage writes must not
+            # depend on whether the cache served it (issue 33.8).
+            usage = payload.get("usage") or {}
+            results[key] = ChatResult(
+                key,
+                list(payload["texts"]),
+                cached=True,
+                attempts=int(payload.get("attempts", 1)),
+                prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                completion_tokens=int(usage.get("completion_tokens", 0)),
+            )
         self.stats.cache_hits += len(stored)
         pending = [request for key, request in unique.items() if key not in stored]
         if pending:
@@ -309,7 +319,12 @@ class ChatRunner:
                 )
                 continue
             if self.cache is not None:
-                payload = {"texts": texts, "model": self.config.model, "usage": usage}
+                payload = {
+                    "texts": texts,
+                    "model": self.config.model,
+                    "usage": usage,
+                    "attempts": attempt,
+                }
                 await asyncio.get_running_loop().run_in_executor(
                     writer, self.cache.put, request.key, request.namespace, payload
                 )
