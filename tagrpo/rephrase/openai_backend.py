@@ -273,8 +273,15 @@ class ChatRunner:
                 async with asyncio.TaskGroup() as group:  # a fatal reply cancels the rest
                     for i, request in enumerate(pending):
                         group.create_task(one(i, request))
-            except* EndpointRefusedError as refused:
-                raise refused.exceptions[0] from None
+            except ExceptionGroup as failures:
+                # Not `except*`: before 3.11.4 an exception raised there is wrapped in a new
+                # ExceptionGroup, and the caller would not see the refusal itself.
+                refused = failures.subgroup(EndpointRefusedError)
+                if refused is None:
+                    raise
+                while isinstance(refused, BaseExceptionGroup):
+                    refused = refused.exceptions[0]
+                raise refused from None
             finally:
                 shown.close()
                 writer.shutdown(wait=True)  # every reply received is stored before returning
