@@ -116,7 +116,7 @@ def test_plugin_registers_everything_in_a_fresh_verl_process() -> None:
         "PYTHONPATH": str(project_root()),
     }
     result = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=540
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == [
