@@ -54,13 +54,18 @@ UNREACHABLE = "miniworld-unreachable"
 LOG_PROB_TOLERANCE = 1e-4
 ADVANTAGE_TOLERANCE = 1e-5
 
-# The embedded default's tiny Llama on a smaller corpus: a policy with mixed rewards (measured on
-# world v1: 29% of the responses to the originals correct, 79% of G=8 groups mixed) in about 3
-# minutes on a loaded 2-core machine.
+# The embedded default's tiny Llama on a smaller corpus, trained on chains of 2: a policy with
+# mixed rewards, which the grouping checks need (on world v2's chains of 3 this base answered
+# every ta_grpo_star response of a CI run wrong, so joint and per-variant groups could not be
+# told apart), in a few minutes on a loaded 2-core machine.
 TEST_PROFILE = {
     # One thread per process: on a shared 2-core machine, OpenMP threads spinning for a core
     # they do not get made the warm start 10x slower (measured: 416 s with 2 threads vs 38 s).
-    "common": {"profile": "verl-cpu-test", "torch_threads": 1},
+    "common": {
+        "profile": "verl-cpu-test",
+        "torch_threads": 1,
+        "miniworld": {"train_lengths": {2: 1.0}},
+    },
     "data": {
         "synthetic": {
             "train_size": 24,
@@ -88,7 +93,7 @@ TEST_PROFILE = {
         "mini_batches": 1,
         "group_size": G,
         "n_neighbours": N,
-        "max_new_tokens": 48,  # a worked chain of 3 is about 40 tokens with its end token
+        "max_new_tokens": 48,  # a worked chain of 2 is about 30 tokens with its end token
         "checkpoints": [0.5, 1.0],
     },
     "verl": {
