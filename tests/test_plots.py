@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 from browser import dump_dom, screenshot
+from choice_benchmark import WITH_MINI_CHOICE
 from not_tested import not_tested
 
 from tagrpo.config.params import config_with
@@ -179,14 +180,7 @@ def plots_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "runs.one_seed_methods": [],
             "runs.data_scaling.methods": ["grpo"],
             "runs.data_scaling.multiples": [2.0],
-            # world v2 has no multiple-choice benchmark; the chance floor needs one
-            "data.synthetic.benchmarks.mini_choice": {
-                "size": 48,
-                "lengths": {2: 1.0},
-                "multiple_choice": True,
-                "options": 10,
-            },
-            "evaluate.groups.ood": ["mini_unseen", "mini_choice"],
+            **WITH_MINI_CHOICE,  # world v2 has no multiple choice; the chance floor needs one
         }
     )
     outputs = report_outputs()

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from choice_benchmark import MINI_CHOICE
 
 from tagrpo.config.params import config_with
 from tagrpo.metrics.compare import Estimate, SeedRuns, paired_difference, widening
@@ -106,12 +107,7 @@ def _sections(root: Path, overrides: dict) -> tuple[str, str, dict]:
             "evaluate.ks": [1, 2],
             "evaluate.bootstrap_resamples": 50,
             # The primary (in-distribution) group holds two free-form benchmarks: 8 problems.
-            "data.synthetic.benchmarks.mini_choice": {
-                "size": 48,
-                "lengths": {2: 1.0},
-                "multiple_choice": True,
-                "options": 10,
-            },
+            "data.synthetic.benchmarks.mini_choice": MINI_CHOICE,
             "evaluate.groups": {
                 "in_distribution": ["mini_chains", "mini_unseen"],
                 "competition": ["mini_long"],

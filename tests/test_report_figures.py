@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from choice_benchmark import WITH_MINI_CHOICE
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
@@ -259,17 +260,7 @@ def test_chance_section_states_the_k_for_each_choice_benchmark() -> None:
 
 def test_multiple_choice_options_come_from_the_data_source() -> None:
     assert multiple_choice_options(load_config()) == {}  # world v2 has no multiple choice
-    with_choice = config_with(
-        {
-            "data.synthetic.benchmarks.mini_choice": {
-                "size": 48,
-                "lengths": {2: 1.0},
-                "multiple_choice": True,
-                "options": 10,
-            },
-            "evaluate.groups.ood": ["mini_unseen", "mini_choice"],
-        }
-    )
+    with_choice = config_with(WITH_MINI_CHOICE)
     assert multiple_choice_options(with_choice) == {"mini_choice": 10}
     hub = config_with(
         {
