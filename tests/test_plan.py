@@ -82,9 +82,9 @@ def _ran(log: str) -> list[str]:
     return re.findall(r"Running stage '([^']+)'", log)
 
 
-def small_project(root: Path, dvc_yaml: str = DVC_YAML) -> dict[str, str]:
-    """The project's params (two methods, one seed) and a small DAG in a new git repo with DVC
-    initialised; the environment to run dvc in."""
+def _write_small_dag(root: Path, dvc_yaml: str = DVC_YAML) -> dict[str, Any]:
+    """The project's params (two methods, one seed) as params.yaml and the small DAG as
+    dvc.yaml in ``root``; returns the params."""
     params = resolve_params(
         ROOT,
         RerunRequest(
@@ -95,6 +95,13 @@ def small_project(root: Path, dvc_yaml: str = DVC_YAML) -> dict[str, str]:
     )
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (root / "dvc.yaml").write_text(dvc_yaml)
+    return params
+
+
+def small_project(root: Path, dvc_yaml: str = DVC_YAML) -> dict[str, str]:
+    """The project's params (two methods, one seed) and a small DAG in a new git repo with DVC
+    initialised; the environment to run dvc in."""
+    _write_small_dag(root, dvc_yaml)
     (root / "models").mkdir()
     (root / "evals").mkdir()
     (root / "profiles").mkdir()
@@ -312,16 +319,7 @@ def test_tracking_code_and_settings_that_cannot_change_results_rerun_nothing(
 def locked(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     """The small DAG's params.yaml and dvc.yaml, and a dvc.lock recording every stage as it is
     now (commands and params); returns the root and that lock, to be edited and written."""
-    params = resolve_params(
-        ROOT,
-        RerunRequest(
-            methods=["grpo", "grpo_flipped"],
-            seeds=[0],
-            overrides=["diagnostics.policies=[grpo-s0]"],
-        ),
-    )
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    (tmp_path / "dvc.yaml").write_text(DVC_YAML)
+    params = _write_small_dag(tmp_path)
     view = _dvc_yaml_view(params)
     stages = {}
     for name, stage in expand_stages(yaml.safe_load(DVC_YAML), params).items():
@@ -474,15 +472,7 @@ def test_benchmark_files_changed_under_the_data_dir_rerun_data(
     edited = {"source": "synthetic", "files": {"aime24/test.jsonl": {"bytes": 5, "md5": "0"}}}
     monkeypatch.setattr(tagrpo.data.inputs, "input_manifest", lambda config: edited)
     plan = plan_rerun(with_preflight, RerunRequest())
-    assert [s.name for s in plan.runs] == [
-        "preflight",
-        "data",
-        "train@grpo-0",
-        "train@grpo_flipped-0",
-        "evaluate@grpo-0",
-        "evaluate@grpo_flipped-0",
-        "report",
-    ]
+    assert [s.name for s in plan.runs] == ["preflight", *ALL]
     assert plan.runs[1].reasons == (
         "changed deps: data/preflight/inputs.json (rewritten by preflight)",
     )
