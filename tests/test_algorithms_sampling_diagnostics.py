@@ -79,6 +79,30 @@ def test_collapse_rates_agree_with_group_stats() -> None:
     assert rates == pytest.approx(reference)
 
 
+def test_a_joint_group_collapses_only_when_its_original_group_does() -> None:
+    """Figure 1/3's mechanism: a joint (N+1)G group is all-equal only if its q0 group is, so per
+    step the joint zero-gradient rate never exceeds the original's; strictly less whenever a
+    collapsed q0 group has a neighbour that answers differently (seeded random steps)."""
+    rng = np.random.default_rng(0)
+    strictly_less = 0
+    for _ in range(200):
+        questions = int(rng.integers(1, 6))
+        layout = rollout_layout(questions, (0, 1, 2, 3), 4)
+        success = rng.choice([0.0, 0.1, 0.5, 0.9, 1.0], size=questions)[layout.question]
+        rewards = (rng.random(layout.question.size) < success).astype(float)
+        metrics = step_diagnostics(rewards, layout.question, layout.variant)
+        original, joint = (
+            metrics["original/zero_gradient_rate"],
+            metrics["joint/zero_gradient_rate"],
+        )
+        assert joint <= original
+        grid = rewards.reshape(questions, 4, 4)  # question, variant, response
+        rescued = sum(np.ptp(grid[q, 0]) == 0 and np.ptp(grid[q]) > 0 for q in range(questions))
+        assert original - joint == pytest.approx(rescued / questions)
+        strictly_less += rescued > 0
+    assert strictly_less > 20  # the draw exercises the rescue, not only equal rates
+
+
 def test_step_diagnostics_split_original_neighbours_joint() -> None:
     layout = rollout_layout(2, (0, 1, 2), 2)
     rewards = np.array(

@@ -96,6 +96,12 @@ def test_every_method_trains_and_writes_checkpoints_and_dumps(tiny_lm, method, t
     assert ("joint/zero_gradient_rate" in first) and (
         ("neighbours/zero_gradient_rate" in first) == spec.use_neighbours
     )
+    # The training groups are the method's own: joint (N+1)G groups for TA-GRPO (Eq. 3), the
+    # q0 groups for GRPO (dynamic sampling's kept batch is filtered, so it is left out here).
+    if spec.grouping == "joint":
+        assert first["train/zero_gradient_rate"] == first["joint/zero_gradient_rate"]
+    elif spec.grouping == "per_original" and not spec.dynamic_sampling:
+        assert first["train/zero_gradient_rate"] == first["original/zero_gradient_rate"]
     assert first["ratio_mean"] == pytest.approx(1.0, abs=0.05)
     moved = any(
         not torch.equal(a, b.detach()) for a, b in zip(start, model.parameters(), strict=True)
