@@ -60,6 +60,8 @@ pytestmark = [
 # is neither 0 nor 1 and the agreement test has something to compare.
 PAIRS = [(2, 3), (4, 1), (3, 3), (5, 2), (1, 6), (2, 2), (4, 4), (3, 5)]
 PAIRS += [(6, 1), (2, 7), (1, 1), (5, 4), (3, 1), (7, 2), (4, 3), (2, 5)]
+PAIRS += [(1, 2), (6, 3), (5, 5), (2, 4), (7, 1), (3, 6), (1, 8), (4, 5)]
+PAIRS += [(6, 2), (3, 4), (8, 1), (1, 5), (5, 3), (2, 6), (7, 3), (4, 2)]
 
 
 def sums(count: int = len(PAIRS)) -> list[Question]:
@@ -245,19 +247,34 @@ def mentions_the_sum(responses, answers, kinds):
     ]
 
 
+# The agreement check's design (its power stated before it runs). Per problem, the difference of
+# the two engines' pass@1 estimates (c/n each, drawn independently) has variance at most
+# 2 * (1/4) / n under equal engines, so the mean over P problems has a standard deviation of at
+# most sqrt(1 / (2 n P)): 0.0442 for n = 8 samples of P = 32 problems. The margin 2.576 SD
+# (0.114) is crossed by equal engines at most 1% of the time (two-sided); a true gap of
+# (2.576 + 0.842) SD = 0.151 in pass@1 is caught with 80% power. (16 problems, the earlier size,
+# would have caught only gaps of about 0.21 at the same error rates.)
+AGREEMENT_SAMPLES, AGREEMENT_PROBLEMS = 8, 32
+AGREEMENT_SD = math.sqrt(1 / (2 * AGREEMENT_SAMPLES * AGREEMENT_PROBLEMS))
+AGREEMENT_MARGIN = 2.576 * AGREEMENT_SD  # alpha 1%, two-sided, at the worst-case variance
+DETECTED_GAP = (2.576 + 0.842) * AGREEMENT_SD  # 80% power
+
+
 def test_hf_and_vllm_agree_on_pass_at_k(backend):
-    """The same policy, 16 problems x 8 samples each by the hf backend and by vLLM, graded
-    by :func:`mentions_the_sum`: per k, the mean over problems of the difference of their
-    unbiased pass@k estimates lies within 3 standard errors of 0 (paired by problem; the
-    engines draw independently). pass@k and tokens/s of both are printed."""
+    """The same policy, 32 problems x 8 samples each by the hf backend and by vLLM, graded by
+    :func:`mentions_the_sum`: the mean over problems of the difference of their pass@1
+    estimates lies within AGREEMENT_MARGIN (0.114; a gap of 0.151 fails with 80% power, equal
+    engines pass 99% of the time); for every k the difference of the unbiased pass@k estimates
+    lies within 3 standard errors of 0 (paired by problem). pass@k and tokens/s are printed."""
     import torch
 
     from tagrpo.backends.hf import HFBackend
     from tagrpo.backends.models import load_causal_lm
     from tagrpo.evaluation.runner import evaluate
 
-    questions = sums()
-    n, ks = 8, [1, 2, 4, 8]
+    assert round(AGREEMENT_MARGIN, 3) == 0.114 and round(DETECTED_GAP, 3) == 0.151
+    questions = sums(AGREEMENT_PROBLEMS)
+    n, ks = AGREEMENT_SAMPLES, [1, 2, 4, 8]
     sampling = SamplingParams(n=n, max_new_tokens=48, seed=0)
     torch.set_num_threads(2)
     model, tokenizer = load_causal_lm(ENGINES_MODEL)
@@ -287,9 +304,11 @@ def test_hf_and_vllm_agree_on_pass_at_k(backend):
         hf_k, vllm_k = (results[x].summary[f"sums/pass@{k}"] for x in ("hf", "vllm"))
         print(
             f"pass@{k}: hf {hf_k:.3f} vllm {vllm_k:.3f} difference {mean:+.3f} "
-            f"(3 SE {3 * error:.3f})"
+            f"(3 SE {3 * error:.3f}; pass@1 margin {AGREEMENT_MARGIN:.3f})"
         )
         assert mean == pytest.approx(hf_k - vllm_k)
+        if k == 1:
+            assert abs(mean) <= AGREEMENT_MARGIN, f"pass@1 differs by {mean:+.3f}"
         assert abs(mean) <= 3 * error + 1e-12, f"pass@{k} differs beyond sampling error"
 
 
