@@ -154,7 +154,11 @@ def test_a_signal_mid_stage_ends_the_flow_promptly_and_recorded(
     (flow_run,), tasks = _prefect_runs(tmp_path)
     assert flow_run[2] == "CRASHED", flow_run
     states = {name: state for _, name, state, _ in tasks}
-    assert states == {"data": "COMPLETED", "slow": "FAILED"}, tasks
+    # The stage task fails when its dvc stops; Crashed if the engine's cancellation came first.
+    assert states["data"] == "COMPLETED" and states["slow"] in {"FAILED", "CRASHED"}, tasks
+    with sqlite3.connect(tmp_path / "prefect" / "prefect.db") as db:
+        runs = db.execute("select run_count from task_run where name = 'slow'").fetchall()
+    assert runs == [(1,)]  # an interrupted stage is not retried (retries=1 otherwise)
     with sqlite3.connect(project / "mlflow.db") as db:
         parents = db.execute("select status from runs where name like 'pipeline %'").fetchall()
     assert parents == [("KILLED",)]
