@@ -26,9 +26,11 @@ run nests under it.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -47,6 +49,16 @@ from prefect.artifacts import (
 from prefect.runtime import flow_run
 from pydantic import Field, StringConstraints
 
+from flows.interrupts import (
+    chain_sigterm,
+    drain_prefect,
+    forget_child,
+    install_handlers,
+    interrupted,
+    mark_orphans_crashed,
+    owner_tag,
+    start_child,
+)
 from tagrpo.algorithms import METHODS
 from tagrpo.config.params import validate_params
 from tagrpo.pipeline.paths import project_root
@@ -165,9 +177,7 @@ def stream_command(command: list[str], cwd: Path, env: dict[str, str], logger: A
     """Run ``command`` with its output streamed to ``logger``; the last lines, or RuntimeError
     with them if it fails."""
     output = OutputLogger(logger, hints_shown=_hints_shown())
-    process = subprocess.Popen(
-        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
+    process = start_child(command, cwd, env)  # its own process group: see flows/interrupts.py
     assert process.stdout is not None
     try:
         while chunk := process.stdout.read1(65536):
@@ -175,19 +185,38 @@ def stream_command(command: list[str], cwd: Path, env: dict[str, str], logger: A
         code = process.wait()
     finally:
         if process.poll() is None:  # the task was cancelled: stop dvc (it stops its stage)
-            process.terminate()
+            process.terminate()  # the shim leading dvc's group sends the group SIGINT
             try:
                 process.wait(timeout=_STOP_GRACE_S)  # from the SIGTERM
             except subprocess.TimeoutExpired:
-                process.kill()  # a dvc left running would hold the stage's outputs and lock
+                # A dvc left running would hold the stage's outputs and lock.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+        forget_child(process)
     output.close()
+    if code != 0 and (signum := interrupted()) is not None:
+        raise RuntimeError(
+            f"{' '.join(command)} stopped (exit {code}): the flow was interrupted by "
+            f"{signal.Signals(signum).name}:\n" + "\n".join(output.tail[-10:])
+        )
     if code != 0:
         raise RuntimeError(f"{' '.join(command)} exited {code}:\n" + "\n".join(output.tail[-30:]))
     return output.tail
 
 
-@task(name="dvc-stage", task_run_name="{stage}", retries=1, retry_delay_seconds=10)
+def _not_interrupted(task: Any, task_run: Any, state: Any) -> bool:
+    """Retry a failed stage, unless the flow is stopping (Ctrl-C, SIGTERM)."""
+    return interrupted() is None
+
+
+@task(
+    name="dvc-stage",
+    task_run_name="{stage}",
+    retries=1,
+    retry_delay_seconds=10,
+    retry_condition_fn=_not_interrupted,
+)
 def dvc_stage(stage: str, root: str, parent_run_id: str | None, force: bool = False) -> str:
     """``dvc repro -s <stage>``: "ran" or "unchanged" (DVC found nothing to redo)."""
     command = [dvc_binary(), "repro", "--single-item", *(["--force"] if force else []), stage]
@@ -331,6 +360,7 @@ def pipeline(
             itself, only with no param change.
     """
     logger = get_run_logger()
+    chain_sigterm()  # a SIGTERM stops the dvc children before Prefect's engine handles it
     source = project_root()
     request = RerunRequest(
         profile=profile,
@@ -381,6 +411,10 @@ def pipeline(
                 description="What DVC did for each stage",
             )
         status = "FINISHED"
+    except BaseException:  # Ctrl-C, SIGTERM: the parent run says KILLED, as its stages do
+        if interrupted() is not None:
+            status = "KILLED"
+        raise
     finally:
         _HINTS_SHOWN.pop(str(flow_run.get_id() or ""), None)
         outcome["root"] = str(root)
@@ -425,15 +459,64 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "serve":
         _serve(args.name, args.cron)
         return
-    outcome = pipeline(
-        profile=args.profile,
-        methods=args.method,
-        seeds=args.seed,
-        overrides=args.overrides,
-        force=args.force,
-        mode=args.mode,
-    )
-    print(json.dumps(outcome, indent=1, sort_keys=True, default=str))
+    code = _run_once(args)
+    if code:
+        raise SystemExit(code)
+
+
+def _run_once(args: argparse.Namespace) -> int:
+    """The flow once, on the configured server or a temporary one this process owns; Ctrl-C,
+    SIGTERM and SIGHUP end it promptly with its runs recorded (flows/interrupts.py). The exit
+    status: 0, or 128 + the signal."""
+    from prefect import tags
+    from prefect.exceptions import TerminationSignal
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.interrupts import OwnedServer
+
+    install_handlers()
+    server: OwnedServer | None = None
+    try:
+        with contextlib.ExitStack() as stack:
+            if not PREFECT_API_URL.value():
+                server = OwnedServer()
+                server.start()
+                stack.enter_context(temporary_settings(updates={PREFECT_API_URL: server.api_url}))
+            try:
+                mark_orphans_crashed(lambda line: print(f"tagrpo: {line}", file=sys.stderr))
+            except Exception as error:  # a clean-up of old runs must not stop this one
+                print(f"tagrpo: stale flow runs not checked: {error!r}", file=sys.stderr)
+            with tags(owner_tag()):
+                outcome = pipeline(
+                    profile=args.profile,
+                    methods=args.method,
+                    seeds=args.seed,
+                    overrides=args.overrides,
+                    force=args.force,
+                    mode=args.mode,
+                )
+            print(json.dumps(outcome, indent=1, sort_keys=True, default=str))
+            return 0
+    except (KeyboardInterrupt, TerminationSignal):
+        signum = interrupted()
+        if signum is None:
+            raise
+        print(
+            f"tagrpo: the flow was stopped by {signal.Signals(signum).name}; its Prefect flow run"
+            " is recorded as crashed and its MLflow parent run as KILLED",
+            file=sys.stderr,
+        )
+        return 128 + signum
+    finally:
+        # While the server is up: Prefect would otherwise retry a dead one at exit for minutes.
+        flushed = drain_prefect()
+        if server is not None:
+            server.stop()
+        if not flushed:
+            print("tagrpo: Prefect's events/logs did not all reach the server", file=sys.stderr)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1 if interrupted() is None else 128 + interrupted())
 
 
 if __name__ == "__main__":

@@ -434,7 +434,8 @@ import signal, sys, time
 def leave(signum, frame):
     time.sleep(float(sys.argv[1]))  # its own clean-up
     sys.exit(0)
-signal.signal(signal.SIGTERM, leave if float(sys.argv[1]) >= 0 else signal.SIG_IGN)
+for stop in (signal.SIGTERM, signal.SIGINT):  # the shim leading dvc's group sends SIGINT
+    signal.signal(stop, leave if float(sys.argv[1]) >= 0 else signal.SIG_IGN)
 print("ready", flush=True)
 time.sleep(60)
 """
@@ -498,7 +499,8 @@ import signal, sys, time
 def leave(signum, frame):
     time.sleep(float(sys.argv[1]))
     sys.exit(0)
-signal.signal(signal.SIGTERM, leave if float(sys.argv[1]) >= 0 else signal.SIG_IGN)
+for stop in (signal.SIGTERM, signal.SIGINT):  # the shim leading dvc's group sends SIGINT
+    signal.signal(stop, leave if float(sys.argv[1]) >= 0 else signal.SIG_IGN)
 while True:
     print("Running stage", flush=True)
     time.sleep(0.05)
