@@ -417,11 +417,15 @@ def mark_dead_runs_killed(client: Any, runs: list[Any]) -> int:
 
 
 def metric_batch(
-    metrics: Mapping[str, Any], step: int | None = None, timestamp: int | None = None
+    metrics: Mapping[str, Any],
+    step: int | None = None,
+    timestamp: int | None = None,
+    model_id: str | None = None,
 ) -> list[Any]:
     """The numeric metrics (nested mappings flattened) as MLflow ``Metric`` entries, named as
     :func:`metric_point` gives them: pass@k at step k, the rest at ``step`` (default 0). NaN is
-    dropped. A pass@k key with an explicit ``step`` is refused: its step is k."""
+    dropped. A pass@k key with an explicit ``step`` is refused: its step is k. With
+    ``model_id`` each metric is also the logged model's (listed on its page)."""
     from mlflow.entities import Metric
 
     stamp = timestamp if timestamp is not None else int(time.time() * 1000)
@@ -432,20 +436,24 @@ def metric_batch(
         name, own_step = metric_point(key)
         if own_step is not None and step is not None:
             raise ValueError(f"metric {key!r}: pass@k is logged at step k, not at step {step}")
-        batch.append(Metric(name, value, stamp, own_step if own_step is not None else step or 0))
+        point = own_step if own_step is not None else step or 0
+        batch.append(Metric(name, value, stamp, point, model_id=model_id))
     return batch
 
 
-def log_metrics(metrics: Mapping[str, Any], step: int | None = None) -> None:
+def log_metrics(
+    metrics: Mapping[str, Any], step: int | None = None, model_id: str | None = None
+) -> None:
     """Log the numeric metrics (nested mappings flattened) to the active run, as
-    :func:`metric_batch` names them (pass@k at step k). No active run: nothing."""
+    :func:`metric_batch` names them (pass@k at step k), linked to logged model ``model_id``
+    when given. No active run: nothing."""
     import mlflow
     from mlflow.tracking import MlflowClient
 
     run = mlflow.active_run()
     if run is None:
         return
-    batch = metric_batch(metrics, step)
+    batch = metric_batch(metrics, step, model_id=model_id)
     with tracking_errors("logging metrics"):
         # MLflow takes at most 1000 metrics per request.
         for start in range(0, len(batch), 1000):
