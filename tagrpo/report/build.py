@@ -699,10 +699,10 @@ def chance_section(
 
 def prune_unlinked_figures(report: str, figures_dir: Path, link: str) -> list[str]:
     """Remove every file of ``figures_dir`` the report text does not link (as
-    ``<link>/<name>``); returns their names. The folder is the report stage's own DVC output
-    (``cache: false``: DVC does not empty it before the stage runs), so a figure an earlier run
-    made, or one drawn for a section this run leaves out, would otherwise stay committed beside
-    a report that never shows it."""
+    ``<link>/<name>``); returns their names. The folder is the report stage's own output (it
+    starts empty), so what this removes was drawn for a section the report leaves out (main
+    drew Figure 7's "not run" placeholder and committed it unlinked); any such figure would
+    otherwise stay committed beside a report that never shows it."""
     removed = []
     for path in sorted(figures_dir.iterdir()) if figures_dir.is_dir() else []:
         if path.is_file() and f"({link}/{path.name})" not in report:
