@@ -42,3 +42,27 @@ def test_an_evaluations_metrics_are_the_evaluated_models(tmp_path: Path) -> None
         assert points[("seconds", 0)] == 3.0
     finally:
         mlflow.set_tracking_uri(None)
+
+
+def _sections(names: set[str]) -> set[str]:
+    # MLflow's chart view: a section per name prefix up to the last '/'.
+    return {name.rsplit("/", 1)[0] if "/" in name else "" for name in names}
+
+
+def test_a_stages_metrics_fall_into_few_chart_sections() -> None:
+    """main logged the committed diagnostics metrics as 113 names in 73 chart sections (one
+    per nested path, most holding one chart), 141 sections over all stages; now 4 and 29."""
+    import json
+
+    from tagrpo.pipeline.tracking import flatten_numbers, metric_name
+
+    root = Path(__file__).resolve().parents[1]
+    diagnostics = json.loads((root / "metrics" / "diagnostics.json").read_text())
+    names = {metric_name(key) for key in flatten_numbers(diagnostics)}
+    assert len(names) == len(flatten_numbers(diagnostics))  # no two keys merged
+    assert len(_sections(names)) <= 5
+    assert metric_name("grpo-s0/checkpoint-025/identical_rewards/joint") == (
+        "grpo-s0/checkpoint-025.identical_rewards.joint"
+    )
+    assert metric_name("mini_chains/pass@4") == "pass_at_k/mini_chains"  # compare reads it
+    assert metric_name("probe/success_original") == "probe/success_original"

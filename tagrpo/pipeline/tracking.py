@@ -18,7 +18,9 @@ and ``backend`` (and ``method``/``seed``/``policy`` for train and evaluate), so 
 Only a short list of key params (:data:`KEY_PARAMS`) is logged as MLflow params, so the compare
 view stays readable; every value of the stage's sections is in the run's ``params.json``
 artifact. pass@k is one metric per benchmark or group, ``pass_at_k/<name>``, with step = k, so
-MLflow draws it as a curve over k (one key per name, not one per name and k). Key-shaped
+MLflow draws it as a curve over k (one key per name, not one per name and k). A nested key
+keeps one '/' (the rest become '.'), so MLflow's chart view, which makes a section of a name's
+prefix up to its last '/', groups a run's charts in its few top-level sections. Key-shaped
 values are never logged.
 
 Several checkouts may share one store (``MLFLOW_TRACKING_URI``). Every run is tagged with its
@@ -355,8 +357,17 @@ def metric_point(key: str) -> tuple[str, int | None]:
     ``("pass_at_k/mini_chains", 8)`` (a curve over k); other keys have no step of their own."""
     match = _PASS_AT_K.match(key)
     if match:
-        return f"{PASS_AT_K_PREFIX}{match['name']}", int(match["k"])
-    return key.replace("@", "_at_"), None
+        return f"{PASS_AT_K_PREFIX}{_one_level(match['name'])}", int(match["k"])
+    section, slash, rest = key.replace("@", "_at_").partition("/")
+    return f"{section}{slash}{_one_level(rest)}", None
+
+
+def _one_level(name: str) -> str:
+    """``a/b/c`` as ``a.b.c``: MLflow's chart view makes a section of everything before a
+    name's last '/', so a nested key (``grpo-s0/checkpoint-025/identical_rewards/joint``) made
+    a section of its own holding one chart, mostly empty for the runs shown (diagnostics alone
+    made 73). With one '/' at most, a run's charts fall into its few top-level sections."""
+    return name.replace("/", ".")
 
 
 def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
