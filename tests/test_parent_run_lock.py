@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tagrpo.pipeline.parent_run import DVC_EXIT_TAG, LOCKED_TAG, ROOT_TAG, finish_run
@@ -96,3 +97,56 @@ def test_parent_run_finishes_when_every_stage_is_recorded(tmp_path: Path) -> Non
     client.set_terminated(child.info.run_id, status="FINISHED")
     assert finish_run(client, parent_id) == "FINISHED"
     assert client.get_run(parent_id).data.tags[DVC_EXIT_TAG].startswith("unknown")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_lock_entry_matches_what_real_dvc_records(tmp_path: Path) -> None:
+    """The check hashes as DVC does (a folder dep with bytecode .dvcignore leaves out, a params
+    section, files and a folder out); a stage whose command succeeded but left an output
+    out makes dvc fail without writing dvc.lock, and the entry no longer matches."""
+    import os
+    import subprocess
+    import sys
+
+    dvc = Path(sys.executable).with_name("dvc")
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True)
+
+    assert run("git", "init", "-q").returncode == 0
+    assert run(str(dvc), "init", "-q").returncode == 0
+    (tmp_path / ".dvcignore").write_text("__pycache__/\n*.pyc\n")
+    (tmp_path / "code" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "code" / "step.py").write_text("x = 1\n")
+    (tmp_path / "code" / "__pycache__" / "step.cpython-311.pyc").write_bytes(b"\0bytecode")
+    (tmp_path / "params.yaml").write_text("train:\n  steps: 10\n  skip_extra: false\n")
+    write = (
+        "import yaml, pathlib; p = yaml.safe_load(open('params.yaml'))['train']; "
+        "pathlib.Path('out.txt').write_text(str(p['steps'])); "
+        "d = pathlib.Path('out_dir'); d.mkdir(exist_ok=True); "
+        "(d / 'a.txt').write_text('a'); "
+        "pathlib.Path('extra.txt').write_text('e') if not p['skip_extra'] else None"
+    )
+    stage = {
+        "stages": {
+            "train": {
+                "cmd": f'{sys.executable} -c "{write}"',
+                "deps": ["code"],
+                "params": ["train"],
+                "outs": ["out.txt", "out_dir", "extra.txt"],
+            }
+        }
+    }
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump(stage))
+    first = run(str(dvc), "repro")
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert lock_entry_matches(tmp_path, "train") is True
+
+    # The command runs (out.txt rewritten) but leaves extra.txt out: dvc fails, dvc.lock stays.
+    (tmp_path / "params.yaml").write_text("train:\n  steps: 20\n  skip_extra: true\n")
+    second = run(str(dvc), "repro")
+    assert second.returncode != 0
+    assert (tmp_path / "out.txt").read_text() == "20"
+    assert lock_entry_matches(tmp_path, "train") is False
