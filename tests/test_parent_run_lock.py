@@ -32,12 +32,15 @@ def _project(root: Path) -> None:
     lock = {
         "schema": "2.0",
         "stages": {
-            "data": {"cmd": "x", "outs": [{"path": "data/rows.txt", "md5": _md5("rows v2\n")}]},
+            "data": {
+                "cmd": "x",
+                "outs": [{"path": "data/rows.txt", "hash": "md5", "md5": _md5("rows v2\n")}],
+            },
             "train": {
                 "cmd": "y",
-                "deps": [{"path": "data/rows.txt", "md5": _md5("rows v1\n")}],
+                "deps": [{"path": "data/rows.txt", "hash": "md5", "md5": _md5("rows v1\n")}],
                 "params": {"params.yaml": {"train.steps": 10}},
-                "outs": [{"path": "models/policy.txt", "md5": _md5("policy v1\n")}],
+                "outs": [{"path": "models/policy.txt", "hash": "md5", "md5": _md5("policy v1\n")}],
             },
         },
     }
@@ -50,6 +53,10 @@ def test_lock_entry_matches_only_the_recorded_stage(tmp_path: Path) -> None:
     assert lock_entry_matches(tmp_path, "train") is False
     assert lock_entry_matches(tmp_path, "evaluate") is False  # no entry at all
     assert lock_entry_matches(tmp_path / "gone", "data") is None  # nothing to compare with
+    lock = yaml.safe_load((tmp_path / "dvc.lock").read_text())
+    del lock["stages"]["data"]["outs"][0]["hash"]  # as DVC 2 wrote it: hashed otherwise
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock))
+    assert lock_entry_matches(tmp_path, "data") is None
 
 
 def test_parent_run_fails_when_dvc_did_not_record_a_finished_stage(tmp_path: Path) -> None:

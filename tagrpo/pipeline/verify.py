@@ -179,7 +179,8 @@ def lock_entry_matches(root: Path, name: str) -> bool | None:
 
     Right after a stage ran, True means DVC recorded what it made (or it made exactly what
     was recorded); False means DVC did not record it (no entry, or the entry of an earlier
-    run). None: no dvc.lock in ``root`` to compare with (a ``dvc exp`` copy already gone).
+    run). None: nothing to compare with (no dvc.lock in ``root``: a ``dvc exp`` copy already
+    gone; or an entry DVC 2 wrote, hashed differently).
     """
     if not (root / "dvc.lock").is_file():
         return None
@@ -189,6 +190,8 @@ def lock_entry_matches(root: Path, name: str) -> bool | None:
     for item in [*(entry.get("deps") or []), *(entry.get("outs") or [])]:
         if "md5" not in item:
             continue
+        if item.get("hash") != "md5":
+            return None  # DVC 2's entry: md5 of the text with line endings normalised
         path = root / item["path"]
         if not path.exists() or _dvc_md5_ignoring(path) != item["md5"]:
             return False
