@@ -30,7 +30,12 @@ from tagrpo.pipeline.layout import (
 )
 from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.runtime import running_stage
-from tagrpo.pipeline.tracking_assets import link_evaluated_policy, log_datasets, log_passk_intervals
+from tagrpo.pipeline.tracking_assets import (
+    EVALUATED_MODEL_TAG,
+    link_evaluated_policy,
+    log_datasets,
+    log_passk_intervals,
+)
 from tagrpo.pipeline.verify import check_against_lock
 
 
@@ -74,7 +79,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     ) as ctx:
         benchmarks = ctx.root / data_outputs()["processed"] / "benchmarks"
         log_datasets(sorted(benchmarks.glob("*.parquet")), "evaluation")
-        link_evaluated_policy(model, policy)  # the training run and logged model evaluated
+        # The training run and logged model evaluated; the metrics are that model's too.
+        ctx.model_id = link_evaluated_policy(model, policy).get(EVALUATED_MODEL_TAG) or None
         result = evaluate_policy(config, model, benchmarks, store, scope=f"evaluate@{policy}")
         log_passk_intervals(result.passk)
         result.responses.to_parquet(ctx.path("responses"), index=False)

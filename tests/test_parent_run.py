@@ -98,8 +98,15 @@ def test_stages_of_one_dvc_invocation_share_a_parent_run(
     env = {k: v for k, v in os.environ.items() if k != PARENT_RUN_ENV}
     env.update(MLFLOW_TRACKING_URI=uri, PYTHONPATH=str(Path.cwd()))
     dvc = _fake_dvc(tmp_path, stages, uri)
+    # Run from tmp_path: the stand-in stages are in no dvc.lock, so the watcher cannot check
+    # them against one (tagrpo.locked unknown) and ends the run from their states alone.
     process = subprocess.Popen(
-        [str(dvc), "repro"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [str(dvc), "repro"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     stdout, stderr = process.communicate()
     assert process.returncode == (0 if expected == "FINISHED" else 1), stderr[-3000:]
@@ -118,6 +125,8 @@ def test_stages_of_one_dvc_invocation_share_a_parent_run(
     assert _wait_until_ended(client, parent.info.run_id) == expected
     ended = client.get_run(parent.info.run_id)
     assert ended.data.metrics["stages_run"] == len(stages)
+    exit_tag = ended.data.tags["tagrpo.dvc_exit"]
+    assert exit_tag.startswith("nonzero" if expected == "FAILED" else "unknown"), exit_tag
     artifact = client.download_artifacts(parent.info.run_id, "params.json", str(tmp_path))
     logged = json.loads(Path(artifact).read_text())
     assert logged["common"]["profile"] == "smoke"

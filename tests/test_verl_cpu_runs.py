@@ -413,7 +413,7 @@ def test_ta_grpo_advantages_are_the_joint_group_advantages(ta_grpo: VerlRun) -> 
 
 def test_ta_grpo_weights_moved_exports_and_one_mlflow_run(ta_grpo: VerlRun) -> None:
     check_checkpoints(ta_grpo)
-    runs = mlflow_runs(ta_grpo.root, f"train-{ta_grpo.policy}")
+    runs = mlflow_runs(ta_grpo.root, f"{ta_grpo.policy} · train")
     assert len(runs) == 1
     _, metrics = runs[0]
     expected = {

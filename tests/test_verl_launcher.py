@@ -155,7 +155,7 @@ def test_verl_run_leaves_the_local_backends_outputs_in_one_mlflow_run(scratch, m
     assert len(runs) == 1
     run = runs[0]
     assert run.info.run_id == env["MLFLOW_RUN_ID"]
-    assert run.info.run_name == "train-ta_grpo-s0"
+    assert run.info.run_name == "ta_grpo-s0 · train"
     tags = run.data.tags
     assert (tags["method"], tags["seed"], tags["policy"], tags["backend"]) == (
         "ta_grpo",

@@ -6,9 +6,14 @@ the first stage it starts opens the parent run instead, keyed by that dvc proces
 the kernel's start time, so a reused pid is never mistaken for it); later stages of the same
 invocation find the run by that key and nest under it. A detached watcher process, started with
 the parent run, waits for the dvc process to exit and then ends the parent run: FAILED if a stage
-run failed, KILLED if one was killed, FINISHED otherwise. If the watcher itself is gone (machine
-rebooted, killed), the next stage of any invocation finishes such orphaned parent runs (at
-once: the grace for stages still ending their runs is the watcher's, from dvc's exit).
+run failed, KILLED if one was killed, FINISHED otherwise. The watcher sees dvc's process vanish
+but not its exit status (it is not dvc's parent), so it checks each finished stage run against
+dvc.lock: a stage whose command succeeded but whose result dvc.lock does not record (dvc failed
+after it: an output missing, dvc.lock not writable) is tagged ``tagrpo.locked=false`` and ended
+FAILED, and so is the parent; ``tagrpo.dvc_exit`` on the parent says what can be told of dvc's
+exit (nonzero when a stage failed or went unrecorded, else unknown). If the watcher itself is
+gone (machine rebooted, killed), the next stage of any invocation finishes such orphaned parent
+runs (at once: the grace for stages still ending their runs is the watcher's, from dvc's exit).
 
 Linux only (``/proc``); elsewhere stages simply run without a parent run.
 
@@ -40,6 +45,7 @@ from tagrpo.pipeline.tracking import (
     mark_dead_runs_killed,
     model_label,
 )
+from tagrpo.pipeline.verify import lock_entry_matches
 
 # mlflow is imported inside the functions that use it (heavy; a stage imports this module).
 
@@ -47,6 +53,10 @@ PIPELINE_KEY_TAG = "tagrpo.pipeline_key"
 WATCHER_TAG = "tagrpo.watcher"  # "<pid>:<start ticks>" of the run's watcher process
 ORIGIN_TAG = "tagrpo.origin"
 ROOT_TAG = "tagrpo.root"
+# On each FINISHED stage run once dvc exited: whether dvc.lock records what it made.
+LOCKED_TAG = "tagrpo.locked"
+# On the parent run: dvc's exit status as far as the stage runs and dvc.lock tell it.
+DVC_EXIT_TAG = "tagrpo.dvc_exit"
 _POLL_SECONDS = 1.0
 _CHILD_GRACE_SECONDS = 120.0
 # dvc's entry point appears within the first arguments (``dvc repro``, ``python .../dvc repro``,
@@ -235,20 +245,82 @@ def finish_run(client: Any, run_id: str, wait_until: float | None = None) -> str
         if "RUNNING" not in statuses or time.monotonic() > deadline:
             break
         time.sleep(_POLL_SECONDS)
+    root = client.get_run(run_id).data.tags.get(ROOT_TAG, "")
+    unlocked, unknown = _mark_unrecorded(client, children, statuses, Path(root) if root else None)
+    statuses = [
+        "FAILED" if c.info.run_id in unlocked else s
+        for c, s in zip(children, statuses, strict=True)
+    ]
     if "FAILED" in statuses:
         status = "FAILED"
     elif "KILLED" in statuses or "RUNNING" in statuses:  # a stage outlived dvc: not a success
         status = "KILLED"
     else:
         status = "FINISHED"
+    client.set_tag(run_id, DVC_EXIT_TAG, _dvc_exit(children, statuses, unlocked, unknown))
     client.log_metric(run_id, "stages_run", float(len(statuses)))
     client.log_metric(run_id, "stages_failed", float(sum(s != "FINISHED" for s in statuses)))
-    root = client.get_run(run_id).data.tags.get(ROOT_TAG, "")
+    client.log_metric(run_id, "stages_not_in_lock", float(len(unlocked)))
     lock = Path(root) / "dvc.lock" if root else None
     if lock is not None and lock.is_file():  # a dvc exp temporary copy may be gone already
         client.log_artifact(run_id, str(lock))
     client.set_terminated(run_id, status=status)
     return status
+
+
+def _mark_unrecorded(
+    client: Any, children: list[Any], statuses: list[str], root: Path | None
+) -> tuple[set[str], bool]:
+    """Tag each FINISHED stage run ``tagrpo.locked`` (whether dvc.lock records what it made)
+    and end those DVC did not record FAILED, with a note. Returns their run ids, and whether
+    any could not be checked (no dvc.lock at ``root``: a ``dvc exp`` copy already removed).
+
+    The watcher is not dvc's parent, so it cannot read dvc's exit status; a stage command that
+    succeeded while dvc then failed to record it (an output missing, dvc.lock not writable,
+    dvc killed) shows here as a lock entry that does not match the stage's files.
+    """
+    unlocked: set[str] = set()
+    unknown = False
+    for child, state in zip(children, statuses, strict=True):
+        name = child.data.tags.get("tagrpo.dvc_stage")
+        if state != "FINISHED" or not name:
+            continue
+        matches = lock_entry_matches(root, name) if root is not None else None
+        if matches is None:
+            unknown = True
+            client.set_tag(child.info.run_id, LOCKED_TAG, "unknown")
+            continue
+        client.set_tag(child.info.run_id, LOCKED_TAG, str(matches).lower())
+        if not matches:
+            unlocked.add(child.info.run_id)
+            note = child.data.tags.get("mlflow.note.content", "")
+            client.set_tag(
+                child.info.run_id,
+                "mlflow.note.content",
+                f"{note}\n\n" * bool(note) + f"The stage command succeeded, but dvc.lock does "
+                f"not record its result ({name}'s entry does not match its files): dvc failed "
+                "after it, so DVC did not keep this work. Ended FAILED by the pipeline's watcher.",
+            )
+            client.set_terminated(child.info.run_id, status="FAILED")
+    return unlocked, unknown
+
+
+def _dvc_exit(children: list[Any], statuses: list[str], unlocked: set[str], unknown: bool) -> str:
+    """What ``tagrpo.dvc_exit`` says: dvc's exit status as far as its stage runs tell it."""
+    failed = [
+        c.data.tags.get("tagrpo.dvc_stage", c.info.run_id)
+        for c, s in zip(children, statuses, strict=True)
+        if s != "FINISHED"
+    ]
+    if failed:
+        recorded = "" if not unlocked else f" ({len(unlocked)} of them not recorded in dvc.lock)"
+        return f"nonzero: stage(s) {', '.join(failed)} did not finish{recorded}"
+    if unknown:
+        return "unknown: no dvc.lock to check the stage runs against"
+    return (
+        "unknown: every stage run it started is recorded in dvc.lock "
+        "(0 unless dvc failed at a step no stage run shows)"
+    )
 
 
 def finish_orphaned_runs(client: Any, experiment_id: str) -> int:

@@ -260,6 +260,9 @@ class StageContext:
     staging: Path
     run: Any = None
     metrics: dict[str, Any] = field(default_factory=dict)
+    # The logged model these metrics measure (an evaluate run's policy): its metrics are also
+    # the model's, so MLflow's model page lists them beside the run that measured them.
+    model_id: str | None = None
 
     def path(self, role: str) -> Path:
         """Where to write output ``role`` now (moved to its final place on success)."""
@@ -272,7 +275,7 @@ class StageContext:
         return self.root / self.outputs[role]
 
     def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        log_metrics(metrics, step=step)
+        log_metrics(metrics, step=step, model_id=self.model_id)
 
     def set_metrics(self, metrics: Mapping[str, Any]) -> None:
         """The stage's metrics file content (written last, on success)."""
@@ -311,6 +314,14 @@ def _non_finite(value: Any) -> bool:
     return isinstance(value, float) and (value != value or value in (float("inf"), float("-inf")))
 
 
+def stage_run_name(stage: str, key: str | None) -> str:
+    """The MLflow run name of a stage execution: the distinctive part first
+    (``grpo_x4-s0 · evaluate``), since MLflow's run list cuts long names short and
+    ``evaluate-grpo_...`` reads the same for every policy. The full identity is in the run's
+    tags (``stage``, ``policy``, ``tagrpo.dvc_stage``)."""
+    return f"{key} · {stage}" if key else stage
+
+
 @contextlib.contextmanager
 def running_stage(
     stage: str,
@@ -347,7 +358,7 @@ def running_stage(
                 stage,
                 config,
                 key=key,
-                run_name=run_name or (f"{stage}-{key}" if key else stage),
+                run_name=run_name or stage_run_name(stage, key),
                 tags=tags,
                 log_sections=log_sections,
                 run_params=run_params,

@@ -18,7 +18,9 @@ and ``backend`` (and ``method``/``seed``/``policy`` for train and evaluate), so 
 Only a short list of key params (:data:`KEY_PARAMS`) is logged as MLflow params, so the compare
 view stays readable; every value of the stage's sections is in the run's ``params.json``
 artifact. pass@k is one metric per benchmark or group, ``pass_at_k/<name>``, with step = k, so
-MLflow draws it as a curve over k (one key per name, not one per name and k). Key-shaped
+MLflow draws it as a curve over k (one key per name, not one per name and k). A nested key
+keeps one '/' (the rest become '.'), so MLflow's chart view, which makes a section of a name's
+prefix up to its last '/', groups a run's charts in its few top-level sections. Key-shaped
 values are never logged.
 
 Several checkouts may share one store (``MLFLOW_TRACKING_URI``). Every run is tagged with its
@@ -355,8 +357,17 @@ def metric_point(key: str) -> tuple[str, int | None]:
     ``("pass_at_k/mini_chains", 8)`` (a curve over k); other keys have no step of their own."""
     match = _PASS_AT_K.match(key)
     if match:
-        return f"{PASS_AT_K_PREFIX}{match['name']}", int(match["k"])
-    return key.replace("@", "_at_"), None
+        return f"{PASS_AT_K_PREFIX}{_one_level(match['name'])}", int(match["k"])
+    section, slash, rest = key.replace("@", "_at_").partition("/")
+    return f"{section}{slash}{_one_level(rest)}", None
+
+
+def _one_level(name: str) -> str:
+    """``a/b/c`` as ``a.b.c``: MLflow's chart view makes a section of everything before a
+    name's last '/', so a nested key (``grpo-s0/checkpoint-025/identical_rewards/joint``) made
+    a section of its own holding one chart, mostly empty for the runs shown (diagnostics alone
+    made 73). With one '/' at most, a run's charts fall into its few top-level sections."""
+    return name.replace("/", ".")
 
 
 def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -417,11 +428,15 @@ def mark_dead_runs_killed(client: Any, runs: list[Any]) -> int:
 
 
 def metric_batch(
-    metrics: Mapping[str, Any], step: int | None = None, timestamp: int | None = None
+    metrics: Mapping[str, Any],
+    step: int | None = None,
+    timestamp: int | None = None,
+    model_id: str | None = None,
 ) -> list[Any]:
     """The numeric metrics (nested mappings flattened) as MLflow ``Metric`` entries, named as
     :func:`metric_point` gives them: pass@k at step k, the rest at ``step`` (default 0). NaN is
-    dropped. A pass@k key with an explicit ``step`` is refused: its step is k."""
+    dropped. A pass@k key with an explicit ``step`` is refused: its step is k. With
+    ``model_id`` each metric is also the logged model's (listed on its page)."""
     from mlflow.entities import Metric
 
     stamp = timestamp if timestamp is not None else int(time.time() * 1000)
@@ -432,20 +447,24 @@ def metric_batch(
         name, own_step = metric_point(key)
         if own_step is not None and step is not None:
             raise ValueError(f"metric {key!r}: pass@k is logged at step k, not at step {step}")
-        batch.append(Metric(name, value, stamp, own_step if own_step is not None else step or 0))
+        point = own_step if own_step is not None else step or 0
+        batch.append(Metric(name, value, stamp, point, model_id=model_id))
     return batch
 
 
-def log_metrics(metrics: Mapping[str, Any], step: int | None = None) -> None:
+def log_metrics(
+    metrics: Mapping[str, Any], step: int | None = None, model_id: str | None = None
+) -> None:
     """Log the numeric metrics (nested mappings flattened) to the active run, as
-    :func:`metric_batch` names them (pass@k at step k). No active run: nothing."""
+    :func:`metric_batch` names them (pass@k at step k), linked to logged model ``model_id``
+    when given. No active run: nothing."""
     import mlflow
     from mlflow.tracking import MlflowClient
 
     run = mlflow.active_run()
     if run is None:
         return
-    batch = metric_batch(metrics, step)
+    batch = metric_batch(metrics, step, model_id=model_id)
     with tracking_errors("logging metrics"):
         # MLflow takes at most 1000 metrics per request.
         for start in range(0, len(batch), 1000):

@@ -152,6 +152,61 @@ def restore_command(relative: str) -> str:
     return f"dvc checkout --relink {relative}"
 
 
+# What .dvcignore keeps out of DVC's hashes of folder deps (code packages).
+_IGNORED_PARTS = ("__pycache__",)
+_IGNORED_SUFFIXES = (".pyc",)
+
+
+def _dvc_md5_ignoring(path: Path) -> str:
+    """:func:`dvc_md5` without the files .dvcignore excludes (Python bytecode)."""
+    if not path.is_dir():
+        return file_md5(path)
+    entries = [
+        {"md5": file_md5(p), "relpath": p.relative_to(path).as_posix()}
+        for p in path.rglob("*")
+        if p.is_file()
+        and not p.name.endswith(_IGNORED_SUFFIXES)
+        and not any(part in _IGNORED_PARTS for part in p.relative_to(path).parts)
+    ]
+    entries.sort(key=lambda entry: entry["relpath"])
+    listing = json.dumps(entries, sort_keys=True).encode("utf-8")
+    return hashlib.md5(listing).hexdigest() + ".dir"
+
+
+def lock_entry_matches(root: Path, name: str) -> bool | None:
+    """Whether dvc.lock's entry for stage ``name`` describes the files and params now in
+    ``root``: every dep and out hashed as DVC hashes them, every param equal to params.yaml.
+
+    Right after a stage ran, True means DVC recorded what it made (or it made exactly what
+    was recorded); False means DVC did not record it (no entry, or the entry of an earlier
+    run). None: nothing to compare with (no dvc.lock in ``root``: a ``dvc exp`` copy already
+    gone; or an entry DVC 2 wrote, hashed differently).
+    """
+    if not (root / "dvc.lock").is_file():
+        return None
+    entry = _lock_stages(root).get(name)
+    if entry is None:
+        return False
+    for item in [*(entry.get("deps") or []), *(entry.get("outs") or [])]:
+        if "md5" not in item:
+            continue
+        if item.get("hash") != "md5":
+            return None  # DVC 2's entry: md5 of the text with line endings normalised
+        path = root / item["path"]
+        if not path.exists() or _dvc_md5_ignoring(path) != item["md5"]:
+            return False
+    for file, values in (entry.get("params") or {}).items():
+        path = root / file
+        current = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.is_file() else {}
+        for key, value in (values or {}).items():
+            node: Any = current
+            for part in key.split("."):
+                node = node.get(part) if isinstance(node, dict) else None
+            if node != value:
+                return False
+    return True
+
+
 class OutputCorruptedError(RuntimeError):
     """An input output differs from what dvc.lock recorded when it was produced."""
 

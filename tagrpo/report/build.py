@@ -289,6 +289,59 @@ def base_criteria(
     return criteria, strategies
 
 
+def policy_entropy_table(strategies: pd.DataFrame, samples: int) -> str:
+    """V3's per-policy strategy entropy, labelled with what it is read from (the evaluation's
+    ``samples`` responses per question), so it is not mistaken for the over-training table's."""
+    rows = [
+        [
+            r.policy,
+            f"{r.entropy_bits:.2f}",
+            f"{100 * r.questions_with_two_or_more:.0f}%",
+            r.strategies,
+        ]
+        for r in strategies.itertuples()
+    ]
+    return "\n".join(
+        [
+            "Strategy entropy per policy (bits, mean over the evaluated questions; each "
+            f"question's entropy read from the policy's {samples} evaluation responses to it):",
+            "",
+            markdown_table(
+                ["policy", "entropy (bits)", "questions with >= 2 strategies", "strategies"], rows
+            ),
+        ]
+    )
+
+
+def strategy_over_training_table(frame: pd.DataFrame, group_size: int, samples: int) -> str:
+    """The over-training entropy per method and checkpoint, and a note on why its base value
+    differs from the validity section's (other questions, fewer responses per question)."""
+    table = (
+        frame.groupby(["method", "fraction"], sort=False)["entropy_bits"]
+        .agg(["mean", "count"])
+        .reset_index()
+    )
+    rows = [
+        [m, f"{f:.2f}", f"{v:.3f}", str(int(c))]
+        for m, f, v, c in table[["method", "fraction", "mean", "count"]].itertuples(index=False)
+    ]
+    base = frame.loc[frame["method"] == "base", "entropy_bits"]
+    # The same policy reads lower here: a plug-in entropy from G answers is biased down more
+    # than one from n (n > G), and the questions are the training batch's, not the benchmarks'.
+    note = (
+        f"The base's value here{f' ({base.iloc[0]:.3f})' if len(base) else ''} is not the "
+        "testbed-validity section's base entropy: this table reads each training question's "
+        f"first G = {group_size} responses (the base-model probe at fraction 0, the rollout "
+        "dumps after), that one each evaluated benchmark question's "
+        f"{samples} evaluation responses. Different questions, and an entropy read from fewer "
+        "responses per question is lower (the plug-in estimate is biased down), so compare "
+        "the rows of one table, not values across the two."
+    )
+    return "\n".join(
+        [markdown_table(["method", "fraction", "entropy (bits)", "runs"], rows), "", note]
+    )
+
+
 def validity_section(
     config: Params,
     root: Path,
@@ -344,23 +397,7 @@ def validity_section(
         validity.validity_table(criteria),
     ]
     if not strategies.empty:
-        lines += [
-            "",
-            "Strategy entropy per policy (mean over questions, bits):",
-            "",
-            markdown_table(
-                ["policy", "entropy (bits)", "questions with >= 2 strategies", "strategies"],
-                [
-                    [
-                        r.policy,
-                        f"{r.entropy_bits:.2f}",
-                        f"{100 * r.questions_with_two_or_more:.0f}%",
-                        r.strategies,
-                    ]
-                    for r in strategies.itertuples()
-                ],
-            ),
-        ]
+        lines += ["", policy_entropy_table(strategies, config.evaluate.n)]
     if power:
         lines += ["", power]
     passed = sum(c.passed for c in criteria)
@@ -528,10 +565,11 @@ def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
         k,
     )
     scaling_frame.to_csv(out["data_scaling"], index=False)
-    paper.scaling_figure(
-        scaling_frame, scaling.methods, k, figures / "figure7_data_scaling.png",
-        floors_at_k["average"],
-    )  # fmt: skip
+    if scaling.multiples:  # the report shows Figure 7 only then (no one-point "curve")
+        paper.scaling_figure(
+            scaling_frame, scaling.methods, k, figures / "figure7_data_scaling.png",
+            floors_at_k["average"],
+        )  # fmt: skip
     link = out_link(out)
     updates = updates_by_method(load_training_summaries(root, config.runs.policies()))
     updates_line = "Optimiser updates per method: " + ", ".join(
@@ -659,6 +697,20 @@ def chance_section(
     return "\n".join(lines)
 
 
+def prune_unlinked_figures(report: str, figures_dir: Path, link: str) -> list[str]:
+    """Remove every file of ``figures_dir`` the report text does not link (as
+    ``<link>/<name>``); returns their names. The folder is the report stage's own output (it
+    starts empty), so what this removes was drawn for a section the report leaves out (main
+    drew Figure 7's "not run" placeholder and committed it unlinked); any such figure would
+    otherwise stay committed beside a report that never shows it."""
+    removed = []
+    for path in sorted(figures_dir.iterdir()) if figures_dir.is_dir() else []:
+        if path.is_file() and f"({link}/{path.name})" not in report:
+            path.unlink()
+            removed.append(path.name)
+    return removed
+
+
 def out_link(out: dict[str, Path]) -> str:
     """The figures folder as linked from the report."""
 
@@ -745,15 +797,6 @@ def _strategy_section(config: Params, root: Path, figures_dir: Path, figure_link
         {q.id: q.problem for q in questions},
     )
     strategy_figure(frame, figures_dir / "strategy_entropy.png")
-    table = (
-        frame.groupby(["method", "fraction"], sort=False)["entropy_bits"]
-        .agg(["mean", "count"])
-        .reset_index()
-    )
-    rows = [
-        [m, f"{f:.2f}", f"{v:.3f}", str(int(c))]
-        for m, f, v, c in table[["method", "fraction", "mean", "count"]].itertuples(index=False)
-    ]
     return "\n".join(
         [
             *heading,
@@ -765,7 +808,7 @@ def _strategy_section(config: Params, root: Path, figures_dir: Path, figure_link
             "",
             f"![Strategy entropy over training]({figure_link}/strategy_entropy.png)",
             "",
-            markdown_table(["method", "fraction", "entropy (bits)", "runs"], rows),
+            strategy_over_training_table(frame, config.train.group_size, config.evaluate.n),
         ]
     )
 
@@ -940,5 +983,7 @@ def build_report(
             for policy in [BASE_POLICY, *trained]
         }
         sections += [example_responses_section(shown, config.report.example_responses), ""]
-    report_path.write_text("\n".join(sections))
+    text = "\n".join(sections)
+    report_path.write_text(text)
+    prune_unlinked_figures(text, figures_dir, figure_link)
     return {"policies": float(len(trained) + 1), "largest_k": float(largest_k), **headline}
