@@ -128,7 +128,10 @@ def test_lock_entry_matches_what_real_dvc_records(tmp_path: Path) -> None:
     (tmp_path / "code" / "__pycache__").mkdir(parents=True)
     (tmp_path / "code" / "step.py").write_text("x = 1\n")
     (tmp_path / "code" / "__pycache__" / "step.cpython-311.pyc").write_bytes(b"\0bytecode")
-    (tmp_path / "params.yaml").write_text("train:\n  steps: 10\n  skip_extra: false\n")
+    # 1.0e-6: DVC writes it to dvc.lock as 1e-06, which YAML 1.1 (PyYAML) reads as a string.
+    (tmp_path / "params.yaml").write_text(
+        "train:\n  steps: 10\n  skip_extra: false\n  epsilon: 1.0e-6\n"
+    )
     write = (
         "import yaml, pathlib; p = yaml.safe_load(open('params.yaml'))['train']; "
         "pathlib.Path('out.txt').write_text(str(p['steps'])); "
@@ -152,7 +155,9 @@ def test_lock_entry_matches_what_real_dvc_records(tmp_path: Path) -> None:
     assert lock_entry_matches(tmp_path, "train") is True
 
     # The command runs (out.txt rewritten) but leaves extra.txt out: dvc fails, dvc.lock stays.
-    (tmp_path / "params.yaml").write_text("train:\n  steps: 20\n  skip_extra: true\n")
+    (tmp_path / "params.yaml").write_text(
+        "train:\n  steps: 20\n  skip_extra: true\n  epsilon: 1.0e-6\n"
+    )
     second = run(str(dvc), "repro")
     assert second.returncode != 0
     assert (tmp_path / "out.txt").read_text() == "20"

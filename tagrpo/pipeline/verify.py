@@ -173,6 +173,13 @@ def _dvc_md5_ignoring(path: Path) -> str:
     return hashlib.md5(listing).hexdigest() + ".dir"
 
 
+def _yaml12(path: Path) -> dict[str, Any]:
+    """``path`` read as DVC reads its YAML files (ruamel, YAML 1.2)."""
+    from ruamel.yaml import YAML  # DVC's own YAML library
+
+    return YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8")) or {}
+
+
 def lock_entry_matches(root: Path, name: str) -> bool | None:
     """Whether dvc.lock's entry for stage ``name`` describes the files and params now in
     ``root``: every dep and out hashed as DVC hashes them, every param equal to params.yaml.
@@ -195,9 +202,12 @@ def lock_entry_matches(root: Path, name: str) -> bool | None:
         path = root / item["path"]
         if not path.exists() or _dvc_md5_ignoring(path) != item["md5"]:
             return False
-    for file, values in (entry.get("params") or {}).items():
+    # Params as DVC reads them, YAML 1.2 on both sides: PyYAML's YAML 1.1 reads dvc.lock's
+    # `1e-06` as a string and params.yaml's `1.0e-6` as a float, a false mismatch.
+    locked_params = (_yaml12(root / "dvc.lock").get("stages") or {}).get(name, {}).get("params")
+    for file, values in (locked_params or {}).items():
         path = root / file
-        current = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.is_file() else {}
+        current = _yaml12(path) if path.is_file() else {}
         for key, value in (values or {}).items():
             node: Any = current
             for part in key.split("."):
