@@ -387,7 +387,10 @@ def pipeline(
     )
     client, parent = _open_parent_run(request, mode, resolved, changes)
     # Stages in a copy would otherwise open the copy's own store (the default is a SQLite file
-    # in the checkout they run in): every run of this flow goes to the checkout's store.
+    # in the checkout they run in): every run of this flow goes to the checkout's store. Put
+    # back when the flow ends: a process that runs flows of several checkouts (tests, a served
+    # deployment) must not send the next one's runs to this store.
+    tracking_before = os.environ.get("MLFLOW_TRACKING_URI")
     os.environ["MLFLOW_TRACKING_URI"] = client.tracking_uri
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     name = f"{stamp}-{flow_run.get_name() or 'run'}"
@@ -419,6 +422,10 @@ def pipeline(
         _HINTS_SHOWN.pop(str(flow_run.get_id() or ""), None)
         outcome["root"] = str(root)
         outcome["metrics"] = _finish_parent(client, parent, root, status)
+        if tracking_before is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = tracking_before
     report = root / "reports" / "report.md"
     if mode != "experiment" and report.is_file():
         create_markdown_artifact(report.read_text(), key="report", description=str(report))

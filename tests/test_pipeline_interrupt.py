@@ -56,6 +56,8 @@ def _project(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         "DO_NOT_TRACK": "true",
     }
     env.pop("PREFECT_API_URL", None)  # the temporary server, as `python -m flows.pipeline run`
+    for key in [k for k in env if k.startswith(("MLFLOW_", "TAGRPO_"))]:
+        env.pop(key)  # the project's own MLflow store, whatever an earlier test left set
     return project, env
 
 
