@@ -31,18 +31,35 @@ def file_md5(path: Path) -> str:
     return digest.hexdigest()
 
 
-def directory_entries(path: Path) -> list[dict[str, str]]:
-    """DVC's listing of a folder: ``{"md5", "relpath"}`` per file, sorted by relpath."""
-    files = (p for p in path.rglob("*") if p.is_file())
+# What .dvcignore keeps out of DVC's hashes of folder deps (code packages): Python bytecode.
+_IGNORED_PARTS = ("__pycache__",)
+_IGNORED_SUFFIXES = (".pyc",)
+
+
+def _bytecode(relative: Path) -> bool:
+    return relative.name.endswith(_IGNORED_SUFFIXES) or any(
+        part in _IGNORED_PARTS for part in relative.parts
+    )
+
+
+def directory_entries(path: Path, skip_bytecode: bool = False) -> list[dict[str, str]]:
+    """DVC's listing of a folder: ``{"md5", "relpath"}`` per file, sorted by relpath; without
+    the bytecode .dvcignore excludes when ``skip_bytecode``."""
+    files = (
+        p
+        for p in path.rglob("*")
+        if p.is_file() and not (skip_bytecode and _bytecode(p.relative_to(path)))
+    )
     entries = [{"md5": file_md5(p), "relpath": p.relative_to(path).as_posix()} for p in files]
     return sorted(entries, key=lambda entry: entry["relpath"])
 
 
-def dvc_md5(path: Path) -> str:
-    """The md5 dvc.lock records for ``path`` (``<md5>.dir`` for a folder)."""
+def dvc_md5(path: Path, skip_bytecode: bool = False) -> str:
+    """The md5 dvc.lock records for ``path`` (``<md5>.dir`` for a folder; ``skip_bytecode``:
+    as a folder dep is hashed under .dvcignore's bytecode rules)."""
     if path.is_dir():
-        listing = json.dumps(directory_entries(path), sort_keys=True).encode("utf-8")
-        return hashlib.md5(listing).hexdigest() + ".dir"
+        listing = json.dumps(directory_entries(path, skip_bytecode), sort_keys=True)
+        return hashlib.md5(listing.encode("utf-8")).hexdigest() + ".dir"
     return file_md5(path)
 
 
@@ -152,27 +169,6 @@ def restore_command(relative: str) -> str:
     return f"dvc checkout --relink {relative}"
 
 
-# What .dvcignore keeps out of DVC's hashes of folder deps (code packages).
-_IGNORED_PARTS = ("__pycache__",)
-_IGNORED_SUFFIXES = (".pyc",)
-
-
-def _dvc_md5_ignoring(path: Path) -> str:
-    """:func:`dvc_md5` without the files .dvcignore excludes (Python bytecode)."""
-    if not path.is_dir():
-        return file_md5(path)
-    entries = [
-        {"md5": file_md5(p), "relpath": p.relative_to(path).as_posix()}
-        for p in path.rglob("*")
-        if p.is_file()
-        and not p.name.endswith(_IGNORED_SUFFIXES)
-        and not any(part in _IGNORED_PARTS for part in p.relative_to(path).parts)
-    ]
-    entries.sort(key=lambda entry: entry["relpath"])
-    listing = json.dumps(entries, sort_keys=True).encode("utf-8")
-    return hashlib.md5(listing).hexdigest() + ".dir"
-
-
 def _yaml12(path: Path) -> dict[str, Any]:
     """``path`` read as DVC reads its YAML files (ruamel, YAML 1.2)."""
     from ruamel.yaml import YAML  # DVC's own YAML library
@@ -191,7 +187,9 @@ def lock_entry_matches(root: Path, name: str) -> bool | None:
     """
     if not (root / "dvc.lock").is_file():
         return None
-    entry = _lock_stages(root).get(name)
+    # Read as DVC reads it, YAML 1.2: PyYAML's YAML 1.1 reads dvc.lock's `1e-06` as a string
+    # against params.yaml's `1.0e-6` float, a false mismatch.
+    entry = (_yaml12(root / "dvc.lock").get("stages") or {}).get(name)
     if entry is None:
         return False
     for item in [*(entry.get("deps") or []), *(entry.get("outs") or [])]:
@@ -200,12 +198,9 @@ def lock_entry_matches(root: Path, name: str) -> bool | None:
         if item.get("hash") != "md5":
             return None  # DVC 2's entry: md5 of the text with line endings normalised
         path = root / item["path"]
-        if not path.exists() or _dvc_md5_ignoring(path) != item["md5"]:
+        if not path.exists() or dvc_md5(path, skip_bytecode=True) != item["md5"]:
             return False
-    # Params as DVC reads them, YAML 1.2 on both sides: PyYAML's YAML 1.1 reads dvc.lock's
-    # `1e-06` as a string and params.yaml's `1.0e-6` as a float, a false mismatch.
-    locked_params = (_yaml12(root / "dvc.lock").get("stages") or {}).get(name, {}).get("params")
-    for file, values in (locked_params or {}).items():
+    for file, values in (entry.get("params") or {}).items():
         path = root / file
         current = _yaml12(path) if path.is_file() else {}
         for key, value in (values or {}).items():
