@@ -245,6 +245,16 @@ def _strategy_responses(root: Path, policies: Sequence[str]) -> dict[str, pd.Dat
     return frames
 
 
+def run_bands(config: Params, root: Path) -> Any:
+    """The bands this run is judged against: its pre-registration's (``report.preregistration``),
+    world v2's when it names none."""
+    from tagrpo.report import validity
+
+    if config.report.preregistration is None:
+        return validity.DEFAULT_BANDS
+    return validity.bands_from_preregistration(root / config.report.preregistration)
+
+
 def base_criteria(
     config: Params, root: Path, passk: pd.DataFrame, policies: Sequence[str] = ()
 ) -> tuple[dict[str, Any], pd.DataFrame]:
@@ -256,6 +266,7 @@ def base_criteria(
     from tagrpo.report import validity
 
     ks = config.evaluate.ks
+    bands = run_bands(config, root)
     probe_path = root / base_model_outputs()["probe_samples"]
     probe = pd.read_parquet(probe_path) if probe_path.exists() else None
     dispersion = (
@@ -269,22 +280,26 @@ def base_criteria(
         ks[-1],
         config.evaluate.bootstrap_resamples,
         config.common.seed,
+        bands,
     )
     base_passk = passk[passk["policy"] == BASE_POLICY]
     benchmarks = sorted(config.benchmark_names())
-    edges = validity.edge_criteria(base_passk, benchmarks, multiple_choice_options(config), ks[-1])
+    edges = validity.edge_criteria(
+        base_passk, benchmarks, multiple_choice_options(config), ks[-1], bands
+    )
     criteria: dict[str, Any] = {
         "V2": validity.phrasing_criterion(dispersion),
         "V3": strategy,
         **{c.name: c for c in edges},
     }
-    harder = validity.harder_criterion(base_passk, config.report.harder_group, ks[-1])
+    harder = validity.harder_criterion(base_passk, config.report.harder_group, ks[-1], bands)
     if harder is not None:
         criteria[harder.name] = harder
     probe_metrics = json.loads((root / base_model_outputs().metrics).read_text())
     criteria["regime"] = validity.regime_criterion(
         probe_metrics.get("probe/original/zero_gradient_rate"),
         int(probe_metrics.get("probe/original/groups", 0)),
+        bands,
     )
     return criteria, strategies
 
@@ -368,11 +383,12 @@ def validity_section(
     controls = negative_controls(list(runs))
     primary = primary_benchmarks(config)
     base_only, strategies = base_criteria(config, root, passk, [*config.runs.policies()])
+    bands = run_bands(config, root)
     resolution, power = validity.resolution_criterion(
-        runs.get("ta_grpo"), runs.get("grpo"), primary, ks[-1]
+        runs.get("ta_grpo"), runs.get("grpo"), primary, ks[-1], bands
     )
     criteria = [
-        validity.rl_gain(runs.get("grpo"), base, group, members),
+        validity.rl_gain(runs.get("grpo"), base, group, members, bands),
         validity.reward_trend(histories),
         base_only["V2"],
         base_only["V3"],
@@ -388,7 +404,7 @@ def validity_section(
         "## Testbed validity",
         "",
         "Can this run's miniature measure what the project is for? Each criterion (issue 21; "
-        "thresholds fixed in `tagrpo/report/validity.py` before any method comparison is "
+        f"thresholds: {bands.source}, fixed before any method comparison is "
         "read) is computed from this run's outputs. Intervals are 95%, t-based on crossed "
         "variance components of seeds and problems (see the statistics section); a criterion "
         "that cannot be measured fails. V5 is blind: it states the design's resolution, not "

@@ -30,7 +30,7 @@ def draw_rows(root: Path, harder: Sequence[str] = ()) -> pd.DataFrame:
     ``report.harder_group``; the calibration compares two chain lengths)."""
     from tagrpo.config.params import load_config
     from tagrpo.pipeline.layout import BASE_POLICY, report_outputs
-    from tagrpo.report.build import base_criteria, read_passk
+    from tagrpo.report.build import base_criteria, read_passk, run_bands
 
     table = root / report_outputs()["validity"]
     if table.exists():
@@ -45,7 +45,9 @@ def draw_rows(root: Path, harder: Sequence[str] = ()) -> pd.DataFrame:
     passk = read_passk(root, [BASE_POLICY])
     criteria, _ = base_criteria(config, root, passk)
     for group in harder:
-        criterion = validity.harder_criterion(passk, group, config.evaluate.ks[-1])
+        criterion = validity.harder_criterion(
+            passk, group, config.evaluate.ks[-1], run_bands(config, root)
+        )
         criteria[criterion.name] = criterion
     return pd.DataFrame(
         [
