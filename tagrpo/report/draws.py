@@ -178,6 +178,38 @@ def draws_markdown(draws: Mapping[str, pd.DataFrame]) -> str:
     return "\n".join(lines)
 
 
+def recomputed_rows(root: Path, harder: Sequence[str] = ()) -> pd.DataFrame:
+    """A full run's validity rows computed here, by this code, from the run's evaluations and
+    training histories (not read from its report: a calibration checkout may have run an older
+    report), with the bands of its pre-registration; plus the ``harder`` groups' bands."""
+    import tempfile
+
+    from tagrpo.config.params import load_config
+    from tagrpo.pipeline.layout import BASE_POLICY
+    from tagrpo.report import validity
+    from tagrpo.report.build import read_passk, run_bands, validity_section
+    from tagrpo.report.claims import load_policy_runs, load_seed_runs
+
+    config = load_config(root / "params.yaml")
+    ks = config.evaluate.ks
+    methods = config.runs.all_methods()
+    runs = load_seed_runs(root, {m: config.runs.seeds_of(m) for m in methods}, ks)
+    base = load_policy_runs(root, [BASE_POLICY], ks)
+    passk = read_passk(root, [BASE_POLICY, *config.runs.policies()])
+    with tempfile.TemporaryDirectory() as scratch:
+        table = Path(scratch) / "validity.csv"
+        validity_section(config, root, runs, base, passk, table)
+        rows = pd.read_csv(table)[list(COLUMNS)]
+    extra = []
+    for group in harder:
+        criterion = validity.harder_criterion(
+            passk[passk["policy"] == BASE_POLICY], group, ks[-1], run_bands(config, root)
+        )
+        if criterion is not None:
+            extra.append(criterion.row())
+    return pd.concat([rows, pd.DataFrame(extra, columns=list(COLUMNS))], ignore_index=True)
+
+
 def _competition_lengths(config: object) -> dict[int, str]:
     """Chain length -> group, for the groups named ``competition*`` whose one benchmark has one
     chain length (world v3's calibration evaluates the competition group at lengths 4 and 5)."""
@@ -236,7 +268,7 @@ def calibration_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[s
         if group != chosen
         for name in (f"harder: {group}", *(f"edges: {b}" for b in first.evaluate.groups[group]))
     }
-    rows = {label: draw_rows(root, others) for label, root in checkouts.items()}
+    rows = {label: recomputed_rows(root, others) for label, root in checkouts.items()}
     decided = {
         label: frame[~frame["criterion"].isin([*NOT_ACCEPTANCE, *dropped])]
         for label, frame in rows.items()
