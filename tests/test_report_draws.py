@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tagrpo.report.draws import competition_rule, primary_endpoint_rule
+from tagrpo.report.draws import competition_rule, confirmatory_seed, primary_endpoint_rule
 from tagrpo.report.validity import Bands
 
 pytestmark = pytest.mark.core
@@ -94,3 +94,12 @@ def test_primary_endpoint_is_the_first_pair_inside_the_band_on_every_draw() -> N
     assert chosen == ("in_distribution", 16) and rows[1][2] == "no L_c"
     chosen, _ = primary_endpoint_rule(draws, ORDER[:1], (0.30, 0.85), "competition")
     assert chosen is None
+
+
+def test_the_confirmatory_seed_comes_from_the_freeze_commit() -> None:
+    commit = "0000c350" + "ab" * 16  # 0x0000c350 = 50000
+    assert confirmatory_seed(commit, [0, 11]) == 50000
+    assert confirmatory_seed(commit, [50000, 50001, 3]) == 50002  # used seeds are skipped
+    assert confirmatory_seed("fffffffff", []) == 0xFFFFFFFF % 1_000_000
+    with pytest.raises(ValueError, match="not a commit"):
+        confirmatory_seed("main", [])

@@ -338,10 +338,22 @@ def calibration_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[s
     return "\n".join(lines), passed
 
 
+def confirmatory_seed(commit: str, used: Sequence[int]) -> int:
+    """World v3's confirmatory world seed, drawn after the freeze (``world-v3.md``, step 6): the
+    first 8 hex digits of the freeze commit's SHA-1 as an integer, modulo 1,000,000; while that
+    is a seed used before, add 1. Nobody can choose it, and anyone can recompute it."""
+    if len(commit) < 8 or any(c not in "0123456789abcdef" for c in commit.lower()):
+        raise ValueError(f"{commit!r} is not a commit's hex SHA-1")
+    seed = int(commit[:8], 16) % 1_000_000
+    while seed in set(used):
+        seed += 1
+    return seed
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--run", action="append", required=True, metavar="LABEL=PATH",
+        "--run", action="append", default=[], metavar="LABEL=PATH",
         help="a draw's label and its built checkout (repeat per draw)",
     )  # fmt: skip
     parser.add_argument(
@@ -353,8 +365,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="world v3's calibration: apply the pre-registered competition and primary-endpoint "
         "rules over the draws and judge every acceptance row",
     )  # fmt: skip
+    parser.add_argument(
+        "--seed-from-commit", metavar="SHA",
+        help="print world v3's confirmatory world seed drawn from the freeze commit (the "
+        "pre-registration's used seeds are skipped) and stop",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, help="write the markdown here (default: print)")
     args = parser.parse_args(argv)
+    if args.seed_from_commit:
+        import yaml
+
+        registration = yaml.safe_load(Path("preregistration/world-v3.yaml").read_text())
+        used = registration["confirmatory"]["used_world_seeds"]
+        print(confirmatory_seed(args.seed_from_commit, used))
+        return
+    if not args.run:
+        parser.error("--run LABEL=PATH is required (one per draw)")
     checkouts = {}
     for item in args.run:
         label, sep, path = item.partition("=")
