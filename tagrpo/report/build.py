@@ -371,7 +371,6 @@ def validity_section(
     from tagrpo.report import validity
     from tagrpo.report.claims import negative_controls
 
-    ks = config.evaluate.ks
     benchmarks = sorted(config.benchmark_names())
     group, members = in_distribution_benchmarks(config)
     grpo_policies = (
@@ -385,7 +384,7 @@ def validity_section(
     base_only, strategies = base_criteria(config, root, passk, [*config.runs.policies()])
     bands = run_bands(config, root)
     resolution, power = validity.resolution_criterion(
-        runs.get("ta_grpo"), runs.get("grpo"), primary, ks[-1], bands
+        runs.get("ta_grpo"), runs.get("grpo"), primary, config.primary_k(), bands
     )
     criteria = [
         validity.rl_gain(runs.get("grpo"), base, group, members, bands),
@@ -468,7 +467,7 @@ def statistics_sections(
         benchmarks,
         comparisons,
         ta_policies[0] if ta_policies else None,
-        ks[-1],
+        config.primary_k(),
         base=base,
         in_distribution=in_distribution_benchmarks(config),
         scaled_grpo=scaled_grpo,
@@ -508,7 +507,9 @@ def statistics_sections(
             "optimiser updates of each method's runs (they differ between methods with "
             "`train.batch_unit: rows`).",
             "",
-            _scores_markdown(scores, ks[-1], multiple_choice_options(config), groups, updates),
+            _scores_markdown(
+                scores, config.primary_k(), multiple_choice_options(config), groups, updates
+            ),
             "",
             _differences_markdown(differences, updates),
         ]
@@ -914,9 +915,9 @@ def build_report(
         f"{FAMILY_SIZE} rows, adjusted by Holm (*Holm p*; a verdict needs Holm p < 0.05): a "
         "row not run or not measurable counts with p = 1, so the family never shrinks with "
         "what a profile runs. The primary endpoint (TA-GRPO minus GRPO at "
-        f"pass@{config.evaluate.ks[-1]}) and its widening with k are on the "
+        f"pass@{config.primary_k()}) and its widening with k are on the "
         f"`report.primary_group` group ({primary_benchmarks(config)[0]}); the other "
-        f"pass@{config.evaluate.ks[-1]} rows on the free-form benchmarks (a multiple-choice "
+        f"pass@{config.primary_k()} rows on the free-form benchmarks (a multiple-choice "
         "benchmark is reported at pass@1 only). *seeds*: the seeds of the two methods "
         "compared; *conditional*: a side has one run, so the interval holds for that run "
         "only; *not measurable*: nothing varies (zero variance) or, for the equivalence test, "
