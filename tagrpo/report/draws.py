@@ -285,6 +285,13 @@ def calibration_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[s
     )[0]
     passed = chosen is not None and endpoint is not None and len(draws_passing) == len(rows)
     labels = list(checkouts)
+    deciding = {name for frame in decided.values() for name in frame["criterion"]}
+    measured = [dict(zip(f["criterion"], f["measured"], strict=True)) for f in rows.values()]
+    others = [c for f in rows.values() for c in f["criterion"] if c not in deciding]
+    shown_only = markdown_table(
+        ["criterion", *labels],
+        [[name, *(m.get(name, "") for m in measured)] for name in dict.fromkeys(others)],
+    )
     lines = [
         f"Made by `{command}` (tagrpo.report.draws), under `{first.report.preregistration}` "
         f"({bands.source}); world seed {first.data.synthetic.seed}, base draws "
@@ -319,15 +326,23 @@ def calibration_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[s
         "",
         markdown_table(["group", "k", "GRPO pass@k per draw (%)", "rule"], endpoint_rows),
         "",
-        f"**GRPO minus the base, pass@1, {group}, over the {len(labels)} draws** (the draw as "
-        f"the replicated unit): {100 * gain.value:+.2f} [{100 * gain.low:+.2f}, "
-        f"{100 * gain.high:+.2f}] points ({gain.df:.1f} effective df).",
+        f"**GRPO minus the base, pass@1, {group}, over the {len(labels)} draw(s)** "
+        + (
+            "(the draw as the replicated unit)"
+            if len(labels) > 1
+            else "(one draw: seeds x problems within it, conditional on that base draw)"
+        )
+        + f": {100 * gain.value:+.2f} [{100 * gain.low:+.2f}, {100 * gain.high:+.2f}] points "
+        f"({gain.df:.1f} effective df).",
         "",
-        "**Acceptance rows** (every row on every draw; "
-        + ", ".join(sorted([*NOT_ACCEPTANCE, *dropped]))
-        + " shown but not deciding):",
+        "**Acceptance rows** (every row on every draw):",
         "",
-        draws_markdown(rows),
+        draws_markdown(decided),
+        "",
+        "Rows shown but not deciding (V5 needs TA-GRPO, which calibration never trains; the "
+        "competition length the rule did not choose):",
+        "",
+        shown_only,
         "",
         f"**Verdict: {'PASS' if passed else 'FAIL'}** (L_c {'found' if chosen else 'not found'}; "
         f"primary endpoint {'found' if endpoint else 'not found'}; every acceptance row passes "
