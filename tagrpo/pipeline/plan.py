@@ -374,7 +374,7 @@ def render_cost(
         f"cost of {request.describe()}: {model} ({arch.parameters / 1e9:.2f}B parameters), "
         f"{questions:,} training questions, {problems:,} benchmark problems x evaluate.n "
         f"{config.evaluate.n}, {gpus} GPUs",
-        *cost_table(cost, gpus),
+        *cost_table(cost, gpus, config.vllm.tensor_parallel_size),
     ]
     plan = memory_plan(config, arch)
     lines += plan.lines()
