@@ -65,6 +65,11 @@ class GPUSettings(ConfigModel):
         description="share of the bandwidth vLLM's decoding reaches reading the weights and "
         "the KV cache (decoding long responses is bound by it)",
     )
+    host_per_gpu_gib: float = Field(
+        ge=0,
+        description="host RAM per GPU for verl's worker and rollout processes (Python, torch, "
+        "CUDA and NCCL host memory), GiB",
+    )
     response_fill: float = Field(
         gt=0, le=1, description="mean response length / the maximum (train.max_new_tokens)"
     )
