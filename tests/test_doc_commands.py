@@ -76,7 +76,9 @@ def quoted_texts(markdown: str) -> list[str]:
     """The fenced blocks' lines (``\\``-continued lines joined) and the inline code spans."""
     quoted = []
     for block in FENCE.findall(markdown):
-        quoted += block.replace("\\\n", " ").splitlines()
+        # A shell comment is prose, not a command.
+        lines = block.replace("\\\n", " ").splitlines()
+        quoted += [re.split(r"(?:^|\s)#", line, maxsplit=1)[0] for line in lines]
     quoted += SPAN.findall(FENCE.sub("", markdown))
     return quoted
 
@@ -218,9 +220,13 @@ def profile_problems(name: str, where: str) -> list[str]:
 
 @functools.cache
 def tracked_paths() -> frozenset[str]:
-    """Every file git tracks and every folder above one."""
+    """Every file git tracks (or will: untracked, not ignored) and every folder above one."""
     listed = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     paths: set[str] = set()
     for name in filter(None, listed.split("\0")):
