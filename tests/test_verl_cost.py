@@ -131,6 +131,8 @@ def test_the_docs_cost_tables_are_the_plan_commands_output() -> None:
         ROOT, RerunRequest(profile="paper"), list(KNOWN_MODELS), MATH_QUESTIONS, BENCHMARK_PROBLEMS
     )
     assert _docs_table("cost:models") == models
+    api = [line for line in shown.splitlines() if line.startswith("API ")]
+    assert len(api) == 2 and _docs_table("cost:api") == "```\n" + "\n".join(api) + "\n```"
 
 
 def test_an_evaluation_is_one_cards_work_and_decoding_is_bound_by_memory() -> None:
