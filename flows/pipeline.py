@@ -68,6 +68,7 @@ from tagrpo.pipeline.rerun import (
     changed_leaves,
     dvc_binary,
     prepare_scratch,
+    profile_help,
     profile_names,
     read_yaml_mapping,
     resolve_params,
@@ -82,7 +83,9 @@ from tagrpo.pipeline.tracking import (
     tracking_uri,
 )
 
-# The UI form's choices, read when the deployment is created (redeploy to list a new profile).
+# The UI form's choices, read when the deployment is created (redeploy to list a new profile);
+# the docstring of `pipeline` names each delta profile with the base it is merged onto.
+PROFILE_HELP = profile_help(project_root())
 ProfileName = Literal[tuple(profile_names(project_root()))]  # type: ignore[valid-type]
 MethodName = Literal[tuple(METHODS)]  # type: ignore[valid-type]
 Seed = Annotated[int, Field(ge=0)]
@@ -337,7 +340,6 @@ def _finish_parent(client: Any, run_id: str, root: Path, status: str) -> dict[st
     return metrics
 
 
-@flow(name="tagrpo-pipeline", log_prints=True)
 def pipeline(
     profile: ProfileName = "current",
     methods: list[MethodName] = [],  # noqa: B006  (a plain list default: a list input in the UI)
@@ -349,7 +351,7 @@ def pipeline(
     """Run the DVC pipeline with the given params; the checkout's params.yaml is never edited.
 
     Args:
-        profile: params.yaml as it is ("current"), or merged with profiles/NAME.yaml.
+        profile: PROFILE_HELP.
         methods: train and evaluate only these methods (runs.methods); empty: as the profile.
         seeds: train and evaluate only these seeds (runs.seeds); empty: as the profile.
         overrides: params to change, one "key.path=value" each (value in YAML, e.g.
@@ -432,6 +434,12 @@ def pipeline(
     return outcome
 
 
+# The form's description of ``profile`` names each delta profile with its base (Prefect reads
+# the docstring when the flow is made, so it is filled in first).
+pipeline.__doc__ = (pipeline.__doc__ or "").replace("PROFILE_HELP", PROFILE_HELP)
+pipeline = flow(name="tagrpo-pipeline", log_prints=True)(pipeline)
+
+
 def _serve(name: str, cron: str | None) -> None:
     """Create (or update) the deployment and serve its runs; a schedule only with ``cron``."""
     if not os.environ.get("PREFECT_API_URL"):
@@ -451,7 +459,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m flows.pipeline")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the flow once (ephemeral server if none)")
-    run.add_argument("--profile", default="current", choices=profile_names(project_root()))
+    run.add_argument(
+        "--profile", default="current", choices=profile_names(project_root()), help=PROFILE_HELP
+    )
     run.add_argument("--method", action="append", default=[], choices=list(METHODS))
     run.add_argument("--seed", action="append", default=[], type=int)
     run.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")

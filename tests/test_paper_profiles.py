@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tagrpo.config.params import deep_merge, read_yaml_mapping, validate_params
+from tagrpo.config.params import merged_with_profile, validate_params
 from tagrpo.pipeline.paths import project_root
 from tagrpo.verl_ext.dry_run import dry_run_text
 
@@ -23,10 +23,7 @@ SOURCE = project_root()
 EXPECTED = SOURCE / "tests" / "fixtures" / "dry_run"
 ROOT = Path("/project")  # a fixed checkout path: the text must not depend on where tests run
 
-PROFILES = {
-    "paper": ["paper.yaml"],
-    "paper-authors-hparams": ["paper.yaml", "paper-authors-hparams.yaml"],
-}
+PROFILES = ("paper", "paper-authors-hparams")  # the second a delta over the first (base: paper)
 CASES = [
     (profile, method)
     for profile in PROFILES
@@ -35,9 +32,8 @@ CASES = [
 
 
 def profile_config(name: str):
-    merged = read_yaml_mapping(SOURCE / "params.yaml")
-    for layer in PROFILES[name]:  # as `tagrpo params apply` one after the other
-        merged = deep_merge(merged, read_yaml_mapping(SOURCE / "profiles" / layer))
+    # As `tagrpo params apply profiles/NAME.yaml`: its base profiles first, then itself.
+    merged = merged_with_profile(SOURCE / "profiles" / f"{name}.yaml", SOURCE / "params.yaml")
     return validate_params(merged, name)
 
 

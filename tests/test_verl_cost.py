@@ -11,7 +11,7 @@ import pytest
 from verl_helpers import ROOT, paper_config
 
 from tagrpo.config.params import config_with
-from tagrpo.pipeline.plan import render_cost
+from tagrpo.pipeline.plan import render_cost, render_models
 from tagrpo.pipeline.rerun import RerunRequest
 from tagrpo.verl_ext.cost import (
     GIB,
@@ -19,6 +19,7 @@ from tagrpo.verl_ext.cost import (
     Architecture,
     architecture,
     check_fits,
+    evaluation_gpu_hours,
     memory_plan,
     training_cost,
 )
@@ -121,24 +122,39 @@ def _docs_table(marker: str) -> str:
     return text[start : text.index(f"<!-- /{marker} -->")].strip("\n")
 
 
-def test_the_docs_cost_table_is_the_plan_commands_output() -> None:
+def test_the_docs_cost_tables_are_the_plan_commands_output() -> None:
     """docs/paper-scale.md shows `tagrpo plan --cost --profile paper --questions 7498
-    --problems 1245` verbatim, and each base model's totals from the same command."""
+    --problems 1245` verbatim, and with `--models` (a column per base model)."""
     shown = render_cost(ROOT, RerunRequest(profile="paper"), MATH_QUESTIONS, BENCHMARK_PROBLEMS)
     assert _docs_table("cost:paper") == "```\n" + shown + "\n```"
-    totals = []
-    for model in KNOWN_MODELS:
-        request = RerunRequest(profile="paper", overrides=[f"base_model.hub.hub_id={model}"])
-        text = render_cost(ROOT, request, MATH_QUESTIONS, BENCHMARK_PROBLEMS)
-        trainings = re.search(r"^\| \*\*14 trainings\*\* \|.*$", text, re.M).group(0)
-        total = re.search(r"^\| \*\*total\*\* \|.*$", text, re.M).group(0)
-        cells = [c.strip() for c in trainings.split("|")[1:-1]]
-        totals.append(
-            f"| {model} | {cells[4]} | {total.split('|')[5].strip()} | {cells[6]} | {cells[7]} |"
-        )
-    header = [
-        "| base model | 14 trainings, GPU-hours | with evaluations and diagnostics | largest "
-        "work area GB | outputs GB (with DVC cache) |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    assert _docs_table("cost:models") == "\n".join(header + totals)
+    models = render_models(
+        ROOT, RerunRequest(profile="paper"), list(KNOWN_MODELS), MATH_QUESTIONS, BENCHMARK_PROBLEMS
+    )
+    assert _docs_table("cost:models") == models
+    api = [line for line in shown.splitlines() if line.startswith("API ")]
+    assert len(api) == 2 and _docs_table("cost:api") == "```\n" + "\n".join(api) + "\n```"
+
+
+def test_an_evaluation_is_one_cards_work_and_decoding_is_bound_by_memory() -> None:
+    """The evaluation cost the issue doubted: one vllm.LLM at tensor parallel 1 runs on one
+    card (its wall hours are its GPU-hours, not a quarter of them), and decoding Qwen3-1.7B's
+    3k-token responses is bound by its KV-cache reads, not by 10% of the peak FLOPs."""
+    config, arch = paper_config(), KNOWN_MODELS[QWEN_1_7B]
+    gpu = config.runtime.gpu
+    per_token_compute = 2 * arch.parameters / (gpu.peak_tflops * 1e12 * gpu.rollout_mfu)
+    hours = evaluation_gpu_hours(config, BENCHMARK_PROBLEMS, arch)
+    tokens = BENCHMARK_PROBLEMS * 64 * gpu.response_fill * 3072
+    assert hours > 1.5 * tokens * per_token_compute / 3600  # memory-bound: well above compute
+    # The KV cache read per token (112 KiB x its mean context) over the bandwidth, at least.
+    context = gpu.prompt_fill * 512 + gpu.response_fill * 3072 / 2
+    floor = tokens * arch.kv_bytes_per_token * context
+    floor /= gpu.memory_bandwidth_gbs * 1e9 * gpu.decode_bandwidth_share
+    assert hours > floor / 3600
+    text = render_cost(ROOT, RerunRequest(profile="paper"), MATH_QUESTIONS, BENCHMARK_PROBLEMS)
+    row = re.search(r"^\| 15 evaluations \| \| \| \| (\d+) \| ([\d.]+) \| ([\d.]+) \|", text, re.M)
+    assert row and row.group(1) == "1" and row.group(2) == row.group(3)  # one card: wall = busy
+    # With the engine over 4 cards: about the same work (a larger KV cache batches more
+    # sequences per weight read: a little less), a quarter of the wall time.
+    wide = config_with({"vllm.tensor_parallel_size": 4}, config)
+    spread = evaluation_gpu_hours(wide, BENCHMARK_PROBLEMS, arch)
+    assert 0.9 * hours < spread <= hours

@@ -75,7 +75,13 @@ class MiniWorldSettings(ConfigModel):
 class CommonSettings(ConfigModel):
     profile: str = Field(min_length=1, description="profile name, tags every run")
     seed: int = Field(ge=0, description="the run's seed (stages derive theirs from it)")
-    torch_threads: int = Field(ge=1, le=256, description="torch CPU threads per stage")
+    torch_threads: int = Field(
+        ge=1,
+        le=256,
+        description="torch CPU threads of the base_model, train and diagnostics stages (and "
+        "verl's CPU workers); a param of those stages, so a change reruns them: CPU kernels "
+        "may sum in another order with another thread count",
+    )
     data_dir: str = Field(
         min_length=1,
         description="third-party benchmark files (relative to the checkout; TAGRPO_DATA_DIR wins)",

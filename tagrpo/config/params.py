@@ -11,6 +11,7 @@ the value and what is allowed. Tests and notebooks start from the checkout's par
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -438,20 +439,73 @@ def unknown_override_keys(
             yield f"{'.'.join(location)} (a section, given the scalar {value!r})"
 
 
+# A profile's top-level ``base: NAME`` (not a params key): the profile is a delta over
+# ``NAME.yaml`` beside it, which is merged first (e.g. paper-authors-hparams over paper).
+PROFILE_BASE_KEY = "base"
+_PROFILE_NAME = re.compile(r"[A-Za-z0-9][\w.-]*")
+
+
+def profile_layers(profile_path: str | Path) -> list[tuple[Path, dict[str, Any]]]:
+    """The profile and the profiles it builds on (``base:``), base first, each as (file, its
+    overrides without ``base``). A missing base or a cycle is refused, naming the file."""
+    layers: list[tuple[Path, dict[str, Any]]] = []
+    path, seen = Path(profile_path), []
+    while True:
+        if path.resolve() in seen:
+            cycle = " -> ".join(p.stem for p in [*seen, path.resolve()])
+            raise ConfigError(
+                str(profile_path), [f"{PROFILE_BASE_KEY}: profiles form a cycle: {cycle}"]
+            )
+        seen.append(path.resolve())
+        overrides = read_yaml_mapping(path)
+        base = overrides.pop(PROFILE_BASE_KEY, None)
+        layers.append((path, overrides))
+        if base is None:
+            return layers[::-1]
+        base_path = path.parent / f"{base}.yaml"
+        if (
+            not isinstance(base, str)
+            or not _PROFILE_NAME.fullmatch(base)
+            or not base_path.is_file()
+        ):
+            raise ConfigError(
+                str(path),
+                [
+                    f"{PROFILE_BASE_KEY}: {base!r} is not a profile in {path.parent} "
+                    "(the NAME of NAME.yaml)"
+                ],
+            )
+        path = base_path
+
+
+def profile_base_chain(profile_path: str | Path) -> list[str]:
+    """The names a profile is merged from, base first (``["paper", "paper-authors-hparams"]``)."""
+    return [path.stem for path, _ in profile_layers(profile_path)]
+
+
+def profile_overrides(profile_path: str | Path) -> dict[str, Any]:
+    """Everything a profile sets: its bases' overrides, then its own."""
+    merged: dict[str, Any] = {}
+    for _, overrides in profile_layers(profile_path):
+        merged = deep_merge(merged, overrides)
+    return merged
+
+
 def merged_with_profile(profile_path: str | Path, params_path: str | Path) -> dict[str, Any]:
-    """params merged with a profile, refused if the profile names a key params lacks."""
-    base = read_yaml_mapping(params_path)
-    override = read_yaml_mapping(profile_path)
-    unknown = list(unknown_override_keys(base, override))
-    if unknown:
-        raise ConfigError(
-            str(profile_path),
-            [
-                f"{key}: not a key of {Path(params_path).name} (a profile may only override)"
-                for key in unknown
-            ],
-        )
-    merged = deep_merge(base, override)
+    """params merged with a profile (after the profiles it builds on, ``base:``), refused if a
+    profile names a key params lacks."""
+    merged = read_yaml_mapping(params_path)
+    for path, override in profile_layers(profile_path):
+        unknown = list(unknown_override_keys(merged, override))
+        if unknown:
+            raise ConfigError(
+                str(path),
+                [
+                    f"{key}: not a key of {Path(params_path).name} (a profile may only override)"
+                    for key in unknown
+                ],
+            )
+        merged = deep_merge(merged, override)
     validate_params(merged, f"{params_path} + {profile_path}")
     return merged
 
@@ -480,8 +534,9 @@ def kept_from_earlier_profile(
     profile_path = Path(profile_path)
     current = read_yaml_mapping(target)
     earlier = str((current.get("common") or {}).get("profile", "embedded"))
-    new = read_yaml_mapping(profile_path)
-    if earlier in ("embedded", str((new.get("common") or {}).get("profile", ""))):
+    new = profile_overrides(profile_path)
+    bases = profile_base_chain(profile_path)
+    if earlier in ("embedded", str((new.get("common") or {}).get("profile", "")), *bases):
         return None
     earlier_path = profile_path.parent / f"{earlier}.yaml"
     if not earlier_path.is_file():
@@ -490,7 +545,7 @@ def kept_from_earlier_profile(
     current_leaves = _leaves(current)
     kept = [
         f"{key} = {current_leaves.get(key)!r}"
-        for key in _leaves(read_yaml_mapping(earlier_path))
+        for key in _leaves(profile_overrides(earlier_path))
         if key != "common.profile"
         and not any(key == other or key.startswith(f"{other}.") for other in overridden)
         and key in current_leaves
@@ -506,7 +561,7 @@ def apply_profile(profile_path: str | Path, params_path: str | Path | None = Non
     """
     target = Path(params_path) if params_path else default_params_path()
     merged = merged_with_profile(profile_path, target)
-    text = _with_comments_kept(target, read_yaml_mapping(profile_path))
+    text = _with_comments_kept(target, profile_overrides(profile_path))
     if yaml.safe_load(text) != merged:  # the round trip must write exactly the merged params
         raise RuntimeError(f"applying {profile_path} would not write the validated params")
     target.write_text(text, encoding="utf-8")

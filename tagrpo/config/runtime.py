@@ -53,7 +53,23 @@ class GPUSettings(ConfigModel):
     train_mfu: float = Field(
         gt=0, le=1, description="share of the peak the forward/backward passes reach"
     )
-    rollout_mfu: float = Field(gt=0, le=1, description="share of the peak vLLM decoding reaches")
+    rollout_mfu: float = Field(
+        gt=0, le=1, description="share of the peak vLLM decoding reaches when compute-bound"
+    )
+    memory_bandwidth_gbs: float = Field(
+        gt=0, description="memory bandwidth per card, GB/s (an H100 SXM: 3,350; an H200: 4,800)"
+    )
+    decode_bandwidth_share: float = Field(
+        gt=0,
+        le=1,
+        description="share of the bandwidth vLLM's decoding reaches reading the weights and "
+        "the KV cache (decoding long responses is bound by it)",
+    )
+    host_per_gpu_gib: float = Field(
+        ge=0,
+        description="host RAM per GPU for verl's worker and rollout processes (Python, torch, "
+        "CUDA and NCCL host memory), GiB",
+    )
     response_fill: float = Field(
         gt=0, le=1, description="mean response length / the maximum (train.max_new_tokens)"
     )

@@ -323,6 +323,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     request = RerunRequest(profile=args.profile, overrides=list(args.overrides))
     try:
+        if args.cost and args.models:
+            from tagrpo.pipeline.plan import render_models
+
+            print(
+                render_models(project_root(), request, args.models, args.questions, args.problems)
+            )
+            return 0
         if args.cost:
             from tagrpo.pipeline.plan import render_cost
 
@@ -549,6 +556,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=None,
         help="--cost: benchmark problems evaluated (default: the built benchmarks)",
+    )
+    plan.add_argument(
+        "--models",
+        nargs="+",
+        default=None,
+        metavar="HUB_ID",
+        help="--cost: instead, what one run needs, a column per base model "
+        "(base_model.hub.hub_id), e.g. --models Qwen/Qwen3-1.7B Qwen/Qwen3-4B",
     )
     plan.set_defaults(handler=_cmd_plan)
 

@@ -324,19 +324,36 @@ def render_plan(plan: RerunPlan) -> str:
     return "\n".join(lines)
 
 
-def render_cost(
+@dataclass(frozen=True)
+class CostPlan:
+    """What ``tagrpo plan --cost`` computes for one profile (:mod:`tagrpo.verl_ext.cost`)."""
+
+    config: Any
+    model: str
+    arch: Any
+    questions: int
+    problems: int
+    cost: Any  # ProfileCost
+    memory: Any  # MemoryPlan
+
+    @property
+    def gpus(self) -> int:
+        return self.config.verl.n_gpus_per_node * self.config.verl.nnodes
+
+    @property
+    def vllm_gpus(self) -> int:
+        return self.config.vllm.tensor_parallel_size
+
+
+def cost_plan(
     root: Path, request: RerunRequest, questions: int | None, problems: int | None
-) -> str:
-    """``tagrpo plan --cost``: memory per card and the GPU-hours, tokens and disk of every
-    training, evaluation and the diagnostics of the DAG under ``request``'s params
-    (:mod:`tagrpo.verl_ext.cost`). ``questions`` (1x training set) and ``problems`` (over the
-    evaluated benchmarks) default to the built data's counts; ValueError names a missing one."""
+) -> CostPlan:
+    """The cost of the verl DAG under ``request``'s params. ``questions`` (1x training set)
+    and ``problems`` (over the evaluated benchmarks) default to the built data's counts;
+    ValueError names a missing one."""
     from tagrpo.config.params import validate_params
     from tagrpo.verl_ext.cost import (
         architecture,
-        assumption_lines,
-        cost_table,
-        fit_problems,
         memory_plan,
         profile_cost,
         profile_model,
@@ -368,18 +385,130 @@ def render_cost(
         if stage.stage.startswith(("train", "evaluate"))
     ]
     cost = profile_cost(config, stages, questions, problems, arch)
-    verl = config.verl
-    gpus = verl.n_gpus_per_node * verl.nnodes
+    return CostPlan(config, model, arch, questions, problems, cost, memory_plan(config, arch))
+
+
+def render_cost(
+    root: Path, request: RerunRequest, questions: int | None, problems: int | None
+) -> str:
+    """``tagrpo plan --cost``: memory per card and the GPU-hours, tokens and disk of every
+    training, evaluation and the diagnostics of the DAG under ``request``'s params, the host
+    RAM and the API calls (:func:`cost_plan`)."""
+    from tagrpo.rephrase.templates import load_template
+    from tagrpo.verl_ext.cost import (
+        MATH_QUESTION_CHARS,
+        api_usage,
+        assumption_lines,
+        cost_table,
+        fit_problems,
+        host_memory_gib,
+    )
+
+    planned = cost_plan(root, request, questions, problems)
+    config, arch = planned.config, planned.arch
     lines = [
-        f"cost of {request.describe()}: {model} ({arch.parameters / 1e9:.2f}B parameters), "
-        f"{questions:,} training questions, {problems:,} benchmark problems x evaluate.n "
-        f"{config.evaluate.n}, {gpus} GPUs",
-        *cost_table(cost, gpus),
+        f"cost of {request.describe()}: {planned.model} ({arch.parameters / 1e9:.2f}B "
+        f"parameters), {planned.questions:,} training questions, {planned.problems:,} benchmark "
+        f"problems x evaluate.n {config.evaluate.n}, {planned.gpus} GPUs",
+        *cost_table(planned.cost, planned.gpus, planned.vllm_gpus),
     ]
-    plan = memory_plan(config, arch)
-    lines += plan.lines()
-    lines += [f"DOES NOT FIT: {problem}" for problem in fit_problems(plan, config)]
+    lines += planned.memory.lines()
+    lines += [f"DOES NOT FIT: {problem}" for problem in fit_problems(planned.memory, config)]
+    lines.append(
+        f"host RAM per node: at least {host_memory_gib(config, arch):.0f} GiB (checkpoint "
+        "shards while written, offloaded reference, one fp32 export, worker processes)"
+    )
+    template = load_template(config.rephrase.template, config.rephrase.template_file)
+    for usage in api_usage(config, planned.questions, MATH_QUESTION_CHARS, len(template.body)):
+        lines.append(usage.line())
     lines += assumption_lines(config)
+    return "\n".join(lines)
+
+
+def render_models(
+    root: Path,
+    request: RerunRequest,
+    models: Sequence[str],
+    questions: int | None,
+    problems: int | None,
+) -> str:
+    """``tagrpo plan --cost --models``: what one run of the profile needs, a column per base
+    model (``base_model.hub.hub_id``), as docs/paper-scale.md shows it."""
+    from tagrpo.verl_ext.cost import host_memory_gib
+
+    plans = [
+        cost_plan(
+            root,
+            RerunRequest(
+                request.profile,
+                request.methods,
+                request.seeds,
+                [*request.overrides, f"base_model.hub.hub_id={model}"],
+            ),
+            questions,
+            problems,
+        )
+        for model in models
+    ]
+    first = plans[0]
+
+    def training(plan: CostPlan, method: str) -> str:
+        hours = [
+            t.gpu_hours for t in plan.cost.trainings if t.policy.startswith(f"train@{method}-")
+        ]
+        return f"{hours[0]:.1f}" if hours else "-"
+
+    def row(label: str, cell: Any) -> str:
+        return f"| {label} | " + " | ".join(cell(plan) for plan in plans) + " |"
+
+    card = first.memory.card
+    evaluations = len(first.cost.evaluations)
+    trainings = len(first.cost.trainings)
+    lines = [
+        "| one run of the profile | " + " | ".join(m.split("/")[-1] for m in models) + " |",
+        "|---|" + "---:|" * len(models),
+        row(
+            f"memory per card, rollout / update (GiB of {card:g})",
+            lambda p: f"{p.memory.rollout:.1f} / {p.memory.update:.1f}",
+        ),
+        row(
+            "host RAM per node, at least (GiB)",
+            lambda p: f"{host_memory_gib(p.config, p.arch):.0f}",
+        ),
+        row(
+            "disk: the model's weights from the hub (GB)",
+            lambda p: f"{2 * p.arch.parameters / 1e9:.1f}",
+        ),
+        row(
+            "disk: a training's verl work area, largest (GB)",
+            lambda p: f"{max(t.peak_gb for t in p.cost.trainings):.0f}",
+        ),
+        row(
+            "disk: the outputs with DVC's cache copy (GB)",
+            lambda p: f"{sum(t.outputs_gb for t in p.cost.trainings):,.0f}",
+        ),
+        row(
+            "GPU-hours: one GRPO / (N+1)xGRPO / TA-GRPO training",
+            lambda p: " / ".join(training(p, m) for m in ("grpo", "grpo_x4", "ta_grpo")),
+        ),
+        row(
+            f"GPU-hours: {trainings} trainings",
+            lambda p: f"{sum(t.gpu_hours for t in p.cost.trainings):.0f}",
+        ),
+        row(
+            f"GPU-hours: {evaluations} evaluations + diagnostics",
+            lambda p: f"{sum(h for _, h in p.cost.evaluations):.0f} + {p.cost.diagnostics:.0f}",
+        ),
+        row("**GPU-hours, busy**", lambda p: f"**{p.cost.gpu_hours:.0f}**"),
+        row(
+            f"wall hours on {first.gpus} GPUs, one stage at a time",
+            lambda p: f"{p.cost.wall_hours(p.gpus, p.vllm_gpus):.0f}",
+        ),
+        row(
+            f"GPU-hours billed, {first.gpus} GPUs held throughout",
+            lambda p: f"{p.cost.wall_hours(p.gpus, p.vllm_gpus) * p.gpus:,.0f}",
+        ),
+    ]
     return "\n".join(lines)
 
 

@@ -35,6 +35,7 @@ from tagrpo.config.params import (
     ConfigError,
     apply_overrides,
     merged_with_profile,
+    profile_base_chain,
     read_yaml_mapping,
     validate_params,
 )
@@ -70,6 +71,33 @@ class RerunRequest:
 def profile_names(root: Path) -> list[str]:
     """``current`` and every ``profiles/<name>.yaml``."""
     return [CURRENT_PROFILE, *sorted(p.stem for p in (root / "profiles").glob("*.yaml"))]
+
+
+def delta_profiles(root: Path) -> dict[str, list[str]]:
+    """Each profile that is a delta over another (``base:``), with the names it is merged
+    from, base first: ``{"paper-authors-hparams": ["paper", "paper-authors-hparams"]}``. A
+    broken chain is left out here and refused when the profile is used."""
+    chains = {}
+    for name in profile_names(root)[1:]:
+        try:
+            chain = profile_base_chain(root / "profiles" / f"{name}.yaml")
+        except (ConfigError, OSError):
+            continue
+        if len(chain) > 1:
+            chains[name] = chain
+    return chains
+
+
+def profile_help(root: Path) -> str:
+    """What a profile choice means, the deltas named with their bases (the Prefect form's
+    description of ``profile`` and the CLI's help)."""
+    text = 'params.yaml as it is ("current"), or merged with profiles/NAME.yaml'
+    deltas = delta_profiles(root)
+    if deltas:
+        text += "; a delta profile is merged onto its base first: " + ", ".join(
+            f"{name} = {' + '.join(chain)}" for name, chain in deltas.items()
+        )
+    return text
 
 
 def resolve_params(root: Path, request: RerunRequest) -> dict[str, Any]:
@@ -309,6 +337,38 @@ def _link_tree(source: Path, target: Path) -> int:
     return count
 
 
+def is_environment(folder: Path) -> bool:
+    """A Python virtual environment (``pyvenv.cfg``) or a conda environment (``conda-meta/``)."""
+    return (folder / "pyvenv.cfg").is_file() or (folder / "conda-meta").is_dir()
+
+
+def work_tree_files(source: Path) -> list[str]:
+    """The files of ``source``'s work tree a scratch copy takes over: modified tracked files and
+    untracked ones git does not ignore, leaving out every environment folder whatever its name
+    or .gitignore (an environment belongs to the machine, and the rerun runs in the
+    interpreter that started it)."""
+    listed = _git(["ls-files", "-m", "-o", "--exclude-standard", "--directory", "-z"], source)
+    files: list[str] = []
+    for name in filter(None, listed.split("\0")):
+        path = source / name
+        if path.is_file():
+            files.append(name.rstrip("/"))
+            continue
+        if not path.is_dir() or _left_out(path):
+            continue
+        # An untracked folder (git lists it once): its files, pruning environments inside.
+        for folder, subfolders, names in os.walk(path):
+            subfolders[:] = [d for d in subfolders if not _left_out(Path(folder, d))]
+            relative = Path(folder).relative_to(source)
+            files += [(relative / n).as_posix() for n in names if Path(folder, n).is_file()]
+    return sorted(set(files))
+
+
+def _left_out(folder: Path) -> bool:
+    # A nested git repository is left out as git itself lists it (one entry, no files).
+    return is_environment(folder) or (folder / ".git").exists()
+
+
 def prepare_scratch(source: Path, target: Path, resolved: Mapping[str, Any], message: str) -> str:
     """Build the scratch copy in ``target`` (must not exist); returns its commit sha."""
     if target.exists():
@@ -318,12 +378,10 @@ def prepare_scratch(source: Path, target: Path, resolved: Mapping[str, Any], mes
     # --shared: the clone borrows the checkout's objects (nothing copied, nothing written there).
     _git(["clone", "--quiet", "--shared", "--no-checkout", str(source), str(target)], source)
     _git(["checkout", "--quiet", "--detach", head], target)
-    # The work tree as it is: modified and new (not ignored) files, deletions.
-    changed = _git(["ls-files", "-m", "-o", "--exclude-standard", "-z"], source).split("\0")
-    for name in filter(None, changed):
-        path = source / name
-        if path.is_file():
-            _link_or_copy_text(path, target / name)
+    # The work tree as it is: modified and new (not ignored) files, deletions; never an
+    # environment (a .venv-gpu the user did not ignore would be gigabytes per rerun).
+    for name in work_tree_files(source):
+        _link_or_copy_text(source / name, target / name)
     for name in filter(None, _git(["ls-files", "-d", "-z"], source).split("\0")):
         (target / name).unlink(missing_ok=True)
     header = "# Written by a tagrpo rerun (" + message.replace("\n", " ") + ")\n"

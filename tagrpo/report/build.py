@@ -439,7 +439,7 @@ def statistics_sections(
     """The validity table, the claims table (markdown), the scores/differences section, and
     headline metrics.
 
-    Writes ``out["claims"]`` (the table alone: README quotes it), ``out["scores"]`` and
+    Writes ``out["claims"]`` (the table alone: docs/results.md quotes it), ``out["scores"]`` and
     ``out["differences"]`` (long-form CSVs behind the tables).
     """
 

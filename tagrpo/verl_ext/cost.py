@@ -22,9 +22,19 @@ Memory per card, in the two phases of a colocated verl step (vLLM sleeps during 
 Compute, per trained token: a forward pass costs 2 FLOPs per parameter; verl runs the old
 policy's and the reference's forward passes, the anchoring pass over the N/(N+1) neighbour
 responses (TA methods, ``train.anchoring_diagnostic``) and the update (forward, recomputed
-forward, backward: 4 passes' worth); decoding costs one forward pass per generated token at
-``rollout_mfu``. Attention's own FLOPs (about 12% at 3.5k tokens for Qwen3-1.7B) and
-dynamic sampling's refills are left out: both make the figures lower bounds.
+forward, backward: 4 passes' worth), at ``train_mfu``; so is the prompts' prefill. Decoding
+(:func:`decode_seconds`) costs each generated token the larger of its compute (one forward
+pass at ``rollout_mfu``) and its memory traffic (the KV cache of its context and the weights
+shared by the sequences decoded with it, at ``decode_bandwidth_share`` of
+``memory_bandwidth_gbs``): decoding 3k-token responses of a model with a large KV cache per
+token (Qwen3-1.7B: 112 KiB) is bound by the memory. Attention's own FLOPs (about 12% at 3.5k
+tokens for Qwen3-1.7B), dynamic sampling's refills and length spread (a long response's
+context is longer than the mean's) are left out: the figures are lower bounds.
+
+Where it runs: a training uses every GPU of ``verl`` (its wall time is its GPU-hours over
+them); an evaluation or a diagnostics stage one ``vllm.LLM`` on ``vllm.tensor_parallel_size``
+cards (no data parallelism), and DVC runs stages one at a time, so on a node the other cards
+idle while it runs (:func:`cost_table` gives both the busy GPU-hours and the wall hours).
 
 Imports nothing beyond the standard library at module level: ``benchmarks/
 gpu_paper_path_check.py`` measures these terms on a GPU machine without the project's
@@ -42,9 +52,14 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tagrpo.config.params import Params
+    from tagrpo.config.runtime import GPUSettings
 
 GIB = 2**30
 GB = 1e9
+# vLLM's max_num_seqs when not set (the evaluate and diagnostics stages do not set it): 1,024
+# for vllm.LLM on a card of at least 70 GiB (an A100 excepted), else 256 (vLLM's
+# EngineArgs.get_batch_defaults).
+VLLM_DEFAULT_MAX_NUM_SEQS = {True: 1024, False: 256}
 
 
 @dataclass(frozen=True)
@@ -258,6 +273,114 @@ def check_fits(config: Params, model: str) -> MemoryPlan | None:
     return plan
 
 
+def host_memory_gib(config: Params, arch: Architecture) -> float:
+    """Host RAM a node needs at least during a verl run (GiB): its share of the resumable
+    checkpoint while it is written (FSDP shards are copied to the CPU first: 16 bytes per
+    parameter over the nodes), the offloaded reference model (``verl.ref_param_offload``, bf16),
+    the fp32 weights gathered on one rank for a Hugging Face export, and ``host_per_gpu_gib``
+    per GPU for the worker and rollout processes (Python, torch, CUDA and NCCL host memory).
+    vLLM keeps no host copy: verl's rollout sleeps at level 2 (weights resynced each step)."""
+    verl, gpu = config.verl, config.runtime.gpu
+    checkpoint = 16 * arch.parameters / verl.nnodes
+    reference = 2 * arch.parameters / verl.nnodes if verl.ref_param_offload else 0.0
+    export = 4 * arch.parameters
+    return (checkpoint + reference + export) / GIB + verl.n_gpus_per_node * gpu.host_per_gpu_gib
+
+
+# -- API calls: the rephrasings and the answer-consistency check --
+
+# Published list prices per million (input, output) tokens of the endpoints the paper profile
+# names, when this was written: check them before a run. Another model: tokens, no price.
+LIST_PRICES_USD_PER_MTOK = {"gpt-4-turbo": (10.0, 30.0), "gpt-4o-mini": (0.15, 0.60)}
+# Characters per token of English text (OpenAI's rule of thumb; LaTeX takes more tokens).
+CHARS_PER_TOKEN = 4.0
+# MATH train's mean question (210 characters over its 7,500 questions): the plan's estimate
+# when the training set is not built.
+MATH_QUESTION_CHARS = 210.0
+
+
+@dataclass(frozen=True)
+class ApiUsage:
+    """One endpoint's requests and tokens for the training set; ``output_tokens`` expected,
+    ``output_tokens_max`` with every reply at ``max_tokens``."""
+
+    purpose: str
+    model: str
+    requests: int
+    input_tokens: float
+    output_tokens: float | None  # None: not estimated (only the bound)
+    output_tokens_max: float
+
+    def usd(self, output_tokens: float | None) -> float | None:
+        prices = LIST_PRICES_USD_PER_MTOK.get(self.model)
+        if prices is None or output_tokens is None:
+            return None
+        return (self.input_tokens * prices[0] + output_tokens * prices[1]) / 1e6
+
+    def line(self) -> str:
+        expected = self.usd(self.output_tokens)
+        bound = self.usd(self.output_tokens_max)
+        out = (
+            f"{self.output_tokens / 1e6:.1f}M output tokens (at most "
+            f"{self.output_tokens_max / 1e6:.1f}M)"
+            if self.output_tokens is not None
+            else f"at most {self.output_tokens_max / 1e6:.1f}M output tokens"
+        )
+        price = ""
+        if bound is not None:
+            price = f"; about ${expected:,.0f}" if expected is not None else ""
+            price += f", at most ${bound:,.0f} at list prices"
+        return (
+            f"API {self.purpose} ({self.model}): {self.requests:,} requests, "
+            f"{self.input_tokens / 1e6:.1f}M input tokens, {out}{price}"
+        )
+
+
+def api_usage(
+    config: Params, questions: int, question_chars: float, template_chars: float
+) -> list[ApiUsage]:
+    """The endpoint calls of the rephrase stage (``rephrase.backend: openai``) and of the
+    answer-consistency check (``check_equivalence.consistency.solver: openai``) for
+    ``questions`` training questions, cache empty. Expected output: a rephrasing as long as its
+    question; the solver's replies are bounded only (``max_tokens``). Regeneration rounds of
+    rejected rephrasings are left out (at most ``max_failed_share``-sized)."""
+    usage = []
+    question = question_chars / CHARS_PER_TOKEN
+    rephrase, n = config.rephrase, config.rephrase.n
+    if rephrase.backend == "openai":
+        settings = rephrase.openai
+        prompt = template_chars / CHARS_PER_TOKEN + question
+        per_question = n if rephrase.requests == "per_variant" else 1
+        replies = n  # one rephrasing per reply, or N in one (choices, numbered)
+        bound = settings.max_tokens * (1 if rephrase.requests == "numbered" else replies)
+        usage.append(
+            ApiUsage(
+                "rephrasings",
+                settings.model,
+                questions * per_question,
+                questions * per_question * prompt,
+                questions * n * question,
+                questions * bound,
+            )
+        )
+    check = config.check_equivalence
+    if check.consistency.enabled and check.consistency.solver == "openai":
+        settings = check.consistency.openai
+        texts = 1 + n + int(check.controls.enabled)  # q0, its rephrasings, one control
+        k = check.consistency.k
+        usage.append(
+            ApiUsage(
+                "answer-consistency solves",
+                settings.model,
+                questions * texts,
+                questions * texts * (question + 40),  # the solver's instruction: ~40 tokens
+                None,
+                questions * texts * k * settings.max_tokens,
+            )
+        )
+    return usage
+
+
 def training_questions(config: Params, root: Path) -> int | None:
     """Questions in the 1x training set: ``train.input``'s rows where it is built (at most
     ``train.questions``), else ``train.questions`` (None: not known yet)."""
@@ -317,9 +440,19 @@ def training_cost(
         anchoring = train.n_neighbours / (train.n_neighbours + 1)
     forward = 2.0 * arch.parameters  # FLOPs per token
     train_flops = trained * forward * (1 + 1 + 4)  # old, reference, update
-    rollout_flops = generated * forward + responses * prompt_tokens * forward
+    prefill_flops = responses * prompt_tokens * forward
     peak = gpu.peak_tflops * 1e12
-    seconds = train_flops / (peak * gpu.train_mfu) + rollout_flops / (peak * gpu.rollout_mfu)
+    plan = memory_plan(config, arch)
+    concurrent = min(
+        verl.max_num_seqs,
+        plan.kv_cache
+        * GIB
+        / (arch.kv_bytes_per_token / verl.tensor_parallel_size)
+        / (prompt_tokens + response_tokens),
+    )
+    seconds = (train_flops + prefill_flops) / (peak * gpu.train_mfu) + decode_seconds(
+        generated, prompt_tokens, response_tokens, arch, gpu, concurrent
+    )
     anchoring_seconds = anchoring * trained * forward / (peak * gpu.train_mfu)
     checkpoint = 16 * arch.parameters / GB
     export = 4 * arch.parameters / GB
@@ -342,21 +475,72 @@ def training_cost(
     )
 
 
+def decode_seconds(
+    tokens: float,
+    prompt_tokens: float,
+    response_tokens: float,
+    arch: Architecture,
+    gpu: GPUSettings,
+    concurrent: float,
+) -> float:
+    """Busy GPU-seconds of decoding ``tokens`` tokens of responses of ``response_tokens``
+    after prompts of ``prompt_tokens``, ``concurrent`` sequences at a time: per token the
+    larger of its compute and its memory traffic (module docstring). A token's context is on
+    average the prompt and half the response. The same for any tensor parallelism (its cards
+    share the work: fewer wall seconds, as many GPU-seconds)."""
+    compute = 2.0 * arch.parameters / (gpu.peak_tflops * 1e12 * gpu.rollout_mfu)
+    context = prompt_tokens + response_tokens / 2
+    traffic = arch.kv_bytes_per_token * context + 2.0 * arch.parameters / max(1.0, concurrent)
+    memory = traffic / (gpu.memory_bandwidth_gbs * 1e9 * gpu.decode_bandwidth_share)
+    return tokens * max(compute, memory)
+
+
+def _vllm_concurrent(config: Params, arch: Architecture, sequence_tokens: float) -> float:
+    """Sequences one ``vllm.LLM`` of the evaluate/diagnostics stages decodes at once: its KV
+    cache (``vllm.gpu_memory_utilization`` of the card, ~5% kept for its activations, less
+    the bf16 weights) over the mean sequence, at most vLLM's default ``max_num_seqs`` (the
+    stages do not set it)."""
+    vllm, gpu = config.vllm, config.runtime.gpu
+    tp = vllm.tensor_parallel_size
+    share = vllm.gpu_memory_utilization * gpu.memory_gib
+    cache = vllm.kv_cache_gib or max(0.0, 0.95 * share - 2 * arch.parameters / tp / GIB)
+    limit = VLLM_DEFAULT_MAX_NUM_SEQS[gpu.memory_gib >= 70]
+    return min(limit, cache * GIB / (arch.kv_bytes_per_token / tp) / sequence_tokens)
+
+
+def _vllm_gpu_hours(
+    config: Params, prompts: float, samples: int, max_new_tokens: int, arch: Architecture
+) -> float:
+    """Busy GPU-hours of one ``vllm.LLM`` sampling ``samples`` responses to each of
+    ``prompts`` prompts: each prompt's prefill once (vLLM shares it among its samples) and the
+    decoding."""
+    gpu = config.runtime.gpu
+    prompt = gpu.prompt_fill * config.verl.max_prompt_length
+    response = gpu.response_fill * max_new_tokens
+    flops = prompts * prompt * 2.0 * arch.parameters
+    prefill = flops / (gpu.peak_tflops * 1e12 * gpu.train_mfu)
+    concurrent = _vllm_concurrent(config, arch, prompt + response)
+    tokens = prompts * samples * response
+    return (prefill + decode_seconds(tokens, prompt, response, arch, gpu, concurrent)) / 3600
+
+
 def evaluation_gpu_hours(config: Params, problems: int, arch: Architecture) -> float:
     """vLLM's sampling of ``evaluate.n`` responses to each of ``problems`` problems."""
-    settings, gpu = config.evaluate, config.runtime.gpu
-    tokens = problems * settings.n * gpu.response_fill * settings.max_new_tokens
-    return tokens * 2.0 * arch.parameters / (gpu.peak_tflops * 1e12 * gpu.rollout_mfu) / 3600
+    settings = config.evaluate
+    return _vllm_gpu_hours(config, problems, settings.n, settings.max_new_tokens, arch)
 
 
 def assumption_lines(config: Params) -> list[str]:
     gpu = config.runtime.gpu
     return [
         f"assumed (runtime.gpu): {gpu.peak_tflops:g} TFLOP/s bf16 peak per card, forward/backward "
-        f"at {gpu.train_mfu:.0%} of it, vLLM decoding at {gpu.rollout_mfu:.0%}, responses "
-        f"{gpu.response_fill:.0%} of train.max_new_tokens, prompts {gpu.prompt_fill:.0%} of "
+        f"and prefill at {gpu.train_mfu:.0%} of it; decoding per token the larger of a forward "
+        f"pass at {gpu.rollout_mfu:.0%} of the peak and its KV cache and weight reads at "
+        f"{gpu.decode_bandwidth_share:.0%} of {gpu.memory_bandwidth_gbs:g} GB/s; responses "
+        f"{gpu.response_fill:.0%} of the maximum, prompts {gpu.prompt_fill:.0%} of "
         f"verl.max_prompt_length, {gpu.logit_bytes:g} bytes per logit, {gpu.overhead_gib:g} GiB "
-        "overhead per card; no dynamic-sampling refills, no attention FLOPs (lower bounds)"
+        "overhead per card; no dynamic-sampling refills, no attention FLOPs, no length spread "
+        "(lower bounds)"
     ]
 
 
@@ -396,11 +580,10 @@ def run_lines(
 def diagnostics_gpu_hours(config: Params, arch: Architecture) -> float:
     """The diagnostics stage's sampling: G responses to q0 and to each of N rephrasings of
     ``diagnostics.questions`` questions, at each checkpoint of each policy (and the base)."""
-    settings, gpu = config.diagnostics, config.runtime.gpu
+    settings = config.diagnostics
     points = len(settings.policies) * len(settings.checkpoints) + int(settings.include_base)
-    responses = settings.questions * (settings.n_neighbours + 1) * settings.group_size * points
-    tokens = responses * gpu.response_fill * settings.max_new_tokens
-    return tokens * 2.0 * arch.parameters / (gpu.peak_tflops * 1e12 * gpu.rollout_mfu) / 3600
+    prompts = settings.questions * (settings.n_neighbours + 1) * points
+    return _vllm_gpu_hours(config, prompts, settings.group_size, settings.max_new_tokens, arch)
 
 
 def profile_model(config: Params, root: Path) -> str:
@@ -425,8 +608,16 @@ class ProfileCost:
 
     @property
     def gpu_hours(self) -> float:
+        """Busy GPU-hours: what the stages compute, on the cards they use."""
         trained = sum(t.gpu_hours for t in self.trainings)
         return trained + sum(h for _, h in self.evaluations) + self.diagnostics
+
+    def wall_hours(self, gpus: int, vllm_gpus: int) -> float:
+        """The DAG's wall hours, one stage at a time: trainings on ``gpus`` cards, the vLLM
+        stages on ``vllm_gpus``."""
+        trained = sum(t.gpu_hours for t in self.trainings) / gpus
+        sampled = (sum(h for _, h in self.evaluations) + self.diagnostics) / vllm_gpus
+        return trained + sampled
 
 
 def profile_cost(
@@ -448,36 +639,45 @@ def profile_cost(
     return ProfileCost(trainings, evaluations, diagnostics_gpu_hours(config, arch))
 
 
-def cost_table(cost: ProfileCost, gpus: int) -> list[str]:
-    """``tagrpo plan --cost``'s table (markdown; docs/paper-scale.md holds the paper's)."""
+def cost_table(cost: ProfileCost, gpus: int, vllm_gpus: int) -> list[str]:
+    """``tagrpo plan --cost``'s table (markdown; docs/paper-scale.md holds the paper's): per
+    stage the GPUs it uses, its busy GPU-hours and its wall hours on them; then the wall hours
+    of the DAG (DVC runs one stage at a time) and what a node of ``gpus`` cards held for all of
+    it bills."""
     lines = [
-        "| stage | steps | responses | generated tokens | GPU-hours (of which anchoring) "
-        f"| hours on {gpus} GPUs | work area GB | outputs GB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| stage | steps | responses | generated tokens | GPUs | GPU-hours (of which anchoring) "
+        "| wall hours | work area GB | outputs GB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for t in cost.trainings:
         anchoring = f" ({t.anchoring_gpu_hours:.1f})" if t.anchoring_gpu_hours else ""
         lines.append(
             f"| {t.policy} | {t.steps} | {t.responses:,} | {t.rollout_tokens / 1e6:,.0f}M "
-            f"| {t.gpu_hours:.1f}{anchoring} | {t.gpu_hours / gpus:.1f} | {t.peak_gb:.0f} "
-            f"| {t.outputs_gb:.0f} |"
+            f"| {gpus} | {t.gpu_hours:.1f}{anchoring} | {t.gpu_hours / gpus:.1f} "
+            f"| {t.peak_gb:.0f} | {t.outputs_gb:.0f} |"
         )
     trained = sum(t.gpu_hours for t in cost.trainings)
-    lines.append(
-        f"| **{len(cost.trainings)} trainings** | | {sum(t.responses for t in cost.trainings):,} "
-        f"| {sum(t.rollout_tokens for t in cost.trainings) / 1e6:,.0f}M | **{trained:.0f}** "
-        f"| {trained / gpus:.0f} | {max((t.peak_gb for t in cost.trainings), default=0):.0f} "
-        f"| {sum(t.outputs_gb for t in cost.trainings):.0f} |"
-    )
     evaluated = sum(hours for _, hours in cost.evaluations)
     lines.append(
-        f"| {len(cost.evaluations)} evaluations | | | | {evaluated:.1f} | {evaluated / gpus:.1f} "
-        "| | |"
+        f"| **{len(cost.trainings)} trainings** | | {sum(t.responses for t in cost.trainings):,} "
+        f"| {sum(t.rollout_tokens for t in cost.trainings) / 1e6:,.0f}M | {gpus} "
+        f"| **{trained:.0f}** | {trained / gpus:.0f} "
+        f"| {max((t.peak_gb for t in cost.trainings), default=0):.0f} "
+        f"| {sum(t.outputs_gb for t in cost.trainings):.0f} |"
     )
     lines.append(
-        f"| diagnostics | | | | {cost.diagnostics:.1f} | {cost.diagnostics / gpus:.1f} | | |"
+        f"| {len(cost.evaluations)} evaluations | | | | {vllm_gpus} | {evaluated:.1f} "
+        f"| {evaluated / vllm_gpus:.1f} | | |"
     )
     lines.append(
-        f"| **total** | | | | **{cost.gpu_hours:.0f}** | {cost.gpu_hours / gpus:.0f} | | |"
+        f"| diagnostics | | | | {vllm_gpus} | {cost.diagnostics:.1f} "
+        f"| {cost.diagnostics / vllm_gpus:.1f} | | |"
+    )
+    wall = cost.wall_hours(gpus, vllm_gpus)
+    lines.append(f"| **total** | | | | | **{cost.gpu_hours:.0f}** | **{wall:.0f}** | | |")
+    lines.append(
+        f"one stage at a time (DVC): {wall:.0f} wall hours; a node of {gpus} GPUs held for all "
+        f"of it bills {wall * gpus:,.0f} GPU-hours, {cost.gpu_hours:.0f} of them busy (an "
+        f"evaluation or the diagnostics use {vllm_gpus} of the {gpus}: vllm.tensor_parallel_size)"
     )
     return lines
