@@ -178,19 +178,56 @@ def draws_markdown(draws: Mapping[str, pd.DataFrame]) -> str:
     return "\n".join(lines)
 
 
+# Sections no stage's result depends on: how runs execute (runtime) and how the report reads
+# them (report). A key added to them after a checkout ran may be filled from this checkout's
+# params.yaml to read that run; a missing key of any other section is an error.
+FILLABLE_SECTIONS = ("runtime", "report")
+
+
+def checkout_config(root: Path) -> tuple[object, list[str]]:
+    """A built checkout's params, validated by this code; keys that this code's schema asks for
+    and the checkout (run by older code) lacks are filled from the current directory's
+    params.yaml when they belong to :data:`FILLABLE_SECTIONS` (returned, to be said), else the
+    schema's error stands."""
+    from tagrpo.config.params import (
+        ConfigError,
+        deep_merge,
+        load_config,
+        read_yaml_mapping,
+        validate_params,
+    )
+
+    try:
+        return load_config(root / "params.yaml"), []
+    except ConfigError as error:
+        missing = [
+            line.strip("- ").split(":")[0]
+            for line in error.problems
+            if line.endswith("required key is missing")
+        ]
+        if len(missing) != len(error.problems) or not all(
+            key.split(".")[0] in FILLABLE_SECTIONS for key in missing
+        ):
+            raise
+    own = read_yaml_mapping(root / "params.yaml")
+    current = read_yaml_mapping(Path("params.yaml"))
+    filled = deep_merge({s: current[s] for s in FILLABLE_SECTIONS}, own)
+    merged = {**own, **{s: filled[s] for s in FILLABLE_SECTIONS}}
+    return validate_params(merged, str(root / "params.yaml")), missing
+
+
 def recomputed_rows(root: Path, harder: Sequence[str] = ()) -> pd.DataFrame:
     """A full run's validity rows computed here, by this code, from the run's evaluations and
     training histories (not read from its report: a calibration checkout may have run an older
     report), with the bands of its pre-registration; plus the ``harder`` groups' bands."""
     import tempfile
 
-    from tagrpo.config.params import load_config
     from tagrpo.pipeline.layout import BASE_POLICY
     from tagrpo.report import validity
     from tagrpo.report.build import read_passk, run_bands, validity_section
     from tagrpo.report.claims import load_policy_runs, load_seed_runs
 
-    config = load_config(root / "params.yaml")
+    config, _ = checkout_config(root)
     ks = config.evaluate.ks
     methods = config.runs.all_methods()
     runs = load_seed_runs(root, {m: config.runs.seeds_of(m) for m in methods}, ks)
@@ -232,13 +269,14 @@ def calibration_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[s
     markdown and whether the candidate passes."""
     import yaml
 
-    from tagrpo.config.params import load_config
     from tagrpo.metrics.compare import draw_paired_difference
     from tagrpo.pipeline.layout import BASE_POLICY, policy_name
     from tagrpo.report.build import in_distribution_benchmarks, read_passk, run_bands
     from tagrpo.report.claims import load_policy_runs
 
-    configs = {label: load_config(root / "params.yaml") for label, root in checkouts.items()}
+    loaded = {label: checkout_config(root) for label, root in checkouts.items()}
+    configs = {label: config for label, (config, _) in loaded.items()}
+    filled = sorted({key for _, keys in loaded.values() for key in keys})
     first = next(iter(configs.values()))
     seeds = {label: c.base_model.warmstart.seed for label, c in configs.items()}
     if len(set(seeds.values())) != len(seeds):
@@ -296,7 +334,13 @@ def calibration_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[s
         f"Made by `{command}` (tagrpo.report.draws), under `{first.report.preregistration}` "
         f"({bands.source}); world seed {first.data.synthetic.seed}, base draws "
         + ", ".join(f"{label} (SFT seed {seeds[label]})" for label in labels)
-        + ".",
+        + "."
+        + (
+            f" Keys this code's schema added after the runs, filled from the current "
+            f"params.yaml to read them (no stage depends on them): {', '.join(filled)}."
+            if filled
+            else ""
+        ),
         "",
         f"**Competition rule** (base pass@1 >= {100 * bands.harder_pass_at_1[0]:g}% and "
         f"pass@{k} in [{100 * bands.harder_pass_at_k[0]:g}, {100 * bands.harder_pass_at_k[1]:g}]%"
