@@ -47,7 +47,7 @@ from prefect.artifacts import (
     update_progress_artifact,
 )
 from prefect.runtime import flow_run
-from pydantic import Field, StringConstraints
+from pydantic import AfterValidator, Field, StringConstraints, WithJsonSchema
 
 from flows.interrupts import (
     chain_sigterm,
@@ -93,12 +93,25 @@ from tagrpo.pipeline.tracking import (
 ProfileName = Literal[tuple(profile_names(project_root()))]  # type: ignore[valid-type]
 MethodName = Literal[tuple(METHODS)]  # type: ignore[valid-type]
 Seed = Annotated[int, Field(ge=0)]
-# key.path=value; a value shaped like an API key is refused by the form and by the server (the
-# deployment enforces its parameter schema) before a flow run holding it is stored.
+# key.path=value. A value shaped like an API key is refused by the form and by the server (the
+# deployment enforces its parameter schema, whose pattern excludes key shapes) before a flow
+# run holding it is stored; pydantic's own pattern engine has no look-ahead, so the flow's
+# validation refuses it with a validator of its own.
+_OVERRIDE_SHAPE = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*="
+
+
+def _no_key_shape(value: str) -> str:
+    if re.search(KEY_SHAPE_PATTERN, value):
+        raise ValueError("looks like an API key: keys belong in the environment, not a parameter")
+    return value
+
+
 Override = Annotated[
     str,
-    StringConstraints(
-        pattern=rf"^(?![\s\S]*{KEY_SHAPE_PATTERN})[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*="
+    StringConstraints(pattern=rf"^{_OVERRIDE_SHAPE}"),
+    AfterValidator(_no_key_shape),
+    WithJsonSchema(
+        {"type": "string", "pattern": rf"^(?![\s\S]*{KEY_SHAPE_PATTERN}){_OVERRIDE_SHAPE}"}
     ),
 ]
 Mode = Literal["scratch", "experiment", "workspace"]

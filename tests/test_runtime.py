@@ -43,13 +43,13 @@ def test_outputs_appear_only_when_the_stage_succeeds(empty_project: Path) -> Non
         running_stage("toy", _outputs(), _config()) as ctx,
     ):
         ctx.path("table").write_text("new\n")
-        assert not (empty_project / "out/table.csv").exists()  # old outputs gone before the work
-        assert not (empty_project / "m/p.json").exists()
+        # The old outputs stay while the stage works (dvc.yaml's outputs are persist: DVC
+        # does not delete them either): a stage that fails keeps what dvc.lock records.
+        assert (empty_project / "out/table.csv").read_text() == "stale\n"
         raise RuntimeError("half way")
-    # A failed stage leaves neither new outputs nor the old metrics beside them.
-    assert (
-        not (empty_project / "out/table.csv").exists() and not (empty_project / "m/p.json").exists()
-    )
+    # A failed stage leaves no new output: the old ones, metrics included, as they were.
+    assert (empty_project / "out/table.csv").read_text() == "stale\n"
+    assert (empty_project / "m/p.json").read_text() == '{"stale": 1}'
     assert list((empty_project / ".tagrpo" / "staging").iterdir()) == []
 
     with running_stage("toy", _outputs(), _config()) as ctx:
@@ -57,7 +57,7 @@ def test_outputs_appear_only_when_the_stage_succeeds(empty_project: Path) -> Non
         ctx.path("model").mkdir()
         (ctx.path("model") / "weights.bin").write_bytes(b"w")
         ctx.set_metrics({"rows": 1, "nan": float("nan")})
-        assert not (empty_project / "out/table.csv").exists()  # staged until the end
+        assert (empty_project / "out/table.csv").read_text() == "stale\n"  # staged until the end
     assert (empty_project / "out/table.csv").read_text() == "a,b\n"
     assert (empty_project / "models/p/weights.bin").read_bytes() == b"w"
     assert json.loads((empty_project / "m/p.json").read_text())["rows"] == 1
@@ -86,6 +86,36 @@ def test_unwritable_outputs_fail_before_anything_is_deleted(empty_project: Path)
         ran = True
     assert not ran
     assert (empty_project / "out/table.csv").read_text() == "keep me\n"
+
+
+def test_staging_folders_of_stopped_stages_are_removed_at_the_next_run(
+    empty_project: Path,
+) -> None:
+    """A stage killed with SIGKILL leaves `.tagrpo/staging/<stage>-<pid>` (issue 40.5): the
+    next stage run removes it; a running stage's folder stays, and so does one whose pid now
+    belongs to another process only if that process started before the folder last changed
+    (a reused pid started later)."""
+    staging = empty_project / ".tagrpo" / "staging"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    live = subprocess.Popen(["sleep", "120"])
+    try:
+        gone = staging / f"train@grpo-s0-{dead.pid}"
+        running = staging / f"evaluate@grpo-s0-{live.pid}"
+        reused = staging / f"evaluate@grpo-s1-{live.pid}"
+        for folder in (gone, running, reused):
+            (folder / "models").mkdir(parents=True)
+        # The reused pid's process started after its folder last changed: not its writer.
+        an_hour_ago = time.time() - 3600
+        os.utime(reused, (an_hour_ago, an_hour_ago))
+        with running_stage("toy", _outputs(), _config()) as ctx:
+            ctx.path("table").write_text("x\n")
+            ctx.path("model").mkdir()
+            ctx.set_metrics({"n": 1})
+        assert sorted(p.name for p in staging.iterdir()) == [running.name]
+    finally:
+        live.kill()
+        live.wait()
 
 
 def test_a_second_copy_of_a_stage_refuses_to_start(empty_project: Path) -> None:
