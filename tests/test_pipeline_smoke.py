@@ -224,9 +224,17 @@ def test_prefect_deployment_reruns_with_parameters(smoke_run: SmokeRun, tmp_path
         try:
             deployment = _wait_for_deployment(api, serve, tmp_path / "serve.log")
             _check_form(deployment["parameter_openapi_schema"])
-            # The server refuses a profile that is not one of profiles/ (the form's choices).
+            # The server refuses a profile that is not one of profiles/ (the form's choices),
+            # and a key-shaped override before the run (whose parameters it stores) exists.
             with pytest.raises(urllib.error.HTTPError):
                 api.run_deployment(deployment["id"], {"profile": "nope"})
+            key = "sk-proj" + "1234567890abcdef"
+            with pytest.raises(urllib.error.HTTPError) as refused_key:
+                api.run_deployment(
+                    deployment["id"], {"overrides": [f"rephrase.openai.model={key}"]}
+                )
+            assert refused_key.value.code == 409
+            assert key not in json.dumps(api.call("POST", "/flow_runs/filter", {}))
             refused = api.run_deployment(
                 deployment["id"], {"profile": "smoke", "overrides": ["train.no_such_key=1"]}
             )
