@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from scratch_project import EMPTY_PROJECT_EXPERIMENT
 
 from tagrpo.config.params import Params, config_with
@@ -266,3 +267,63 @@ def test_a_stage_refuses_while_another_dvc_repro_runs_in_its_checkout(
             if process is not None:
                 process.kill()
                 process.wait()
+
+
+def test_a_users_mistake_is_one_line_and_the_trace_is_there_when_asked(
+    empty_project: Path,
+) -> None:
+    """Issue 40.5: a known mistake (here: evaluating a policy never trained) prints one line
+    naming the stage and the error; TAGRPO_TRACEBACK=1 or --traceback gives the trace; a
+    failure is still recorded (a FAILED run, tracking on)."""
+    import mlflow
+
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(SOURCE),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{empty_project / 'mlflow.db'}",
+    }
+    command = [sys.executable, "-m", "stages.evaluate", "--policy", "base"]
+    plain = subprocess.run(command, cwd=empty_project, env=env, capture_output=True, text=True)
+    assert plain.returncode == 1
+    lines = plain.stderr.strip().splitlines()
+    assert lines[-2].startswith("stage evaluate failed: FileNotFoundError: ")
+    assert lines[-2].endswith("models/base does not exist: train the policy first")
+    assert "TAGRPO_TRACEBACK=1" in lines[-1] and "Traceback" not in plain.stderr
+    client = mlflow.tracking.MlflowClient(env["MLFLOW_TRACKING_URI"])
+    experiment = client.get_experiment_by_name(EMPTY_PROJECT_EXPERIMENT)
+    runs = client.search_runs([experiment.experiment_id])
+    assert [run.info.status for run in runs] == ["FAILED"]
+    assert runs[0].data.tags["tagrpo.exit_code"] == "1"
+    assert "train the policy first" in runs[0].data.tags["tagrpo.error"]
+    # With tracking off (nothing to record), the trace when asked for.
+    params = yaml.safe_load((empty_project / "params.yaml").read_text())
+    params["common"]["tracking"]["enabled"] = False
+    (empty_project / "params.yaml").write_text(yaml.safe_dump(params))
+    for asked in ({"TAGRPO_TRACEBACK": "1"}, {}):
+        extra = [] if asked else ["--traceback"]
+        traced = subprocess.run(
+            [*command, *extra],
+            cwd=empty_project,
+            env={**env, **asked},
+            capture_output=True,
+            text=True,
+        )
+        assert traced.returncode == 1 and "Traceback (most recent call last)" in traced.stderr
+
+
+def test_the_tagrpo_command_prints_a_users_mistake_as_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import tagrpo.pipeline.cli as cli
+
+    def busy(args: object) -> int:
+        raise StageBusyError("stage report is already running (pid 1)")
+
+    monkeypatch.setattr(cli, "_cmd_verify", busy)
+    monkeypatch.delenv("TAGRPO_TRACEBACK", raising=False)
+    assert cli.main(["verify"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "tagrpo verify: StageBusyError: stage report is already running (pid 1)"
+    )
+    with pytest.raises(StageBusyError):
+        cli.main(["verify", "--traceback"])

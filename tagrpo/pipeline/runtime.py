@@ -57,6 +57,11 @@ class StageBusyError(RuntimeError):
     """Another process is running the same stage."""
 
 
+class LauncherGone(SystemExit):
+    """The process that started the stage (dvc, the flow) is gone: the stage does not start
+    (nothing to record: the launcher was stopped, and its parent run ends with it)."""
+
+
 _SHELLS = frozenset({"sh", "dash", "bash", "zsh", "ksh", "fish"})
 
 
@@ -78,10 +83,10 @@ def die_with_parent() -> None:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if parent == 1 or os.getppid() != parent:
-        raise SystemExit("the parent process is gone: not starting the stage")
+        raise LauncherGone("the parent process is gone: not starting the stage")
     launcher = _launcher_beyond_shells(parent)
     if launcher is not None and launcher[0] == 1 and _dvc_exited():
-        raise SystemExit(
+        raise LauncherGone(
             "the process that started this stage is gone (its shell now belongs to init): "
             "not starting the stage"
         )
@@ -259,14 +264,16 @@ def run_main(main: Any, stage: str, argv: list[str] | None = None) -> None:
     argv = [arg for arg in argv if arg != TRACEBACK_FLAG]
     try:
         main(argv)
+    except LauncherGone:
+        raise
     except SystemExit as error:
         code = error.code
         if code is None or code == 0:
             raise
         record_stage_failure(stage, code if isinstance(code, int) else 1, error)
         raise
-    except KeyboardInterrupt as error:
-        record_stage_failure(stage, 130, error)
+    except KeyboardInterrupt as error:  # Ctrl-C, or SIGTERM (die_with_parent's handler)
+        record_stage_failure(stage, 130, error, status="KILLED")
         raise
     except BaseException as error:
         record_stage_failure(stage, 1, error)

@@ -149,12 +149,14 @@ def _end_run(status: str, run_id: str, uri: str, error: BaseException) -> None:
         print(f"[tracking] could not mark the run {status}: {type(failure).__name__}: {failure}")
 
 
-def record_stage_failure(stage: str, exit_code: int, error: BaseException) -> str | None:
+def record_stage_failure(
+    stage: str, exit_code: int, error: BaseException, status: str = "FAILED"
+) -> str | None:
     """Make a stage's failure visible in MLflow; returns the run id (None: not recorded).
 
     A run this process already ended FAILED or KILLED is tagged with the exit status. A stage
     that failed before its run started (invalid params, its lock held, an input that differs
-    from dvc.lock, an argument error) gets a FAILED run of its own, nested under the
+    from dvc.lock, an argument error) gets a run of its own, ended ``status``, nested under the
     pipeline's parent run as any stage run (which this opens if it is the invocation's first),
     so the parent ends FAILED naming it. Never raises: the stage's own error is the one to
     report.
@@ -164,7 +166,7 @@ def record_stage_failure(stage: str, exit_code: int, error: BaseException) -> st
             client = open_store(_ENDED_RUN["uri"])
             client.set_tag(_ENDED_RUN["run_id"], EXIT_CODE_TAG, str(exit_code))
             return _ENDED_RUN["run_id"]
-        return _failed_run(stage, exit_code, error)
+        return _failed_run(stage, exit_code, error, status)
     except Exception as failure:
         print(
             f"[tracking] could not record the failure of stage {stage} in MLflow: "
@@ -199,7 +201,7 @@ def _tracking_settings() -> tuple[Any, bool, str | None, str]:
         )
 
 
-def _failed_run(stage: str, exit_code: int, error: BaseException) -> str | None:
+def _failed_run(stage: str, exit_code: int, error: BaseException, status: str) -> str | None:
     config, enabled, configured, experiment_name = _tracking_settings()
     if not enabled:
         return None
@@ -227,10 +229,10 @@ def _failed_run(stage: str, exit_code: int, error: BaseException) -> str | None:
         tags["mlflow.parentRunId"] = parent
     run = client.create_run(
         experiment.experiment_id,
-        run_name=mask_key_shapes(f"{dvc_key} · failed"),
+        run_name=mask_key_shapes(f"{dvc_key} · {status.lower()}"),
         tags=safe_tags(tags),
     )
-    client.set_terminated(run.info.run_id, status="FAILED")
+    client.set_terminated(run.info.run_id, status=status)
     return run.info.run_id
 
 
