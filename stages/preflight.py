@@ -30,7 +30,7 @@ from tagrpo.data.inputs import (
 )
 from tagrpo.pipeline.layout import preflight_outputs
 from tagrpo.pipeline.paths import project_root
-from tagrpo.pipeline.runtime import run_main
+from tagrpo.pipeline.runtime import refuse_concurrent_dvc, run_main
 from tagrpo.pipeline.verify import prune_lock
 
 
@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
         raise SystemExit(2) from None
     root = project_root()
+    # A second `dvc repro` in this checkout stops here, before it rewrites anything the running
+    # one reads (this stage's outputs, dvc.lock).
+    refuse_concurrent_dvc(root, "preflight")
     problem = data_dir_problem(config, root)
     if problem:
         print(f"[preflight] {problem}", file=sys.stderr)

@@ -243,6 +243,9 @@ def lock_entry_matches(root: Path, name: str) -> bool | None:
     """
     if not (root / "dvc.lock").is_file():
         return None
+    stages = pipeline_stage_names(root)
+    if stages is not None and name not in stages:
+        return False  # not a stage of dvc.yaml under the current params: no entry of its own
     # Read as DVC reads it, YAML 1.2: PyYAML's YAML 1.1 reads dvc.lock's `1e-06` as a string
     # against params.yaml's `1.0e-6` float, a false mismatch.
     entry = (_yaml12(root / "dvc.lock").get("stages") or {}).get(name)
