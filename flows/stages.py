@@ -88,6 +88,8 @@ STAGE_FLOWS = {
     "evaluate_base": evaluate_flow,  # evaluate_flow() evaluates the base policy
     "train_one_seed": train_flow,
     "evaluate_one_seed": evaluate_flow,
+    "train_control": train_flow,  # the negative control with runs.control_seeds
+    "evaluate_control": evaluate_flow,
     "train_scaling": train_flow,  # with data_multiple > 1
     "evaluate_scaling": evaluate_flow,
     "diagnostics": diagnostics_flow,

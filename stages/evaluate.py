@@ -70,7 +70,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         },
         dvc_name=(
             dvc_stage_name(
-                "evaluate", args.method, seed, args.data_multiple, config.runs.one_seed_methods
+                "evaluate",
+                args.method,
+                seed,
+                args.data_multiple,
+                config.runs.one_seed_methods,
+                config.runs.control_methods,
             )
             if args.method
             else "evaluate_base"

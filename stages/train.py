@@ -87,7 +87,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         run_params={"run": {"steps": plan.steps, "questions": len(plan.questions)}},
         metrics_prefix="summary/",
         dvc_name=dvc_stage_name(
-            "train", plan.spec.name, seed, args.data_multiple, config.runs.one_seed_methods
+            "train",
+            plan.spec.name,
+            seed,
+            args.data_multiple,
+            config.runs.one_seed_methods,
+            config.runs.control_methods,
         ),
     ) as ctx:
         if backend == "local":

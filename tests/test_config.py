@@ -525,3 +525,12 @@ def test_explain_shows_values_as_the_files_not_as_defaults(capsys) -> None:
     )
     assert cli(["params", "explain", "train.backend"]) == 0
     assert "  value: 'local' (in params.yaml; there is no default)" in capsys.readouterr().out
+
+
+def test_primary_k_is_one_of_the_evaluated_ks() -> None:
+    from tagrpo.config.params import ConfigError, config_with
+
+    assert config_with({"report.primary_k": None}).primary_k() == 32  # the largest k
+    assert config_with({"report.primary_k": 16}).primary_k() == 16
+    with pytest.raises(ConfigError, match=r"report.primary_k \(12\) is not one of evaluate.ks"):
+        config_with({"report.primary_k": 12})

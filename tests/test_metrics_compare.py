@@ -15,6 +15,8 @@ from tagrpo.metrics.compare import (
     SeedRuns,
     chance_pass_at_k,
     difference_parts,
+    draw_paired_difference,
+    draw_score_with_interval,
     equivalence_test,
     group_weights,
     half_width,
@@ -331,3 +333,27 @@ def test_a_a_intervals_cover_zero_at_their_nominal_rate(seeds: int) -> None:
     assert all(abs(c - 0.95) <= AA_MARGIN for c in coverage), dict(
         zip(AA_KS, coverage, strict=True)
     )
+
+
+def test_draw_paired_difference_is_the_mean_of_per_draw_differences() -> None:
+    """Two draws, one problem-free check by hand: per draw the seeds' mean difference, then
+    the mean over draws; its variance the draws' mean square / 2 (the problem component is
+    0 when every problem moves alike), with 1 degree of freedom."""
+    index = pd.MultiIndex.from_arrays([["x", "x"], ["1", "2"]])
+
+    def runs(*seed_values: float) -> SeedRuns:
+        values = np.array([[[v], [v]] for v in seed_values])  # the same on both problems
+        return SeedRuns(values, index, (1,))
+
+    first = [runs(0.5, 0.7), runs(0.3, 0.3)]  # draw means 0.6, 0.3
+    second = [runs(0.2), runs(0.2)]  # a base per draw
+    (estimate,) = draw_paired_difference(first, second, ["x"])
+    assert estimate.value == pytest.approx(0.25)  # (0.4 + 0.1) / 2
+    assert estimate.se == pytest.approx(np.sqrt(np.var([0.4, 0.1], ddof=1) / 2))
+    assert estimate.df == pytest.approx(1.0) and estimate.seeds == (2,)
+    (score,) = draw_score_with_interval(first, ["x"])
+    assert score.value == pytest.approx(0.45)
+    # One draw: the crossed seeds x problems model within it.
+    assert draw_paired_difference(first[:1], second[:1], ["x"])[0].seeds == (2, 1)
+    with pytest.raises(ValueError, match="2 draws of one side, 1"):
+        draw_paired_difference(first, second[:1], ["x"])

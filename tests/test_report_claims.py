@@ -106,6 +106,8 @@ def _sections(root: Path, overrides: dict) -> tuple[str, str, dict]:
             "evaluate.n": N,
             "evaluate.ks": [1, 2],
             "evaluate.bootstrap_resamples": 50,
+            # No pre-registration in this scratch project: world v2's bands (the defaults).
+            "report.preregistration": None,
             # The primary (in-distribution) group holds two free-form benchmarks: 8 problems.
             "data.synthetic.benchmarks.mini_choice": MINI_CHOICE,
             "evaluate.groups": {

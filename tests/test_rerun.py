@@ -32,6 +32,24 @@ from tagrpo.pipeline.rerun import (
 ROOT = project_root()
 
 
+def test_a_subset_keeps_the_control_methods_with_their_own_seeds() -> None:
+    def runs_of(methods: list[str] | None, seeds: list[int] | None, diagnosed: str) -> dict:
+        # diagnostics.policies must name a trained policy (it is never changed silently)
+        override = f'diagnostics.policies=["{diagnosed}"]'
+        request = RerunRequest("calibration", methods, seeds, [override])
+        return resolve_params(ROOT, request)["runs"]
+
+    # grpo_flipped keeps its own seeds (0, 1), cut to the chosen ones: only 1 is left.
+    runs = runs_of(["grpo", "grpo_flipped"], [1, 2], "grpo-s1")
+    assert runs["methods"] == ["grpo"] and runs["seeds"] == [1, 2]
+    assert runs["control_methods"] == ["grpo_flipped"] and runs["control_seeds"] == [1]
+    only_control = runs_of(["grpo_flipped"], None, "grpo_flipped-s0")
+    assert only_control["methods"] == ["grpo_flipped"] and only_control["seeds"] == [0, 1]
+    assert only_control["control_methods"] == []
+    no_control = runs_of(None, [2], "grpo-s2")
+    assert no_control["control_methods"] == [] and no_control["methods"] == ["grpo"]
+
+
 def test_profiles_subsets_and_overrides_resolve_into_validated_params() -> None:
     assert profile_names(ROOT)[0] == "current" and "smoke" in profile_names(ROOT)
     resolved = resolve_params(
@@ -49,6 +67,8 @@ def test_profiles_subsets_and_overrides_resolve_into_validated_params() -> None:
         "seeds": [0, 1],
         "one_seed_methods": [],  # none of them chosen
         "one_seed": [0],
+        "control_methods": [],
+        "control_seeds": [0, 1],
         "data_scaling": {"methods": ["grpo"], "multiples": [2.5], "seeds": [0]},
     }
     assert resolved["train"]["learning_rate"] == 2e-4  # YAML value: a float

@@ -352,3 +352,46 @@ def test_v3_with_a_policy_that_took_no_known_path() -> None:
     assert np.isnan(summary.loc[0, "entropy_bits"])
     assert summary.loc[0, "questions_with_two_or_more"] == 0.0
     assert summary.loc[0, "strategies"] == 0
+
+
+def test_bands_come_from_the_pre_registration(tmp_path) -> None:
+    """The report judges a run by its pre-registration's bands: world v2's file gives the old
+    thresholds, world v3's its own (V1 +5, competition pass@1 >= 2% and pass@32 in
+    [25, 85]%, regime [30, 85]%), and a file without a band is refused, naming it."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "preregistration"
+    assert validity.bands_from_preregistration(root / "world-v2.yaml") == validity.Bands(
+        source="`world-v2.yaml`"
+    )
+    v3 = validity.bands_from_preregistration(root / "world-v3.yaml")
+    assert (v3.min_rl_gain, v3.min_path_gain, v3.max_half_width) == (0.05, 0.03, 0.02)
+    assert (v3.base_ceiling, v3.chance_margin) == (0.90, 0.05)
+    assert v3.harder_pass_at_1 == (0.02, 1.0) and v3.harder_pass_at_k == (0.25, 0.85)
+    assert v3.identical_band == (0.30, 0.85)
+
+    gain = validity.rl_gain(_constant([0.20, 0.24, 0.22]), _constant([0.10]), "c", ["x", "y"], v3)
+    assert gain.passed and gain.requirement.endswith(">= +5 points")  # +7.03: passes v3 only
+
+    def passk(at_1: float, at_32: float) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "name": ["c", "c"],
+                "kind": ["group", "group"],
+                "k": [1, 32],
+                "pass_at_k": [at_1, at_32],
+            }
+        )
+
+    harder = validity.harder_criterion(passk(0.03, 0.30), "c", 32, v3)
+    assert harder.passed and harder.requirement == "base pass@1 >= 2% and pass@32 in [25, 85]%"
+    for at_1, at_32 in ((0.019, 0.5), (0.5, 0.24), (0.5, 0.86)):
+        assert not validity.harder_criterion(passk(at_1, at_32), "c", 32, v3).passed
+    assert validity.regime_criterion(0.31, 100, v3).passed
+    assert not validity.regime_criterion(0.86, 100, v3).passed
+
+    broken = tmp_path / "broken.yaml"
+    text = (root / "world-v3.yaml").read_text().replace("regime_identical_q0_groups", "regime")
+    broken.write_text(text)
+    with pytest.raises(ValueError, match="regime_identical_q0_groups"):
+        validity.bands_from_preregistration(broken)

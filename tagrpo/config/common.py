@@ -163,6 +163,11 @@ class RunsSettings(ConfigModel):
         description="methods trained with every seed of `seeds` (tagrpo.algorithms.METHODS)",
     )
     seeds: list[int] = Field(min_length=1, description="seeds of `methods`")
+    control_methods: list[str] = Field(
+        description="methods trained with the seeds of `control_seeds`: the negative control, "
+        "which V4 needs with >= 2 seeds but not with as many as GRPO (cost); [] for none",
+    )
+    control_seeds: list[int] = Field(min_length=1, description="seeds of control_methods")
     one_seed_methods: list[str] = Field(
         description="methods trained with the first seed only (cost); [] to give all seeds",
     )
@@ -173,7 +178,7 @@ class RunsSettings(ConfigModel):
     )
     data_scaling: DataScaling
 
-    @field_validator("methods", "one_seed_methods")
+    @field_validator("methods", "control_methods", "one_seed_methods")
     @classmethod
     def _known_methods(cls, methods: list[str]) -> list[str]:
         from tagrpo.algorithms import METHODS
@@ -187,26 +192,41 @@ class RunsSettings(ConfigModel):
 
     @model_validator(mode="after")
     def _distinct_seeds(self) -> RunsSettings:
-        if len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
-            raise ValueError("seeds must be distinct and >= 0")
-        both = sorted(set(self.methods) & set(self.one_seed_methods))
-        if both:
-            raise ValueError(f"{both} are in both methods and one_seed_methods")
+        for name, seeds in (("seeds", self.seeds), ("control_seeds", self.control_seeds)):
+            if len(set(seeds)) != len(seeds) or min(seeds) < 0:
+                raise ValueError(f"{name} must be distinct and >= 0")
+        lists = {
+            "methods": self.methods,
+            "control_methods": self.control_methods,
+            "one_seed_methods": self.one_seed_methods,
+        }
+        for first, second in (
+            ("methods", "control_methods"),
+            ("methods", "one_seed_methods"),
+            ("control_methods", "one_seed_methods"),
+        ):
+            both = sorted(set(lists[first]) & set(lists[second]))
+            if both:
+                raise ValueError(f"{both} are in both {first} and {second}")
         if self.one_seed[0] not in self.seeds:
             raise ValueError(f"one_seed {self.one_seed} must be one of seeds {self.seeds}")
         return self
 
     def all_methods(self) -> list[str]:
         """Every method the DAG trains (multi-seed ones first)."""
-        return [*self.methods, *self.one_seed_methods]
+        return [*self.methods, *self.control_methods, *self.one_seed_methods]
 
     def seeds_of(self, method: str) -> list[int]:
         """The seeds a method is trained with."""
         if method in self.methods:
             return list(self.seeds)
+        if method in self.control_methods:
+            return list(self.control_seeds)
         if method in self.one_seed_methods:
             return list(self.one_seed)
-        raise KeyError(f"{method} is not trained by this run (runs.methods, one_seed_methods)")
+        raise KeyError(
+            f"{method} is not trained by this run (runs.methods, control_methods, one_seed_methods)"
+        )
 
     def policies(self) -> list[str]:
         """Every trained policy, ``<method>-s<seed>``."""

@@ -102,6 +102,12 @@ class ReportSettings(ConfigModel):
         "pass@k_large, its widening with k, V3, V5): unsaturated and free-form only; null = "
         "every free-form benchmark",
     )
+    primary_k: int | None = Field(
+        ge=1,
+        description="the k of the primary endpoint and the paper's other pass@k rows (TA-GRPO - "
+        "GRPO at pass@k, its widening from pass@1, V5), one of evaluate.ks; null = the largest. "
+        "World v3 picks it where trained GRPO is not at a ceiling (preregistration/world-v3.md)",
+    )
     harder_group: str | None = Field(
         min_length=1,
         description="the evaluate.groups group harder than training (the competition band of "

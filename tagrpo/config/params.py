@@ -138,9 +138,18 @@ class Params(ConfigModel):
                     f"({sorted(self.evaluate.groups)})"
                 )
         problems += self._primary_group_problems()
+        if self.report.primary_k is not None and self.report.primary_k not in self.evaluate.ks:
+            problems.append(
+                f"report.primary_k ({self.report.primary_k}) is not one of evaluate.ks "
+                f"{self.evaluate.ks}"
+            )
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def primary_k(self) -> int:
+        """The k of the primary endpoint: ``report.primary_k``, else the largest evaluate.ks."""
+        return self.report.primary_k or max(self.evaluate.ks)
 
     def _primary_group_problems(self) -> list[str]:
         """``report.primary_group`` must name a group of free-form benchmarks: pass@k of a

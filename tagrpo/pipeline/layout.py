@@ -27,11 +27,14 @@ def dvc_stage_name(
     seed: int,
     data_multiple: float = 1.0,
     one_seed_methods: tuple[str, ...] | list[str] = (),
+    control_methods: tuple[str, ...] | list[str] = (),
 ) -> str:
     """DVC's name of a matrix stage item: ``train@grpo-0``, ``train_one_seed@avspo-0``,
-    ``train_scaling@grpo-1.5-0``."""
+    ``train_control@grpo_flipped-1``, ``train_scaling@grpo-1.5-0``."""
     if data_multiple != 1.0:
         return f"{stage}_scaling@{method}-{float(data_multiple)}-{seed}"
+    if method in control_methods:
+        return f"{stage}_control@{method}-{seed}"
     if method in one_seed_methods:
         return f"{stage}_one_seed@{method}-{seed}"
     return f"{stage}@{method}-{seed}"
@@ -166,10 +169,10 @@ def model_dir(policy: str) -> Path:
 
 def stage_outputs(stage: str, **item: str) -> Outputs:
     """The outputs of a dvc.yaml stage; ``item`` holds a matrix stage's values."""
-    if stage in ("train", "train_one_seed", "train_scaling"):
+    if stage in ("train", "train_one_seed", "train_control", "train_scaling"):
         multiple = float(item.get("multiple", 1.0))
         return train_outputs(policy_name(item["method"], int(item["seed"]), multiple))
-    if stage in ("evaluate", "evaluate_one_seed", "evaluate_scaling"):
+    if stage in ("evaluate", "evaluate_one_seed", "evaluate_control", "evaluate_scaling"):
         multiple = float(item.get("multiple", 1.0))
         return evaluate_outputs(policy_name(item["method"], int(item["seed"]), multiple))
     if stage == "evaluate_base":

@@ -108,10 +108,11 @@ def run_subsets(
     * methods: ``runs.methods`` keeps the chosen methods that are not one-seed methods,
       ``runs.one_seed_methods`` the chosen ones that are (they keep their one seed; if only
       such methods are chosen they become ``runs.methods`` with ``runs.seeds`` = the one seed),
+      ``runs.control_methods`` the chosen ones that are control methods (with their own seeds),
       ``runs.data_scaling.methods`` the chosen ones among the data-scaling methods;
     * seeds: ``runs.seeds`` = the seeds; the one-seed methods are dropped unless their seed
-      is chosen; ``runs.data_scaling.seeds`` keeps the chosen ones (none: no data-scaling
-      runs).
+      is chosen; ``runs.control_seeds`` and ``runs.data_scaling.seeds`` keep the chosen ones
+      (none: no control or data-scaling runs).
 
     ``diagnostics.policies`` is not changed: naming a policy that is no longer trained is an
     error that asks for an override (the diagnostics would otherwise probe another policy).
@@ -121,16 +122,26 @@ def run_subsets(
     runs = validate_params(raw, "params").runs
     chosen_seeds = list(seeds) if seeds is not None else list(runs.seeds)
     multi, one_seed = list(runs.methods), list(runs.one_seed_methods)
+    control = list(runs.control_methods)
     scaling_methods = list(runs.data_scaling.methods)
     one_seed_value = list(runs.one_seed)
     if methods:
-        multi = [m for m in methods if m not in runs.one_seed_methods]
+        special = {*runs.one_seed_methods, *runs.control_methods}
+        multi = [m for m in methods if m not in special]
         one_seed = [m for m in methods if m in runs.one_seed_methods]
+        control = [m for m in methods if m in runs.control_methods]
         scaling_methods = [m for m in scaling_methods if m in methods]
-        if not multi:
+        if not multi and one_seed:
             multi, one_seed = one_seed, []
             if seeds is None:
                 chosen_seeds = list(runs.one_seed)
+        elif not multi:
+            multi, control = control, []
+            if seeds is None:
+                chosen_seeds = list(runs.control_seeds)
+    control_seeds = [s for s in runs.control_seeds if s in chosen_seeds]
+    if not control_seeds:
+        control, control_seeds = [], chosen_seeds[:1]
     if one_seed_value[0] not in chosen_seeds:
         one_seed, one_seed_value = [], chosen_seeds[:1]
     scaling_seeds = [s for s in runs.data_scaling.seeds if s in chosen_seeds]
@@ -141,6 +152,8 @@ def run_subsets(
         "runs.seeds": chosen_seeds,
         "runs.one_seed_methods": one_seed,
         "runs.one_seed": one_seed_value,
+        "runs.control_methods": control,
+        "runs.control_seeds": control_seeds,
         "runs.data_scaling.methods": scaling_methods,
         "runs.data_scaling.seeds": scaling_seeds,
     }

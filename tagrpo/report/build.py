@@ -245,6 +245,16 @@ def _strategy_responses(root: Path, policies: Sequence[str]) -> dict[str, pd.Dat
     return frames
 
 
+def run_bands(config: Params, root: Path) -> Any:
+    """The bands this run is judged against: its pre-registration's (``report.preregistration``),
+    world v2's when it names none."""
+    from tagrpo.report import validity
+
+    if config.report.preregistration is None:
+        return validity.DEFAULT_BANDS
+    return validity.bands_from_preregistration(root / config.report.preregistration)
+
+
 def base_criteria(
     config: Params, root: Path, passk: pd.DataFrame, policies: Sequence[str] = ()
 ) -> tuple[dict[str, Any], pd.DataFrame]:
@@ -256,6 +266,7 @@ def base_criteria(
     from tagrpo.report import validity
 
     ks = config.evaluate.ks
+    bands = run_bands(config, root)
     probe_path = root / base_model_outputs()["probe_samples"]
     probe = pd.read_parquet(probe_path) if probe_path.exists() else None
     dispersion = (
@@ -269,22 +280,26 @@ def base_criteria(
         ks[-1],
         config.evaluate.bootstrap_resamples,
         config.common.seed,
+        bands,
     )
     base_passk = passk[passk["policy"] == BASE_POLICY]
     benchmarks = sorted(config.benchmark_names())
-    edges = validity.edge_criteria(base_passk, benchmarks, multiple_choice_options(config), ks[-1])
+    edges = validity.edge_criteria(
+        base_passk, benchmarks, multiple_choice_options(config), ks[-1], bands
+    )
     criteria: dict[str, Any] = {
         "V2": validity.phrasing_criterion(dispersion),
         "V3": strategy,
         **{c.name: c for c in edges},
     }
-    harder = validity.harder_criterion(base_passk, config.report.harder_group, ks[-1])
+    harder = validity.harder_criterion(base_passk, config.report.harder_group, ks[-1], bands)
     if harder is not None:
         criteria[harder.name] = harder
     probe_metrics = json.loads((root / base_model_outputs().metrics).read_text())
     criteria["regime"] = validity.regime_criterion(
         probe_metrics.get("probe/original/zero_gradient_rate"),
         int(probe_metrics.get("probe/original/groups", 0)),
+        bands,
     )
     return criteria, strategies
 
@@ -356,7 +371,6 @@ def validity_section(
     from tagrpo.report import validity
     from tagrpo.report.claims import negative_controls
 
-    ks = config.evaluate.ks
     benchmarks = sorted(config.benchmark_names())
     group, members = in_distribution_benchmarks(config)
     grpo_policies = (
@@ -368,11 +382,12 @@ def validity_section(
     controls = negative_controls(list(runs))
     primary = primary_benchmarks(config)
     base_only, strategies = base_criteria(config, root, passk, [*config.runs.policies()])
+    bands = run_bands(config, root)
     resolution, power = validity.resolution_criterion(
-        runs.get("ta_grpo"), runs.get("grpo"), primary, ks[-1]
+        runs.get("ta_grpo"), runs.get("grpo"), primary, config.primary_k(), bands
     )
     criteria = [
-        validity.rl_gain(runs.get("grpo"), base, group, members),
+        validity.rl_gain(runs.get("grpo"), base, group, members, bands),
         validity.reward_trend(histories),
         base_only["V2"],
         base_only["V3"],
@@ -388,7 +403,7 @@ def validity_section(
         "## Testbed validity",
         "",
         "Can this run's miniature measure what the project is for? Each criterion (issue 21; "
-        "thresholds fixed in `tagrpo/report/validity.py` before any method comparison is "
+        f"thresholds: {bands.source}, fixed before any method comparison is "
         "read) is computed from this run's outputs. Intervals are 95%, t-based on crossed "
         "variance components of seeds and problems (see the statistics section); a criterion "
         "that cannot be measured fails. V5 is blind: it states the design's resolution, not "
@@ -452,7 +467,7 @@ def statistics_sections(
         benchmarks,
         comparisons,
         ta_policies[0] if ta_policies else None,
-        ks[-1],
+        config.primary_k(),
         base=base,
         in_distribution=in_distribution_benchmarks(config),
         scaled_grpo=scaled_grpo,
@@ -492,7 +507,9 @@ def statistics_sections(
             "optimiser updates of each method's runs (they differ between methods with "
             "`train.batch_unit: rows`).",
             "",
-            _scores_markdown(scores, ks[-1], multiple_choice_options(config), groups, updates),
+            _scores_markdown(
+                scores, config.primary_k(), multiple_choice_options(config), groups, updates
+            ),
             "",
             _differences_markdown(differences, updates),
         ]
@@ -898,9 +915,9 @@ def build_report(
         f"{FAMILY_SIZE} rows, adjusted by Holm (*Holm p*; a verdict needs Holm p < 0.05): a "
         "row not run or not measurable counts with p = 1, so the family never shrinks with "
         "what a profile runs. The primary endpoint (TA-GRPO minus GRPO at "
-        f"pass@{config.evaluate.ks[-1]}) and its widening with k are on the "
+        f"pass@{config.primary_k()}) and its widening with k are on the "
         f"`report.primary_group` group ({primary_benchmarks(config)[0]}); the other "
-        f"pass@{config.evaluate.ks[-1]} rows on the free-form benchmarks (a multiple-choice "
+        f"pass@{config.primary_k()} rows on the free-form benchmarks (a multiple-choice "
         "benchmark is reported at pass@1 only). *seeds*: the seeds of the two methods "
         "compared; *conditional*: a side has one run, so the interval holds for that run "
         "only; *not measurable*: nothing varies (zero variance) or, for the equivalence test, "

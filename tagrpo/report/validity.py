@@ -27,7 +27,10 @@ regime  The base's identical-reward rate of q0 G-groups (the phrasing probe, tra
         paper is about (77-87% there), enough mixed ones for GRPO to learn
 ======  ==================================================================================
 
-The thresholds are the issue's, fixed here before any method comparison is read. A comparison
+The numbers above are world v2's bands; a run is judged by its pre-registration's
+(``report.preregistration``, read by :func:`bands_from_preregistration`: world v3 asks V1 >= +5
+points on every base draw, a competition band of pass@1 >= 2% and pass@32 in [25, 85]%, a regime
+of [30, 85]%), fixed before any method comparison is read. A comparison
 with zero variance (nothing varies: e.g. every pass@k is 0) is not measurable, never a PASS.
 """
 
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -58,17 +62,65 @@ from tagrpo.metrics.testbed import (
 )
 from tagrpo.report.markdown import markdown_table
 
-MIN_RL_GAIN = 0.10  # V1: GRPO - base at pass@1, in-distribution, lower 95% bound
 ALPHA = 0.05  # V2 (and every interval: 95%)
-MIN_PATH_GAIN = 0.03  # V3: base - best single path at pass@k_large, lower 95% bound
-MAX_HALF_WIDTH = 0.02  # V5
-BASE_CEILING = 0.90  # edges: base pass@k at most
-CHANCE_MARGIN = 0.05  # edges: base pass@k at least this far above chance
-HARDER_PASS_AT_1 = (0.05, 0.30)  # harder: the base's pass@1 on the harder group
-HARDER_PASS_AT_K = (0.40, 0.85)  # harder: the base's pass@k_large on the harder group
-IDENTICAL_BAND = (0.40, 0.80)  # regime: the base's identical-reward rate of q0 groups
 SEED_PLAN = (3, 5, 10, 20, 40)  # V5's power table
 MAX_PROBLEM_MULTIPLE = 64.0
+
+
+@dataclass(frozen=True)
+class Bands:
+    """The thresholds a run is judged against. They come from the run's pre-registration
+    (``report.preregistration``, :func:`bands_from_preregistration`), so the file the report
+    hashes is the file that judged it; the defaults are world v2's (``world-v2.yaml``)."""
+
+    min_rl_gain: float = 0.10  # V1: GRPO - base at pass@1, in-distribution, lower 95% bound
+    min_path_gain: float = 0.03  # V3: base - best single path at pass@k_large, lower bound
+    max_half_width: float = 0.02  # V5
+    base_ceiling: float = 0.90  # edges: base pass@k at most
+    chance_margin: float = 0.05  # edges: base pass@k at least this far above chance
+    harder_pass_at_1: tuple[float, float] = (0.05, 0.30)  # harder group: the base's pass@1
+    harder_pass_at_k: tuple[float, float] = (0.40, 0.85)  # harder group: base pass@k_large
+    identical_band: tuple[float, float] = (0.40, 0.80)  # regime: identical q0 groups
+    source: str = "world v2's bands"
+
+
+def bands_from_preregistration(path: Path) -> Bands:
+    """The bands of a pre-registration file's ``acceptance`` section (world v2's or v3's
+    layout); a missing or malformed key is an error naming it, never a default."""
+    import yaml
+
+    document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    try:
+        acceptance = document["acceptance"]
+        competition = acceptance["competition"]
+        edges = acceptance["edges_free_form"]
+        if "min_pass_at_1" in competition:  # v3: a floor only
+            harder_1 = (float(competition["min_pass_at_1"]), 1.0)
+        else:
+            harder_1 = tuple(float(v) for v in competition["pass_at_1"])
+        bands = Bands(
+            min_rl_gain=float(acceptance["V1"]["grpo_minus_base_pass_at_1_lower_bound"]),
+            min_path_gain=float(
+                acceptance["V3"]["base_minus_best_single_path_pass_at_k_lower_bound"]
+            ),
+            max_half_width=float(document["study"]["v5_max_half_width"]),
+            base_ceiling=float(edges["max_pass_at_k"]),
+            chance_margin=float(edges["min_pass_at_k"]),
+            harder_pass_at_1=harder_1,  # type: ignore[arg-type]
+            harder_pass_at_k=tuple(float(v) for v in competition["pass_at_k"]),  # type: ignore[arg-type]
+            identical_band=tuple(float(v) for v in acceptance["regime_identical_q0_groups"]),  # type: ignore[arg-type]
+            source=f"`{path.name}`",
+        )
+    except (KeyError, TypeError) as error:
+        raise ValueError(f"{path}: no acceptance band {error} (world v2 or v3 layout)") from error
+    for name in ("harder_pass_at_1", "harder_pass_at_k", "identical_band"):
+        low, high = getattr(bands, name)
+        if not 0.0 <= low <= high <= 1.0:
+            raise ValueError(f"{path}: band {name} = [{low}, {high}] is not inside [0, 1]")
+    return bands
+
+
+DEFAULT_BANDS = Bands()
 
 
 @dataclass(frozen=True)
@@ -96,11 +148,17 @@ def _points(estimate: Estimate, conditional: bool | None = None) -> str:
     return text + (" (conditional on a 1-seed run)" if flag else "")
 
 
-def rl_gain(grpo: SeedRuns | None, base: SeedRuns, group: str, members: Sequence[str]) -> Criterion:
-    """V1 on the lower bound: RL must move the policy by at least +10 points with 95%
+def rl_gain(
+    grpo: SeedRuns | None,
+    base: SeedRuns,
+    group: str,
+    members: Sequence[str],
+    bands: Bands = DEFAULT_BANDS,
+) -> Criterion:
+    """V1 on the lower bound: RL must move the policy by at least the band's gain with 95%
     confidence, not merely on average."""
     requirement = (
-        f"GRPO - base, pass@1, {group}: lower 95% bound >= +{100 * MIN_RL_GAIN:.0f} points"
+        f"GRPO - base, pass@1, {group}: lower 95% bound >= +{100 * bands.min_rl_gain:.0f} points"
     )
     if grpo is None:
         return Criterion("V1 (policy)", requirement, "not run: runs lacks grpo", False)
@@ -108,7 +166,7 @@ def rl_gain(grpo: SeedRuns | None, base: SeedRuns, group: str, members: Sequence
     reason = measurability(estimate)
     if reason is not None:
         return Criterion("V1 (policy)", requirement, f"not measurable: {reason}", False)
-    passed = estimate.low >= MIN_RL_GAIN
+    passed = estimate.low >= bands.min_rl_gain
     # The base is the one model every method starts from, not a run to resample.
     conditional = estimate.seeds[0] == 1
     measured = f"{_points(estimate, conditional)} ({estimate.seeds[0]} GRPO seeds)"
@@ -154,6 +212,7 @@ def strategy_criterion(
     k: int,
     n_resamples: int = 1000,
     seed: int = 0,
+    bands: Bands = DEFAULT_BANDS,
 ) -> tuple[Criterion, pd.DataFrame]:
     """V3 from every evaluated policy's responses (``base`` first; the base's with
     ``correct``): the base needs both paths on the primary group (see the module docstring);
@@ -161,7 +220,7 @@ def strategy_criterion(
     group, members = primary
     requirement = (
         f"the base needs both paths: base pass@{k} minus its best single path's, {group}: "
-        f"lower 95% bound >= +{100 * MIN_PATH_GAIN:.0f} points"
+        f"lower 95% bound >= +{100 * bands.min_path_gain:.0f} points"
     )
     rows = []
     for policy, frame in responses.items():
@@ -211,7 +270,7 @@ def strategy_criterion(
         f"[{100 * paths.low:+.2f}, {100 * paths.high:+.2f}] points over {paths.problems} "
         f"problems{f' ({filled}: their rate)' if filled else ''}; {entropy_text}"
     )
-    return Criterion("V3", requirement, measured, paths.low >= MIN_PATH_GAIN), summary
+    return Criterion("V3", requirement, measured, paths.low >= bands.min_path_gain), summary
 
 
 def control_criterion(
@@ -247,6 +306,7 @@ def resolution_criterion(
     grpo: SeedRuns | None,
     primary: tuple[str, Sequence[str]],
     k: int,
+    bands: Bands = DEFAULT_BANDS,
 ) -> tuple[Criterion, str]:
     """V5 and its power calculation (markdown), blind: the design's half-width from the
     crossed variance components (:meth:`tagrpo.metrics.compare.Components.design_variance`),
@@ -254,13 +314,13 @@ def resolution_criterion(
     group, members = primary
     requirement = (
         f"TA-GRPO - GRPO, pass@{k}, {group}: the design's 95% half-width <= "
-        f"{100 * MAX_HALF_WIDTH:.0f} points (blind: no estimate shown)"
+        f"{100 * bands.max_half_width:.0f} points (blind: no estimate shown)"
     )
     if ta is None or grpo is None:
         return Criterion("V5", requirement, "not run: runs lacks ta_grpo or grpo", False), ""
     _, parts = difference_parts(ta, grpo, members)
     components = parts.at(ta.ks.index(k))
-    power = power_markdown(components, k, group)
+    power = power_markdown(components, k, group, bands.max_half_width)
     seeds = components.seeds
     if min(seeds) < 2:
         # One run a side: the interval is conditional on that run (no between-seed variance),
@@ -276,11 +336,11 @@ def resolution_criterion(
         f"+/-{100 * width:.2f} points (seeds {seeds[0]} vs {seeds[1]}, "
         f"{components.problems} problems, t with {df:.1f} df)"
     )
-    return Criterion("V5", requirement, measured, width <= MAX_HALF_WIDTH), power
+    return Criterion("V5", requirement, measured, width <= bands.max_half_width), power
 
 
 def needed_problem_multiple(
-    components: Components, seeds: int, target: float = MAX_HALF_WIDTH
+    components: Components, seeds: int, target: float = DEFAULT_BANDS.max_half_width
 ) -> float | None:
     """The smallest multiple of the problems (<= MAX_PROBLEM_MULTIPLE) at which ``seeds`` seeds
     per method reach the target half-width; None when none does."""
@@ -304,7 +364,9 @@ def _squared_points(value: float) -> str:
     return "unknown (1 seed)" if not np.isfinite(value) else f"{1e4 * value:.3f}"
 
 
-def power_markdown(components: Components, k: int, group: str) -> str:
+def power_markdown(
+    components: Components, k: int, group: str, target: float = DEFAULT_BANDS.max_half_width
+) -> str:
     """The half-width of TA-GRPO - GRPO for other numbers of seeds and problems, from this
     run's crossed variance components: the method-by-problem part and each method's
     interaction scale as 1 / problems, each method's seed part and interaction as 1 / seeds."""
@@ -342,7 +404,7 @@ def power_markdown(components: Components, k: int, group: str) -> str:
     for count in SEED_PLAN:
         counts = [count] * len(seeds)
         widths = [f"{100 * half_width(components, counts, m):.2f}" for m in multiples]
-        needed = needed_problem_multiple(components, count)
+        needed = needed_problem_multiple(components, count, target)
         rows.append(
             [
                 count,
@@ -357,7 +419,7 @@ def power_markdown(components: Components, k: int, group: str) -> str:
             [
                 "seeds per method",
                 *[f"half-width, {int(m * n_problems)} problems" for m in multiples],
-                f"problems for +/-{100 * MAX_HALF_WIDTH:.0f} points",
+                f"problems for +/-{100 * target:.0f} points",
             ],
             rows,
         )
@@ -366,9 +428,14 @@ def power_markdown(components: Components, k: int, group: str) -> str:
 
 
 def edge_criteria(
-    base_passk: pd.DataFrame, benchmarks: Sequence[str], options: Mapping[str, int], k: int
+    base_passk: pd.DataFrame,
+    benchmarks: Sequence[str],
+    options: Mapping[str, int],
+    k: int,
+    bands: Bands = DEFAULT_BANDS,
 ) -> list[Criterion]:
-    """Per benchmark: the base's score is at most 90% and at least 5 points above chance: a
+    """Per benchmark: the base's score is at most the band's ceiling (90%) and at least its
+    margin (5 points) above chance: a
     free-form benchmark at pass@k (chance 0), a multiple-choice one at pass@1 against
     1/options (at large k its pass@k measures guessing: 97% at pass@32 with 10 options)."""
     rows = base_passk[base_passk["kind"] == "benchmark"]
@@ -381,12 +448,12 @@ def edge_criteria(
         value = by_name[(name, at)]
         chance = chance_pass_at_k(options[name], at) if name in options else 0.0
         kind = f"{options[name]} options" if name in options else "free-form"
-        passed = value <= BASE_CEILING and value - chance >= CHANCE_MARGIN
+        passed = value <= bands.base_ceiling and value - chance >= bands.chance_margin
         criteria.append(
             Criterion(
                 f"edges: {name}",
-                f"base pass@{at} <= {100 * BASE_CEILING:.0f}% and >= chance + "
-                f"{100 * CHANCE_MARGIN:.0f} points",
+                f"base pass@{at} <= {100 * bands.base_ceiling:.0f}% and >= chance + "
+                f"{100 * bands.chance_margin:.0f} points",
                 f"{100 * value:.1f}% (chance {100 * chance:.1f}%, {kind}; "
                 f"margin {100 * (value - chance):+.1f} points)",
                 passed,
@@ -395,7 +462,9 @@ def edge_criteria(
     return criteria
 
 
-def harder_criterion(base_passk: pd.DataFrame, group: str | None, k: int) -> Criterion | None:
+def harder_criterion(
+    base_passk: pd.DataFrame, group: str | None, k: int, bands: Bands = DEFAULT_BANDS
+) -> Criterion | None:
     """The harder group's base pass@1 and pass@k (group means over its benchmarks) inside the
     calibration band; None when the run names no harder group."""
     if group is None:
@@ -404,23 +473,29 @@ def harder_criterion(base_passk: pd.DataFrame, group: str | None, k: int) -> Cri
     by_k = {int(r.k): float(r.pass_at_k) for r in rows.itertuples()}
     if 1 not in by_k or k not in by_k:
         raise KeyError(f"group {group}: the base policy has no pass@1 and pass@{k}")
-    low1, high1 = HARDER_PASS_AT_1
-    lowk, highk = HARDER_PASS_AT_K
+    low1, high1 = bands.harder_pass_at_1
+    lowk, highk = bands.harder_pass_at_k
     passed = low1 <= by_k[1] <= high1 and lowk <= by_k[k] <= highk
+    first = (
+        f"base pass@1 >= {100 * low1:g}%"
+        if high1 >= 1.0
+        else f"base pass@1 in [{100 * low1:.0f}, {100 * high1:.0f}]%"
+    )
     return Criterion(
         f"harder: {group}",
-        f"base pass@1 in [{100 * low1:.0f}, {100 * high1:.0f}]% and pass@{k} in "
-        f"[{100 * lowk:.0f}, {100 * highk:.0f}]%",
+        f"{first} and pass@{k} in [{100 * lowk:.0f}, {100 * highk:.0f}]%",
         f"pass@1 {100 * by_k[1]:.1f}%, pass@{k} {100 * by_k[k]:.1f}%",
         passed,
     )
 
 
-def regime_criterion(identical_rate: float | None, groups: int) -> Criterion:
-    """The base's identical-reward rate of q0 G-groups inside :data:`IDENTICAL_BAND` (with a
+def regime_criterion(
+    identical_rate: float | None, groups: int, bands: Bands = DEFAULT_BANDS
+) -> Criterion:
+    """The base's identical-reward rate of q0 G-groups inside the band (with a
     Wilson 95% interval over its ``groups`` for the reader; judged on the rate itself: it is a
     property of this base, not an effect to detect)."""
-    low, high = IDENTICAL_BAND
+    low, high = bands.identical_band
     requirement = (
         f"base identical-reward rate of q0 G-groups in [{100 * low:.0f}, {100 * high:.0f}]%"
     )

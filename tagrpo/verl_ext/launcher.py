@@ -268,7 +268,10 @@ def run_identity(
     overrides that decide what verl computes (``build_overrides(execution=False)``)."""
     from tagrpo.pipeline.layout import dvc_stage_name
 
-    dvc_name = dvc_stage_name("train", method, seed, data_multiple, config.runs.one_seed_methods)
+    dvc_name = dvc_stage_name(
+        "train", method, seed, data_multiple, config.runs.one_seed_methods,
+        config.runs.control_methods,
+    )  # fmt: skip
     paths = run_paths(root, policy, config.runtime.verl)
     run = VerlRun(method=method, seed=seed, policy=policy, model=model, paths=paths)
     overrides = build_overrides(run, config, execution=False)
