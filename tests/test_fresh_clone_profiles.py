@@ -11,15 +11,16 @@ through a full ``dvc repro`` from such a clone: tests/test_pipeline_smoke.py.)
 
 from __future__ import annotations
 
+import os
 import re
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
-from scratch_project import ROOT, run_checked, scratch_project
+from scratch_project import ROOT, scratch_project
 
+from tagrpo.pipeline.cli import main as tagrpo
 from tagrpo.pipeline.dvc_stages import load_stages
 
 # A few seconds per profile: `params apply`, then `tagrpo plan` (which runs `dvc status`).
@@ -55,14 +56,24 @@ def test_the_clone_keeps_the_committed_lock(clone: tuple[Path, dict[str, str]]) 
 
 @pytest.mark.parametrize("profile", readme_profiles())
 def test_profile_applies_and_plans_on_a_fresh_clone(
-    clone: tuple[Path, dict[str, str]], profile: str
+    clone: tuple[Path, dict[str, str]],
+    profile: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     checkout, env = clone
-    # Each profile on the clone as committed (params.yaml and dvc.lock of the default).
+    # Each profile on the clone as committed (params.yaml and dvc.lock of the default). The
+    # commands run in this process (the same `main` as the `tagrpo` executable: no start-up
+    # per call); `tagrpo plan` runs `dvc status` as a subprocess, as it always does.
     for name in ("params.yaml", "dvc.lock"):
         (checkout / name).write_bytes((ROOT / name).read_bytes())
-    tagrpo = [sys.executable, "-m", "tagrpo.pipeline.cli"]
-    applied = run_checked([*tagrpo, "params", "apply", f"profiles/{profile}.yaml"], checkout, env)
+    monkeypatch.chdir(checkout)
+    for key in [key for key in os.environ if key.startswith(("MLFLOW_", "TAGRPO_"))]:
+        monkeypatch.delenv(key)
+    if "TAGRPO_DATA_DIR" in env:
+        monkeypatch.setenv("TAGRPO_DATA_DIR", env["TAGRPO_DATA_DIR"])
+    assert tagrpo(["params", "apply", f"profiles/{profile}.yaml"]) == 0
+    applied = capsys.readouterr().out
     assert f"profile is now {profile!r}" in applied
 
     stages = load_stages(checkout)
@@ -75,7 +86,8 @@ def test_profile_applies_and_plans_on_a_fresh_clone(
     if dropped:
         assert f"dvc.lock: removed {len(dropped)} entries" in applied
 
-    plan = run_checked([*tagrpo, "plan"], checkout, env)
+    assert tagrpo(["plan"]) == 0, capsys.readouterr().err[-2000:]
+    plan = capsys.readouterr().out
     total = re.search(r"dvc repro would run (?:\d+ of |nothing: all )(\d+) stages", plan)
     assert total and int(total.group(1)) == len(stages), plan[-2000:]
     assert "params changed from params.yaml: none" in plan  # the plan reads the applied file
