@@ -138,8 +138,8 @@ def _takes_int(annotation: Any) -> bool:
 
 def floats_for_ints(annotation: Any, value: Any, path: str = "") -> list[str]:
     """Where ``value`` holds a float (``2.0`` included) that ``annotation`` wants as an int:
-    the path of each (``""`` for the value itself, ``[1]`` for a list item, ``[key]`` for a
-    mapping's value or key)."""
+    the path of each (``""`` for the value itself, ``[1]`` for a list item, ``[k]`` for a
+    mapping's value, ``key 3.0`` for a mapping's key)."""
     annotation = _unwrapped(annotation)
     if isinstance(value, float) and _takes_int(annotation):
         return [path]
@@ -159,7 +159,7 @@ def floats_for_ints(annotation: Any, value: Any, path: str = "") -> list[str]:
         found = []
         for key, entry in value.items():
             if isinstance(key, float) and _takes_int(args[0]):
-                found.append(f"{path}[{key!r}] (a key)")
+                found.append(f"{path} key {key!r}".strip())
             found += floats_for_ints(args[1], entry, f"{path}[{key!r}]")
         return found
     return []
@@ -182,8 +182,8 @@ class ConfigModel(BaseModel):
         field = cls.model_fields.get(info.field_name or "")
         found = floats_for_ints(field.annotation, value) if field is not None else []
         if found:
-            where = ", ".join(part or "the value" for part in found)
+            where = "" if found == [""] else f" (at {', '.join(found)})"
             raise ValueError(
-                f"an integer key given a float ({where}): write it without a decimal point"
+                f"an integer key given a float{where}: write it without a decimal point"
             )
         return value
