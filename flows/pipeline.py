@@ -47,7 +47,7 @@ from prefect.artifacts import (
     update_progress_artifact,
 )
 from prefect.runtime import flow_run
-from pydantic import Field, StringConstraints
+from pydantic import AfterValidator, Field, StringConstraints, WithJsonSchema
 
 from flows.interrupts import (
     chain_sigterm,
@@ -60,7 +60,13 @@ from flows.interrupts import (
     start_child,
 )
 from tagrpo.algorithms import METHODS
-from tagrpo.config.params import validate_params
+from tagrpo.config.model import (
+    KEY_SHAPE_PATTERN,
+    mask_key_shapes,
+    redact_secrets,
+    secret_shaped_leaves,
+)
+from tagrpo.config.params import ConfigError, validate_params
 from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.rerun import (
     RUNS_DIR,
@@ -80,6 +86,7 @@ from tagrpo.pipeline.tracking import (
     checkout_experiment,
     open_store,
     redact_tree,
+    safe_tags,
     tracking_uri,
 )
 
@@ -89,7 +96,27 @@ PROFILE_HELP = profile_help(project_root())
 ProfileName = Literal[tuple(profile_names(project_root()))]  # type: ignore[valid-type]
 MethodName = Literal[tuple(METHODS)]  # type: ignore[valid-type]
 Seed = Annotated[int, Field(ge=0)]
-Override = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*=")]
+# key.path=value. A value shaped like an API key is refused by the form and by the server (the
+# deployment enforces its parameter schema, whose pattern excludes key shapes) before a flow
+# run holding it is stored; pydantic's own pattern engine has no look-ahead, so the flow's
+# validation refuses it with a validator of its own.
+_OVERRIDE_SHAPE = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*="
+
+
+def _no_key_shape(value: str) -> str:
+    if re.search(KEY_SHAPE_PATTERN, value):
+        raise ValueError("looks like an API key: keys belong in the environment, not a parameter")
+    return value
+
+
+Override = Annotated[
+    str,
+    StringConstraints(pattern=rf"^{_OVERRIDE_SHAPE}"),
+    AfterValidator(_no_key_shape),
+    WithJsonSchema(
+        {"type": "string", "pattern": rf"^(?![\s\S]*{KEY_SHAPE_PATTERN}){_OVERRIDE_SHAPE}"}
+    ),
+]
 Mode = Literal["scratch", "experiment", "workspace"]
 # A progress bar redraws with carriage returns: log its latest state at most this often.
 _PROGRESS_EVERY_S = 15.0
@@ -307,7 +334,9 @@ def _open_parent_run(
         "tagrpo.mode": mode,
         "mlflow.note.content": f"Prefect flow run `{name}` ({mode}): {request.describe()}",
     }
-    run = client.create_run(experiment_id, run_name=f"pipeline {name}", tags=tags)
+    run = client.create_run(
+        experiment_id, run_name=mask_key_shapes(f"pipeline {name}"), tags=safe_tags(tags)
+    )
     run_id = run.info.run_id
     for key, value in {
         "profile": request.profile,
@@ -363,6 +392,9 @@ def pipeline(
     """
     logger = get_run_logger()
     chain_sigterm()  # a SIGTERM stops the dvc children before Prefect's engine handles it
+    # A run created without the schema check (the API with enforcement off): refused before
+    # the value reaches a log, MLflow or an artifact.
+    refuse_key_shaped({"profile": profile, "overrides": list(overrides)})
     source = project_root()
     request = RerunRequest(
         profile=profile,
@@ -434,6 +466,22 @@ def pipeline(
     return outcome
 
 
+def refuse_key_shaped(parameters: dict[str, Any]) -> None:
+    """:class:`ConfigError` naming each parameter whose value is shaped like an API key (the
+    value redacted): a secret goes in the environment, never in a parameter, which Prefect
+    stores and shows to everyone with access."""
+    found = secret_shaped_leaves(parameters)
+    if found:
+        raise ConfigError(
+            "flow parameters",
+            [
+                f"{name}: looks like an API key; keys belong in the environment (the endpoint "
+                "names the variable that holds it), never in a parameter"
+                for name in found
+            ],
+        )
+
+
 # The form's description of ``profile`` names each delta profile with its base (Prefect reads
 # the docstring when the flow is made, so it is filled in first).
 pipeline.__doc__ = (pipeline.__doc__ or "").replace("PROFILE_HELP", PROFILE_HELP)
@@ -476,6 +524,22 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "serve":
         _serve(args.name, args.cron)
         return
+    # Checked before the flow run exists: Prefect would store (and its UI show) the parameters
+    # of a run, including a refused one.
+    try:
+        refuse_key_shaped({"profile": args.profile, "overrides": list(args.overrides)})
+        resolve_params(
+            project_root(),
+            RerunRequest(
+                profile=args.profile,
+                methods=list(args.method) or None,
+                seeds=list(args.seed) or None,
+                overrides=list(args.overrides),
+            ),
+        )
+    except ConfigError as error:
+        print(f"python -m flows.pipeline run: {redact_secrets(str(error))}", file=sys.stderr)
+        raise SystemExit(2) from None
     code = _run_once(args)
     if code:
         raise SystemExit(code)

@@ -13,7 +13,7 @@ import time
 from tagrpo.config.params import load_config
 from tagrpo.pipeline.layout import base_model_outputs
 from tagrpo.pipeline.paths import project_root
-from tagrpo.pipeline.runtime import require_inputs, running_stage
+from tagrpo.pipeline.runtime import require_inputs, run_main, running_stage
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -65,4 +65,4 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, "base_model")

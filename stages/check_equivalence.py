@@ -18,7 +18,7 @@ from tagrpo.config.params import load_config
 from tagrpo.equivalence.check_stage import check_rephrasings
 from tagrpo.pipeline.layout import check_equivalence_outputs, data_outputs, rephrase_outputs
 from tagrpo.pipeline.paths import project_root
-from tagrpo.pipeline.runtime import require_inputs, running_stage
+from tagrpo.pipeline.runtime import require_inputs, run_main, running_stage
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -48,4 +48,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, "check_equivalence")

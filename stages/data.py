@@ -16,7 +16,7 @@ from typing import Any
 from tagrpo.config.params import load_config
 from tagrpo.data.build import count_table, load_sources, write_processed
 from tagrpo.pipeline.layout import data_outputs
-from tagrpo.pipeline.runtime import running_stage
+from tagrpo.pipeline.runtime import run_main, running_stage
 from tagrpo.pipeline.tracking_assets import log_datasets
 
 
@@ -53,4 +53,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, "data")

@@ -17,7 +17,7 @@ from tagrpo.config.params import load_config
 from tagrpo.evaluation.diagnostics_stage import checkpoints_to_probe, run_diagnostics
 from tagrpo.pipeline.layout import diagnostics_outputs
 from tagrpo.pipeline.paths import project_root
-from tagrpo.pipeline.runtime import running_stage
+from tagrpo.pipeline.runtime import run_main, running_stage
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -47,4 +47,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, "diagnostics")

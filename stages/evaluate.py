@@ -29,7 +29,7 @@ from tagrpo.pipeline.layout import (
     policy_name,
 )
 from tagrpo.pipeline.paths import project_root
-from tagrpo.pipeline.runtime import running_stage
+from tagrpo.pipeline.runtime import run_main, running_stage
 from tagrpo.pipeline.tracking_assets import (
     EVALUATED_MODEL_TAG,
     link_evaluated_policy,
@@ -108,4 +108,4 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, "evaluate")

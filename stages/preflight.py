@@ -6,7 +6,8 @@ DVC runs this stage first and stops at its failure, before it touches any other 
 file's text is constant, so a valid params change reruns only the stages whose params changed.
 
 The stage is ``always_changed`` (it also hashes the benchmark files outside the repository,
-which DVC cannot track: :mod:`tagrpo.data.inputs`); it takes about a second.
+which DVC cannot track: :mod:`tagrpo.data.inputs`); it takes about a second. It also drops
+dvc.lock's entries of stages the params no longer have (:func:`tagrpo.pipeline.verify.prune_lock`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from tagrpo.data.inputs import (
 )
 from tagrpo.pipeline.layout import preflight_outputs
 from tagrpo.pipeline.paths import project_root
+from tagrpo.pipeline.runtime import refuse_concurrent_dvc, run_main
+from tagrpo.pipeline.verify import prune_lock
 
 
 def _write(path: Path, text: str) -> None:
@@ -51,6 +54,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
         raise SystemExit(2) from None
     root = project_root()
+    # A second `dvc repro` in this checkout stops here, before it rewrites anything the running
+    # one reads (this stage's outputs, dvc.lock).
+    refuse_concurrent_dvc(root, "preflight")
     problem = data_dir_problem(config, root)
     if problem:
         print(f"[preflight] {problem}", file=sys.stderr)
@@ -73,10 +79,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     _write(root / outputs["inputs"], manifest_text(manifest))
     _write(root / outputs.metrics, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     link_inputs(config, root / INPUT_LINKS)  # what `dvc status` of the data stage follows
+    # dvc.lock keeps the entries of stages these params no longer have (a profile's matrix
+    # items, an edited runs list): dropped here, before any stage compares with dvc.lock.
+    pruned = prune_lock(root)
+    if pruned:
+        print(f"[preflight] dvc.lock: removed {len(pruned)} entries of stages not in the DAG")
     _write(root / outputs["params_ok"], PARAMS_OK)  # last: only a complete run gives it
     print(f"[preflight] params valid; data inputs: {metrics}")
     return metrics
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, "preflight")

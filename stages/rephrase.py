@@ -20,7 +20,7 @@ from typing import Any
 from tagrpo.config.params import load_config
 from tagrpo.pipeline.layout import data_outputs, rephrase_outputs
 from tagrpo.pipeline.paths import project_root
-from tagrpo.pipeline.runtime import require_inputs, running_stage
+from tagrpo.pipeline.runtime import require_inputs, run_main, running_stage
 from tagrpo.rephrase.rephrase_stage import rephrase_training_set
 
 
@@ -39,4 +39,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, "rephrase")

@@ -17,7 +17,7 @@ from pathlib import Path
 from tagrpo.config.params import load_config
 from tagrpo.pipeline.layout import data_outputs, dvc_stage_name, policy_name, train_outputs
 from tagrpo.pipeline.paths import project_root
-from tagrpo.pipeline.runtime import running_stage
+from tagrpo.pipeline.runtime import run_main, running_stage
 from tagrpo.pipeline.tracking import model_label
 from tagrpo.pipeline.tracking_assets import log_datasets, log_policy_model
 from tagrpo.pipeline.verify import check_against_lock
@@ -135,4 +135,4 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, "train")

@@ -8,8 +8,9 @@ Each builds what its tests need, so any test runs alone (``pytest -k NAME``) and
   (``scratch_project.write_empty_project``, for tests that need several);
 - ``saved``: every matplotlib figure a test saves, to check what it draws;
 - ``tiny_lm``: a random tiny Llama and its tokenizer (``tests/tiny_policy.py``), one per module;
-- ``smoke_run``: this tree as a scratch repo with ``profiles/smoke.yaml``, reproduced once by
-  ``dvc repro`` (session-scoped; slow: every stage of the DAG), for tests/test_pipeline_smoke.py:
+- ``smoke_run``: this tree as a fresh clone (committed dvc.lock and outputs) with
+  ``profiles/smoke.yaml`` applied, reproduced once by ``dvc repro`` (session-scoped; slow:
+  every stage of the DAG), for tests/test_pipeline_smoke.py:
   each of its tests (the repro checks, the plots page, the Prefect deployment rerun, the DVC
   experiment) requests it, so none relies on another having run first;
 - ``vllm_server``: a genuine ``vllm serve`` of the engines environment (tests/vllm_engine.py),
@@ -84,10 +85,11 @@ def tiny_lm() -> tuple[Any, Any]:
 
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
-    """This tree as a fresh git repo without outputs, ``profiles/smoke.yaml`` applied, after one
-    cold ``dvc repro`` (about 12-40 minutes on 2 busy cores)."""
+    """This tree as a user's fresh clone (the committed dvc.lock and outputs, no DVC cache),
+    ``tagrpo params apply profiles/smoke.yaml``, then one ``dvc repro``: the README's profile
+    path (every stage runs; about 12-40 minutes on 2 busy cores)."""
     checkout = tmp_path_factory.mktemp("smoke-checkout")
-    env = scratch_project(checkout, "profiles/smoke.yaml")
+    env = scratch_project(checkout, "profiles/smoke.yaml", fresh_clone=True)
     log = run_checked(["dvc", "repro"], checkout, env, timeout=55 * 60)
     return SmokeRun(checkout, env, log)
 

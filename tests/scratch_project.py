@@ -1,9 +1,12 @@
-"""A copy of this working tree as a fresh git repo without any stage output, for DVC runs
-(and an empty project: a complete params.yaml and no stage).
+"""A copy of this working tree as a fresh git repo, for DVC runs (and an empty project: a
+complete params.yaml and no stage).
 
-Copies the tracked and new (not ignored) files, deletes every output dvc.yaml declares (so a
-committed metric or an output lying in the tree cannot satisfy a stage) and dvc.lock, applies
-a params profile and commits, so stage runs are tagged with a real commit.
+Copies the tracked and new (not ignored) files, applies a params profile (as the README says:
+``tagrpo params apply``) and commits, so stage runs are tagged with a real commit. Either as a
+user's fresh clone has it (``fresh_clone=True``: the committed dvc.lock and outputs kept; only
+outputs lying untracked in this tree are deleted) or cold (every output dvc.yaml declares
+deleted, so a committed metric or an output lying in the tree cannot satisfy a stage, and
+dvc.lock with them).
 """
 
 from __future__ import annotations
@@ -104,11 +107,28 @@ def copy_checkout(target: Path, *pathspec: str) -> None:
             shutil.copy2(source, target / name)
 
 
-def scratch_project(target: Path, profile: str | None = None) -> dict[str, str]:
-    """Build the scratch repo in ``target``; the environment to run dvc and stages in it."""
+def tracked_files() -> set[str]:
+    """The files git tracks in this checkout (what a fresh clone of it holds)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    return set(filter(None, listed.split("\0")))
+
+
+def scratch_project(
+    target: Path, profile: str | None = None, fresh_clone: bool = False
+) -> dict[str, str]:
+    """Build the scratch repo in ``target``; the environment to run dvc and stages in it.
+
+    ``fresh_clone``: dvc.lock and the committed outputs stay as committed (a user's clone);
+    else both are deleted (a cold start)."""
     copy_checkout(target)
-    (target / "dvc.lock").unlink(missing_ok=True)
+    tracked = tracked_files() if fresh_clone else set()
+    if not fresh_clone:
+        (target / "dvc.lock").unlink(missing_ok=True)
     for out in pipeline_outputs(ROOT):
+        if out in tracked or any(name.startswith(out.rstrip("/") + "/") for name in tracked):
+            continue
         path = target / out
         if path.is_dir():
             shutil.rmtree(path)

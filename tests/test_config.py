@@ -252,11 +252,50 @@ def test_unknown_keys_list_what_is_allowed_and_all_problems_are_reported_at_once
 def test_unambiguous_values_are_coerced() -> None:
     raw = copy.deepcopy(_default())
     raw["train"]["learning_rate"] = "1e-4"  # how PyYAML reads 1e-4 without a dot
-    raw["train"]["group_size"] = 8.0
+    raw["train"]["group_size"] = 8
     config = validate_params(raw)
     assert config.train.learning_rate == 1e-4 and config.train.group_size == 8
     raw["train"]["group_size"] = 8.5
     assert any("group_size" in p for p in _problems(raw))
+
+
+def test_an_integer_key_given_a_float_is_refused_even_when_whole() -> None:
+    """`group_size: 2.0` reads as a typo or a value meant for another key (issue 40.5): refused
+    by name, at any depth (a list item, a mapping's key or value), never read as 2."""
+    raw = copy.deepcopy(_default())
+    raw["train"]["group_size"] = 2.0
+    raw["runs"]["seeds"] = [0, 1.0]
+    raw["common"]["miniworld"]["train_lengths"] = {3.0: 1.0}
+    raw["data"]["synthetic"]["benchmarks"]["mini_chains"]["size"] = 128.0
+    problems = _problems(raw)
+    refused = "train.group_size = 2.0: an integer key given a float"
+    assert any(p.startswith(refused) for p in problems)
+    assert any(p.startswith("runs.seeds = [0, 1.0]") and "[1]" in p for p in problems)
+    assert any(
+        p.startswith("common.miniworld.train_lengths") and "(at key 3.0)" in p for p in problems
+    )
+    assert any(p.startswith("data.synthetic.benchmarks.mini_chains.size = 128.0") for p in problems)
+    # A float key given an integer stays a float (no ambiguity), and None stays allowed.
+    raw = copy.deepcopy(_default())
+    raw["train"]["learning_rate"] = 1
+    assert validate_params(raw).train.learning_rate == 1.0
+
+
+def test_common_profile_is_a_known_profile_or_custom() -> None:
+    """The label tags every MLflow run and picks what `tagrpo compare` shows: a typo would
+    file runs under a profile that does not exist (issue 40.5)."""
+    from tagrpo.config.common import KNOWN_PROFILES, SHIPPED_PROFILES
+
+    assert sorted(SHIPPED_PROFILES) == sorted(p.stem for p in (ROOT / "profiles").glob("*.yaml"))
+    for name in ("embedded", "custom", "smoke"):
+        raw = copy.deepcopy(_default())
+        raw["common"]["profile"] = name
+        assert validate_params(raw).common.profile == name
+    raw = copy.deepcopy(_default())
+    raw["common"]["profile"] = "smoke-test"
+    (problem,) = _problems(raw)
+    assert problem.startswith("common.profile = 'smoke-test': must be one of ")
+    assert all(name in problem for name in KNOWN_PROFILES)
 
 
 def test_profiles_may_only_override_existing_keys(tmp_path: Path) -> None:
@@ -277,9 +316,9 @@ def test_profiles_may_only_override_existing_keys(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="learning_rate"):
         apply_profile(bad_value, params)
     good = tmp_path / "good.yaml"
-    good.write_text("common: {profile: mine}\ntrain: {estimators: {avspo: {trigger: batch}}}\n")
+    good.write_text("common: {profile: custom}\ntrain: {estimators: {avspo: {trigger: batch}}}\n")
     assert apply_profile(good, params).train.estimator_config("avspo").trigger == "batch"
-    assert load_config(params).common.profile == "mine"
+    assert load_config(params).common.profile == "custom"
 
 
 @pytest.mark.parametrize("profile", sorted((ROOT / "profiles").glob("*.yaml")))

@@ -1,4 +1,5 @@
-"""The real DAG, end to end, at smoke scale: `dvc repro` in a copy of this working tree.
+"""The real DAG, end to end, at smoke scale: `dvc repro` in a copy of this working tree as a
+fresh clone has it (the committed dvc.lock and outputs), after `tagrpo params apply`.
 
 This is the only test that runs the stages as DVC runs them (separate processes, params from
 params.yaml, outputs checked against dvc.yaml). It uses ``profiles/smoke.yaml``: every stage of
@@ -31,6 +32,7 @@ from scratch_project import ROOT, SmokeRun, run_checked
 from test_plots import check_rendered, vega_libraries
 
 from tagrpo.pipeline.compare import method_order
+from tagrpo.pipeline.dvc_stages import load_stages
 from tagrpo.pipeline.rerun import stage_order
 from tagrpo.pipeline.tracking_assets import file_md5
 
@@ -39,10 +41,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 
 def test_dvc_repro_runs_every_stage_and_reconciles(smoke_run: SmokeRun) -> None:
-    checkout, env, log = smoke_run.checkout, smoke_run.env, smoke_run.log  # cold `dvc repro`
+    # The README's path on a fresh clone: `tagrpo params apply profiles/smoke.yaml && dvc
+    # repro`, with the committed dvc.lock of the default's DAG (issue 40.1: its entries of
+    # stages the smoke DAG lacks named the same outputs, and a stage refused a model it had
+    # just trained).
+    checkout, env, log = smoke_run.checkout, smoke_run.env, smoke_run.log
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     for name in stages:
         assert f"'{name}" in log, f"stage {name} did not run"
+    lock = yaml.safe_load((checkout / "dvc.lock").read_text())["stages"]
+    assert set(lock) == set(load_stages(checkout))  # every stage's entry, and no other
+    verified = run_checked([sys.executable, "-m", "tagrpo.pipeline.cli", "verify"], checkout, env)
+    assert "checked by content: 0 differ" in verified and "not checked" not in verified
 
     data = json.loads((checkout / "metrics" / "data.json").read_text())
     for counts in [*data["sources"].values(), data["total"]]:
@@ -214,9 +224,17 @@ def test_prefect_deployment_reruns_with_parameters(smoke_run: SmokeRun, tmp_path
         try:
             deployment = _wait_for_deployment(api, serve, tmp_path / "serve.log")
             _check_form(deployment["parameter_openapi_schema"])
-            # The server refuses a profile that is not one of profiles/ (the form's choices).
+            # The server refuses a profile that is not one of profiles/ (the form's choices),
+            # and a key-shaped override before the run (whose parameters it stores) exists.
             with pytest.raises(urllib.error.HTTPError):
                 api.run_deployment(deployment["id"], {"profile": "nope"})
+            key = "sk-proj" + "1234567890abcdef"
+            with pytest.raises(urllib.error.HTTPError) as refused_key:
+                api.run_deployment(
+                    deployment["id"], {"overrides": [f"rephrase.openai.model={key}"]}
+                )
+            assert refused_key.value.code == 409
+            assert key not in json.dumps(api.call("POST", "/flow_runs/filter", {}))
             refused = api.run_deployment(
                 deployment["id"], {"profile": "smoke", "overrides": ["train.no_such_key=1"]}
             )

@@ -7,6 +7,7 @@ import functools
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -253,6 +254,59 @@ def test_the_flow_loaded_from_its_entrypoint_validates_parameters() -> None:
     loaded = load_flow_from_entrypoint(str(ROOT / "flows" / "pipeline.py") + ":pipeline")
     valid = loaded.validate_parameters({"profile": "smoke", "methods": ["grpo"], "seeds": [1]})
     assert valid["methods"] == ["grpo"] and valid["mode"] == "scratch"
-    for wrong in ({"profile": "nope"}, {"methods": ["sgd"]}, {"overrides": ["no-equals"]}):
+    key = "rephrase.openai.model=sk-" + "a1B2c3D4" * 3
+    wrong_values = ({"profile": "nope"}, {"methods": ["sgd"]}, {"overrides": ["no-equals"]})
+    for wrong in (*wrong_values, {"overrides": ["evaluate.n=4", key]}):
         with pytest.raises(ParameterTypeError):
             loaded.validate_parameters(wrong)
+
+
+def test_a_key_shaped_override_is_refused_by_the_schema_the_server_enforces() -> None:
+    """Issue 40.4: Prefect stores a flow run's parameters (and shows them in its UI) before the
+    flow runs. The deployment's parameter schema, which the server enforces when a run is
+    created from it (and the UI's form checks), refuses a key-shaped override, so no run
+    holding one is stored; ordinary overrides pass."""
+    from prefect.utilities.callables import parameter_schema
+    from prefect.utilities.schema_tools.validation import ValidationError, validate
+
+    from flows.pipeline import pipeline
+
+    schema = parameter_schema(pipeline.fn).model_dump()
+    keys = [
+        "rephrase.openai.model=sk-" + "a1B2c3D4" * 3,
+        "report.title=Bearer abcdefghijkl",
+        "data.hub.revision=hf_" + "x" * 20,
+        "report.title=ghp_" + "y" * 24,
+        "report.title=AKIA" + "Z" * 16,
+    ]
+    for override in keys:
+        with pytest.raises(ValidationError):
+            validate({"overrides": [override]}, schema, raise_on_error=True)
+    ordinary = ["train.learning_rate=2e-4", "report.title=sk-line", "data.hub.revision=abc123"]
+    validate({"overrides": ordinary}, schema, raise_on_error=True)
+
+
+def test_the_flow_command_refuses_a_key_before_any_flow_run_exists(tmp_path: Path) -> None:
+    """`python -m flows.pipeline run --set k=sk-...` stops with one line that does not echo
+    the key, before a Prefect server starts or a flow run (whose parameters Prefect stores)
+    is created (issue 40.4); an invalid override likewise."""
+    key = "sk-proj" + "1234567890abcdef"
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
+    env.pop("PREFECT_API_URL", None)
+    for override, expected in (
+        (f"rephrase.openai.model={key}", "overrides.0: looks like an API key"),
+        ("train.no_such_key=1", "train.no_such_key: not a params key"),
+    ):
+        command = [sys.executable, "-m", "flows.pipeline", "run", "--profile", "smoke"]
+        result = subprocess.run(
+            [*command, "--set", override],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        output = result.stdout + result.stderr
+        assert result.returncode == 2 and expected in output, output[-3000:]
+        assert key not in output and "Traceback" not in output
+        assert not list((tmp_path / "prefect").rglob("*.db"))  # no server, no stored run

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from scratch_project import EMPTY_PROJECT_EXPERIMENT
 
 from tagrpo.config.params import Params, config_with
@@ -43,13 +44,13 @@ def test_outputs_appear_only_when_the_stage_succeeds(empty_project: Path) -> Non
         running_stage("toy", _outputs(), _config()) as ctx,
     ):
         ctx.path("table").write_text("new\n")
-        assert not (empty_project / "out/table.csv").exists()  # old outputs gone before the work
-        assert not (empty_project / "m/p.json").exists()
+        # The old outputs stay while the stage works (dvc.yaml's outputs are persist: DVC
+        # does not delete them either): a stage that fails keeps what dvc.lock records.
+        assert (empty_project / "out/table.csv").read_text() == "stale\n"
         raise RuntimeError("half way")
-    # A failed stage leaves neither new outputs nor the old metrics beside them.
-    assert (
-        not (empty_project / "out/table.csv").exists() and not (empty_project / "m/p.json").exists()
-    )
+    # A failed stage leaves no new output: the old ones, metrics included, as they were.
+    assert (empty_project / "out/table.csv").read_text() == "stale\n"
+    assert (empty_project / "m/p.json").read_text() == '{"stale": 1}'
     assert list((empty_project / ".tagrpo" / "staging").iterdir()) == []
 
     with running_stage("toy", _outputs(), _config()) as ctx:
@@ -57,7 +58,7 @@ def test_outputs_appear_only_when_the_stage_succeeds(empty_project: Path) -> Non
         ctx.path("model").mkdir()
         (ctx.path("model") / "weights.bin").write_bytes(b"w")
         ctx.set_metrics({"rows": 1, "nan": float("nan")})
-        assert not (empty_project / "out/table.csv").exists()  # staged until the end
+        assert (empty_project / "out/table.csv").read_text() == "stale\n"  # staged until the end
     assert (empty_project / "out/table.csv").read_text() == "a,b\n"
     assert (empty_project / "models/p/weights.bin").read_bytes() == b"w"
     assert json.loads((empty_project / "m/p.json").read_text())["rows"] == 1
@@ -86,6 +87,36 @@ def test_unwritable_outputs_fail_before_anything_is_deleted(empty_project: Path)
         ran = True
     assert not ran
     assert (empty_project / "out/table.csv").read_text() == "keep me\n"
+
+
+def test_staging_folders_of_stopped_stages_are_removed_at_the_next_run(
+    empty_project: Path,
+) -> None:
+    """A stage killed with SIGKILL leaves `.tagrpo/staging/<stage>-<pid>` (issue 40.5): the
+    next stage run removes it; a running stage's folder stays, and so does one whose pid now
+    belongs to another process only if that process started before the folder last changed
+    (a reused pid started later)."""
+    staging = empty_project / ".tagrpo" / "staging"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    live = subprocess.Popen(["sleep", "120"])
+    try:
+        gone = staging / f"train@grpo-s0-{dead.pid}"
+        running = staging / f"evaluate@grpo-s0-{live.pid}"
+        reused = staging / f"evaluate@grpo-s1-{live.pid}"
+        for folder in (gone, running, reused):
+            (folder / "models").mkdir(parents=True)
+        # The reused pid's process started after its folder last changed: not its writer.
+        an_hour_ago = time.time() - 3600
+        os.utime(reused, (an_hour_ago, an_hour_ago))
+        with running_stage("toy", _outputs(), _config()) as ctx:
+            ctx.path("table").write_text("x\n")
+            ctx.path("model").mkdir()
+            ctx.set_metrics({"n": 1})
+        assert sorted(p.name for p in staging.iterdir()) == [running.name]
+    finally:
+        live.kill()
+        live.wait()
 
 
 def test_a_second_copy_of_a_stage_refuses_to_start(empty_project: Path) -> None:
@@ -236,3 +267,63 @@ def test_a_stage_refuses_while_another_dvc_repro_runs_in_its_checkout(
             if process is not None:
                 process.kill()
                 process.wait()
+
+
+def test_a_users_mistake_is_one_line_and_the_trace_is_there_when_asked(
+    empty_project: Path,
+) -> None:
+    """Issue 40.5: a known mistake (here: evaluating a policy never trained) prints one line
+    naming the stage and the error; TAGRPO_TRACEBACK=1 or --traceback gives the trace; a
+    failure is still recorded (a FAILED run, tracking on)."""
+    import mlflow
+
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(SOURCE),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{empty_project / 'mlflow.db'}",
+    }
+    command = [sys.executable, "-m", "stages.evaluate", "--policy", "base"]
+    plain = subprocess.run(command, cwd=empty_project, env=env, capture_output=True, text=True)
+    assert plain.returncode == 1
+    lines = plain.stderr.strip().splitlines()
+    assert lines[-2].startswith("stage evaluate failed: FileNotFoundError: ")
+    assert lines[-2].endswith("models/base does not exist: train the policy first")
+    assert "TAGRPO_TRACEBACK=1" in lines[-1] and "Traceback" not in plain.stderr
+    client = mlflow.tracking.MlflowClient(env["MLFLOW_TRACKING_URI"])
+    experiment = client.get_experiment_by_name(EMPTY_PROJECT_EXPERIMENT)
+    runs = client.search_runs([experiment.experiment_id])
+    assert [run.info.status for run in runs] == ["FAILED"]
+    assert runs[0].data.tags["tagrpo.exit_code"] == "1"
+    assert "train the policy first" in runs[0].data.tags["tagrpo.error"]
+    # With tracking off (nothing to record), the trace when asked for.
+    params = yaml.safe_load((empty_project / "params.yaml").read_text())
+    params["common"]["tracking"]["enabled"] = False
+    (empty_project / "params.yaml").write_text(yaml.safe_dump(params))
+    for asked in ({"TAGRPO_TRACEBACK": "1"}, {}):
+        extra = [] if asked else ["--traceback"]
+        traced = subprocess.run(
+            [*command, *extra],
+            cwd=empty_project,
+            env={**env, **asked},
+            capture_output=True,
+            text=True,
+        )
+        assert traced.returncode == 1 and "Traceback (most recent call last)" in traced.stderr
+
+
+def test_the_tagrpo_command_prints_a_users_mistake_as_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import tagrpo.pipeline.cli as cli
+
+    def busy(args: object) -> int:
+        raise StageBusyError("stage report is already running (pid 1)")
+
+    monkeypatch.setattr(cli, "_cmd_verify", busy)
+    monkeypatch.delenv("TAGRPO_TRACEBACK", raising=False)
+    assert cli.main(["verify"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "tagrpo verify: StageBusyError: stage report is already running (pid 1)"
+    )
+    with pytest.raises(StageBusyError):
+        cli.main(["verify", "--traceback"])

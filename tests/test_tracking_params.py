@@ -175,3 +175,35 @@ def test_stage_run_can_be_disabled(tracking_store: str, capsys) -> None:
         assert run is None
         log_metrics({"x": 1.0})  # no active run: a no-op, not an error
     assert "disabled" in capsys.readouterr().out
+
+
+def test_key_shapes_never_reach_mlflow_tags_run_names_or_params(
+    tracking_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 40.4: a dvc command line carries what the user typed (`dvc exp run -S
+    rephrase.openai.model=sk-...`), a stage's tags and an error message too: every value is
+    checked for key shapes before MLflow stores it; checksums and run ids stay readable."""
+    from mlflow.tracking import MlflowClient
+
+    from tagrpo.pipeline.parent_run import DvcProcess, _create_parent_run
+    from tagrpo.pipeline.stage_run import record_stage_failure
+
+    key = "sk-proj" + "A1b2C3d4E5f6G7h8"
+    client = MlflowClient(tracking_store)
+    experiment = client.create_experiment("keys")
+    dvc = DvcProcess(
+        os.getpid(), 1, ("exp", "run", "-S", f"rephrase.openai.model={key}"), str(Path.cwd())
+    )
+    parent = client.get_run(_create_parent_run(client, experiment, config_with(), dvc))
+    stored = json.dumps([parent.data.tags, parent.data.params, parent.info.run_name])
+    assert key not in stored and "rephrase.openai.model=[redacted" in stored
+
+    config = config_with({"common.tracking.experiment": "keys"})
+    md5 = "c0c08093f1e2d3c4b5a6978877665544"
+    with stage_run("train", config, key="grpo-s0", tags={"note": f"from {key}"}) as run:
+        run_id = run.info.run_id
+    stored = client.get_run(run_id)
+    assert key not in json.dumps([stored.data.tags, stored.data.params])
+    failed = record_stage_failure("evaluate", 1, RuntimeError(f"{md5} != {md5}: {key}"))
+    tags = client.get_run(failed).data.tags
+    assert key not in json.dumps(tags) and tags["tagrpo.error"].startswith(f"RuntimeError: {md5}")

@@ -201,3 +201,90 @@ def test_training_refuses_a_base_model_changed_since_dvc_locked_it(dvc_project: 
     with pytest.raises(OutputCorruptedError, match=r"models/base/model\.safetensors"):
         train(["--method", "grpo", "--seed", "0"])
     assert not (dvc_project / "models/grpo-s0").exists()
+
+
+DEFAULT_ONE_SEED = ["grpo_ds", "grpo_x4", "ta_grpo_star", "ta_grpo"]
+MOVED = ["grpo_ds", "ta_grpo_star", "ta_grpo"]  # grpo_x4 moved to runs.methods
+
+
+def _two_matrices(tmp_path: Path, methods: list[str], one_seed: list[str], text: str) -> None:
+    """A pipeline whose two matrix stages write the same path for a method, as train and
+    train_one_seed do: which stage owns `out/<method>.txt` depends on the params."""
+    params = yaml.safe_load((project_root() / "params.yaml").read_text())
+    params["runs"]["methods"], params["runs"]["one_seed_methods"] = methods, one_seed
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    stage = {
+        "cmd": f"mkdir -p out && echo {text} > out/${{item.method}}.txt",
+        "outs": ["out/${item.method}.txt"],
+    }
+    stages = {
+        "write": {"matrix": {"method": "${runs.methods}"}, **stage},
+        "write_one_seed": {"matrix": {"method": "${runs.one_seed_methods}"}, **stage},
+    }
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+
+
+def test_a_stale_entry_naming_a_current_output_is_never_read_and_is_pruned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 40.1 in small: the params move grpo_x4 from one matrix stage to another and back
+    (a profile, a world); dvc.lock keeps the other stage's entry, whose hash of the same
+    output is another content. Every check reads the current stage's entry only; the prune drops the
+    stale entry and leaves the others byte for byte (DVC then finds them up to date)."""
+    from tagrpo.pipeline.verify import locked_outputs, prune_lock, stale_lock_entries
+
+    monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
+    _two_matrices(tmp_path, ["grpo", "grpo_x4"], MOVED, "old")
+    _dvc(tmp_path, "init", "--no-scm", "-q")
+    _dvc(tmp_path, "repro")
+    _two_matrices(tmp_path, ["grpo"], DEFAULT_ONE_SEED, "one-seed")  # another profile
+    _dvc(tmp_path, "repro")
+    _two_matrices(tmp_path, ["grpo", "grpo_x4"], MOVED, "new")  # and back
+    _dvc(tmp_path, "repro")
+    lock = yaml.safe_load((tmp_path / "dvc.lock").read_text())["stages"]
+    stale, current = "write_one_seed@grpo_x4", "write@grpo_x4"
+    assert {stale, current} <= set(lock)  # DVC kept the stale one
+    stale_md5, current_md5 = (lock[name]["outs"][0]["md5"] for name in (stale, current))
+    assert stale_md5 != current_md5
+    # Read together, the entry listed last won: the stale one (DVC updates an entry in place
+    # and appends a new one), as the default's train_one_seed entries did in issue 40.
+    assert list(lock).index(stale) > list(lock).index(current)
+    assert locked_outputs(tmp_path)["out/grpo_x4.txt"] == current_md5
+    assert check_against_lock(tmp_path, "out/grpo_x4.txt") is True
+    assert stale_lock_entries(tmp_path) == {stale: ["out/grpo_x4.txt"]}
+
+    entries = re.findall(r"(?ms)^  (\S+):\n(.*?)(?=^  \S|\Z)", (tmp_path / "dvc.lock").read_text())
+    kept = {name: text for name, text in entries if name != stale}
+    assert prune_lock(tmp_path) == [stale]
+    after = (tmp_path / "dvc.lock").read_text()
+    assert f"{stale}:" not in after
+    for name, text in kept.items():
+        assert f"  {name}:\n{text}" in after  # the entries kept are unchanged
+    assert prune_lock(tmp_path) == []
+    assert "up to date" in _dvc(tmp_path, "status")
+    monkeypatch.chdir(tmp_path)
+    assert cli(["verify"]) == 0
+    assert "not checked" not in capsys.readouterr().out
+
+
+def test_params_apply_prunes_the_entries_of_stages_the_profile_drops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
+    _two_matrices(tmp_path, ["grpo", "grpo_flipped"], DEFAULT_ONE_SEED, "old")
+    _dvc(tmp_path, "init", "--no-scm", "-q")
+    _dvc(tmp_path, "repro")
+    profile = tmp_path / "moved.yaml"
+    profile.write_text(
+        "common: {profile: custom}\n"
+        f"runs: {{methods: [grpo, grpo_flipped, grpo_x4], one_seed_methods: {MOVED}}}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert cli(["params", "apply", str(profile)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "dvc.lock: removed 1 entries of stages these params do not have "
+        "(write_one_seed@grpo_x4)" in out
+    )
+    stages = set(yaml.safe_load((tmp_path / "dvc.lock").read_text())["stages"])
+    assert "write_one_seed@grpo_x4" not in stages and "write_one_seed@ta_grpo" in stages

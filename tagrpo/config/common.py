@@ -72,8 +72,31 @@ class MiniWorldSettings(ConfigModel):
         return self
 
 
+# What common.profile may say: the embedded default, a shipped profile (one per
+# profiles/<name>.yaml; tests/test_config.py keeps the two equal) or `custom` for params of
+# one's own. The label tags every MLflow run and picks what `tagrpo compare` shows: a free-form
+# one (a typo, a stale name) would file runs under a profile that does not exist.
+SHIPPED_PROFILES = (
+    "base-draws",
+    "calibration",
+    "data-scaling",
+    "local",
+    "paper",
+    "paper-authors-hparams",
+    "real-tiny",
+    "seeds3",
+    "smoke",
+    "study",
+    "verl-cpu",
+)
+KNOWN_PROFILES = ("embedded", *SHIPPED_PROFILES, "custom")
+
+
 class CommonSettings(ConfigModel):
-    profile: str = Field(min_length=1, description="profile name, tags every run")
+    profile: str = Field(
+        min_length=1,
+        description="profile name, tags every run: embedded, a profiles/ name, or custom",
+    )
     seed: int = Field(ge=0, description="the run's seed (stages derive theirs from it)")
     torch_threads: int = Field(
         ge=1,
@@ -92,6 +115,16 @@ class CommonSettings(ConfigModel):
         description="chat-template options for verl and vLLM (e.g. {enable_thinking: false})",
     )
     miniworld: MiniWorldSettings
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, profile: str) -> str:
+        if profile not in KNOWN_PROFILES:
+            raise ValueError(
+                f"must be one of {list(KNOWN_PROFILES)} (embedded: params.yaml as shipped; a "
+                "profiles/ name; custom: params of your own)"
+            )
+        return profile
 
 
 class DataScaling(ConfigModel):

@@ -263,8 +263,26 @@ def _cmd_grade(args: argparse.Namespace) -> int:
 def _cmd_params_apply(args: argparse.Namespace) -> int:
     # Here and below: the typed params (pydantic), the method registry (numpy) and mlflow load
     # only in the command that needs them, so that ``tagrpo --help`` stays fast.
-    from tagrpo.config.params import ConfigError, apply_profile, kept_from_earlier_profile
+    from tagrpo.config.params import (
+        ConfigError,
+        apply_profile,
+        default_params_path,
+        kept_from_earlier_profile,
+    )
+    from tagrpo.pipeline.runtime import other_dvc_runs
+    from tagrpo.pipeline.verify import prune_lock
 
+    target = Path(args.params) if args.params else default_params_path()
+    running = other_dvc_runs(target.resolve().parent)
+    if running:
+        pid, command = running[0]
+        print(
+            f"tagrpo params apply: a dvc process runs stages in this checkout (pid {pid}: "
+            f"{command}): changing its params mid-run would mix two experiments; wait for it "
+            "to end",
+            file=sys.stderr,
+        )
+        return 2
     try:
         stacked = kept_from_earlier_profile(args.profile, args.params)
         merged = apply_profile(args.profile, args.params)
@@ -272,6 +290,15 @@ def _cmd_params_apply(args: argparse.Namespace) -> int:
         print(f"tagrpo params apply: {error}", file=sys.stderr)
         return 2
     print(f"applied {args.profile}: profile is now {merged.common.profile!r}")
+    # The new params may drop matrix items (another profile's methods and seeds): their
+    # dvc.lock entries would describe outputs the new stages write too.
+    pruned = prune_lock(target.resolve().parent) if target.name == "params.yaml" else []
+    if pruned:
+        shown = ", ".join(pruned[:4]) + (f" and {len(pruned) - 4} more" if len(pruned) > 4 else "")
+        print(
+            f"dvc.lock: removed {len(pruned)} entries of stages these params do not have "
+            f"({shown}); `git checkout params.yaml dvc.lock` restores both"
+        )
     if stacked:
         earlier, kept = stacked
         print(
@@ -468,7 +495,11 @@ def _positive_float(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tagrpo", description="TA-GRPO pipeline tools")
+    parser = argparse.ArgumentParser(
+        prog="tagrpo",
+        description="TA-GRPO pipeline tools. A mistake in the input prints one line; "
+        "--traceback (anywhere) or TAGRPO_TRACEBACK=1 prints the full trace.",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     grade = commands.add_parser(
@@ -616,8 +647,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.handler(args))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    traceback_flag = "--traceback"  # anywhere on the line, as for the stages
+    show_traceback = traceback_flag in argv or os.environ.get("TAGRPO_TRACEBACK", "") not in (
+        "",
+        "0",
+    )
+    args = build_parser().parse_args([arg for arg in argv if arg != traceback_flag])
+    try:
+        return int(args.handler(args))
+    except Exception as error:
+        from tagrpo.pipeline.runtime import user_errors, user_message
+
+        if show_traceback or not isinstance(error, user_errors()):
+            raise
+        print(
+            f"tagrpo {args.command}: {user_message(error)} (--traceback or TAGRPO_TRACEBACK=1 "
+            "for the traceback)",
+            file=sys.stderr,
+        )
+        return 2
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tagrpo.config.model import mask_key_shapes
 from tagrpo.pipeline.paths import home_root
 from tagrpo.pipeline.procfs import proc_stat, process_alive
 from tagrpo.pipeline.tracking import (
@@ -44,6 +45,7 @@ from tagrpo.pipeline.tracking import (
     log_params_artifact,
     mark_dead_runs_killed,
     model_label,
+    safe_tags,
 )
 from tagrpo.pipeline.verify import lock_entry_matches
 
@@ -55,8 +57,12 @@ ORIGIN_TAG = "tagrpo.origin"
 ROOT_TAG = "tagrpo.root"
 # On each FINISHED stage run once dvc exited: whether dvc.lock records what it made.
 LOCKED_TAG = "tagrpo.locked"
-# On the parent run: dvc's exit status as far as the stage runs and dvc.lock tell it.
+# On the parent run: dvc's exit status as far as the stage runs and dvc.lock tell it, and the
+# first stage that did not finish with its exit status (EXIT_CODE_TAG, as on its stage run).
 DVC_EXIT_TAG = "tagrpo.dvc_exit"
+FAILED_STAGE_TAG = "tagrpo.failed_stage"
+EXIT_CODE_TAG = "tagrpo.exit_code"
+ERROR_TAG = "tagrpo.error"
 _POLL_SECONDS = 1.0
 _CHILD_GRACE_SECONDS = 120.0
 # dvc's entry point appears within the first arguments (``dvc repro``, ``python .../dvc repro``,
@@ -161,13 +167,15 @@ def parent_run_for_stage(client: Any, experiment_id: str, config: Any) -> str | 
 
 
 def pipeline_tags(config: Any, origin: str) -> dict[str, str]:
-    """Tags every pipeline parent run carries (dvc's or the Prefect flow's)."""
+    """Tags every pipeline parent run carries (dvc's or the Prefect flow's); ``config`` None
+    (params that do not validate: the run records that refusal) gives ``unknown`` for what
+    the params would say."""
     return {
         "stage": "pipeline",
         ORIGIN_TAG: origin,
-        "profile": config.common.profile,
-        "model": model_label(config),
-        "backend": config.train.backend,
+        "profile": config.common.profile if config is not None else "unknown",
+        "model": model_label(config) if config is not None else "unknown",
+        "backend": config.train.backend if config is not None else "unknown",
         "tagrpo.host": socket.gethostname(),
         CHECKOUT_TAG: checkout_id(),
         **git_state(),
@@ -175,21 +183,25 @@ def pipeline_tags(config: Any, origin: str) -> dict[str, str]:
 
 
 def _create_parent_run(client: Any, experiment_id: str, config: Any, dvc: DvcProcess) -> str:
+    # The command line as typed may carry a value such as `-S rephrase.openai.model=sk-...`:
+    # key-shaped parts are masked before anything reaches the store.
+    command = mask_key_shapes(dvc.command)
     tags = {
         **pipeline_tags(config, "dvc"),
         PIPELINE_KEY_TAG: dvc.key,
         "tagrpo.pid": str(dvc.pid),
-        "tagrpo.command": dvc.command[:4000],
+        "tagrpo.command": command[:4000],
         ROOT_TAG: dvc.cwd,
         "mlflow.note.content": (
-            f"`{dvc.command}`: one pipeline invocation; the runs of the stages it ran are "
+            f"`{command}`: one pipeline invocation; the runs of the stages it ran are "
             "nested under this run. Ended when the dvc process exits."
         ),
     }
-    run = client.create_run(experiment_id, run_name=dvc.command[:200], tags=tags)
+    run = client.create_run(experiment_id, run_name=command[:200], tags=safe_tags(tags))
     run_id = run.info.run_id
-    client.log_param(run_id, "command", dvc.command[:6000])
-    log_params_artifact(client, run_id, config.model_dump(mode="json"), "params.json")
+    client.log_param(run_id, "command", command[:6000])
+    if config is not None:
+        log_params_artifact(client, run_id, config.model_dump(mode="json"), "params.json")
     return run_id
 
 
@@ -245,6 +257,12 @@ def finish_run(client: Any, run_id: str, wait_until: float | None = None) -> str
         if "RUNNING" not in statuses or time.monotonic() > deadline:
             break
         time.sleep(_POLL_SECONDS)
+    # Fresh copies, in the order the stages started: a failing stage's entry point tags its
+    # run with the exit status after the run ended.
+    children = sorted(
+        (client.get_run(c.info.run_id) for c in children), key=lambda c: c.info.start_time or 0
+    )
+    statuses = [c.info.status for c in children]
     root = client.get_run(run_id).data.tags.get(ROOT_TAG, "")
     unlocked, unknown = _mark_unrecorded(client, children, statuses, Path(root) if root else None)
     statuses = [
@@ -257,7 +275,12 @@ def finish_run(client: Any, run_id: str, wait_until: float | None = None) -> str
         status = "KILLED"
     else:
         status = "FINISHED"
-    client.set_tag(run_id, DVC_EXIT_TAG, _dvc_exit(children, statuses, unlocked, unknown))
+    client.set_tag(
+        run_id, DVC_EXIT_TAG, mask_key_shapes(_dvc_exit(children, statuses, unlocked, unknown))
+    )
+    failed = _first_failure(children, statuses, unlocked)
+    for key, value in safe_tags(failed or {}).items():
+        client.set_tag(run_id, key, value)
     client.log_metric(run_id, "stages_run", float(len(statuses)))
     client.log_metric(run_id, "stages_failed", float(sum(s != "FINISHED" for s in statuses)))
     client.log_metric(run_id, "stages_not_in_lock", float(len(unlocked)))
@@ -305,16 +328,46 @@ def _mark_unrecorded(
     return unlocked, unknown
 
 
+def _failure_text(child: Any, status: str, unlocked: set[str]) -> str:
+    """One stage's failure: its DVC name, how it ended, its exit status and error."""
+    tags = child.data.tags
+    name = tags.get("tagrpo.dvc_stage", child.info.run_id)
+    if child.info.run_id in unlocked:
+        return f"{name} (its command succeeded; dvc did not record it in dvc.lock)"
+    code = tags.get(EXIT_CODE_TAG)
+    how = f"exit status {code}" if code else status
+    error = tags.get(ERROR_TAG)
+    return f"{name} ({how}{': ' + error if error else ''})"
+
+
+def _first_failure(
+    children: list[Any], statuses: list[str], unlocked: set[str]
+) -> dict[str, str] | None:
+    """The parent's tags naming the first stage that did not finish, and its exit status."""
+    for child, status in zip(children, statuses, strict=True):
+        if status != "FINISHED":
+            return {
+                FAILED_STAGE_TAG: child.data.tags.get("tagrpo.dvc_stage", child.info.run_id),
+                EXIT_CODE_TAG: child.data.tags.get(EXIT_CODE_TAG)
+                or (
+                    "unknown (dvc failed after the stage)"
+                    if child.info.run_id in unlocked
+                    else f"unknown ({status})"
+                ),
+            }
+    return None
+
+
 def _dvc_exit(children: list[Any], statuses: list[str], unlocked: set[str], unknown: bool) -> str:
-    """What ``tagrpo.dvc_exit`` says: dvc's exit status as far as its stage runs tell it."""
+    """What ``tagrpo.dvc_exit`` says: dvc's exit status as far as its stage runs tell it (its
+    watcher is not dvc's parent and cannot read the status itself)."""
     failed = [
-        c.data.tags.get("tagrpo.dvc_stage", c.info.run_id)
+        _failure_text(c, s, unlocked)
         for c, s in zip(children, statuses, strict=True)
         if s != "FINISHED"
     ]
     if failed:
-        recorded = "" if not unlocked else f" ({len(unlocked)} of them not recorded in dvc.lock)"
-        return f"nonzero: stage(s) {', '.join(failed)} did not finish{recorded}"
+        return ("nonzero: stage(s) did not finish: " + "; ".join(failed))[:5000]
     if unknown:
         return "unknown: no dvc.lock to check the stage runs against"
     return (

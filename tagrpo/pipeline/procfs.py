@@ -72,6 +72,22 @@ def pid_alive(pid: int) -> bool:
     return stat is None or not stat.zombie
 
 
+def started_at(pid: int) -> float | None:
+    """When ``pid``'s process started, in seconds since the epoch (None: gone, or not Linux)."""
+    stat = proc_stat(pid)
+    if stat is None:
+        return None
+    try:
+        boot = next(
+            int(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+    except (OSError, StopIteration, ValueError):
+        return None
+    return boot + stat.start_ticks / CLOCK_TICKS
+
+
 def group_members(group: int) -> list[int]:
     """The processes of process group ``group`` that have not exited (zombies left out)."""
     members = []

@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from tagrpo.config.model import mask_key_shapes
 from tagrpo.config.params import (
     ConfigError,
     apply_overrides,
@@ -40,6 +41,7 @@ from tagrpo.config.params import (
     validate_params,
 )
 from tagrpo.pipeline.dvc_stages import pipeline_outputs
+from tagrpo.pipeline.verify import prune_lock
 
 CURRENT_PROFILE = "current"  # params.yaml as it is in the checkout
 RUNS_DIR = Path(".tagrpo") / "runs"
@@ -65,7 +67,8 @@ class RerunRequest:
         parts += self.overrides
         if self.force:
             parts.append("force")
-        return "; ".join(parts)
+        # Shown in logs, MLflow notes and Prefect artifacts: never a key-shaped value.
+        return mask_key_shapes("; ".join(parts))
 
 
 def profile_names(root: Path) -> list[str]:
@@ -392,6 +395,7 @@ def prepare_scratch(source: Path, target: Path, resolved: Mapping[str, Any], mes
     lock = source / "dvc.lock"
     if lock.is_file():
         shutil.copy2(lock, target / "dvc.lock")
+        prune_lock(target)  # only the stages of the resolved params
     for output in sorted(pipeline_outputs(source)):
         if (source / output).exists() and not (target / output).exists():
             _link_tree(source / output, target / output)

@@ -6,11 +6,14 @@
    running behind it (Linux ``PR_SET_PDEATHSIG``; SIGTERM then ends the stage cleanly);
 2. a lock per stage (and matrix item) under ``.tagrpo/locks``: a second copy refuses to start
    and names the process that holds it;
-3. every output location is checked writable, *then* the old outputs are deleted (a failed or
-   killed run never leaves new outputs beside stale metrics);
-4. the stage writes into a staging folder (``ctx.path(role)``) and, on success only, each output
-   is renamed into place, metrics last (renames are atomic: no half-written output ever carries
-   its final name);
+3. every output location is checked writable; the old outputs stay in place (dvc.yaml marks
+   them ``persist``, so DVC does not delete them either): a stage that refuses to start, fails
+   or is killed leaves the outputs dvc.lock records;
+4. the stage writes into a staging folder (``ctx.path(role)``, ``.tagrpo/staging/<stage>-<pid>``;
+   those of dead processes are removed here) and, on success only, the old outputs are deleted,
+   metrics first, and each new output is renamed into place, metrics last (renames are atomic:
+   no half-written output ever carries its final name, and no new output sits beside stale
+   metrics);
 5. an MLflow run tagged with the stage, its DVC name, the dependency hash, host and pid; runs of
    the same stage left RUNNING by a killed process are marked KILLED first. It nests under the
    pipeline's parent run: the Prefect flow's (``TAGRPO_PARENT_RUN_ID``) or the one the first
@@ -42,7 +45,7 @@ from tagrpo.config.params import Params
 from tagrpo.pipeline.layout import Outputs
 from tagrpo.pipeline.parent_run import dvc_arguments
 from tagrpo.pipeline.paths import project_root
-from tagrpo.pipeline.procfs import proc_stat, process_alive
+from tagrpo.pipeline.procfs import pid_alive, proc_stat, process_alive, started_at
 from tagrpo.pipeline.stage_run import stage_run
 from tagrpo.pipeline.tracking import TrackingError, log_metrics
 
@@ -52,6 +55,11 @@ _PR_SET_PDEATHSIG = 1
 
 class StageBusyError(RuntimeError):
     """Another process is running the same stage."""
+
+
+class LauncherGone(SystemExit):
+    """The process that started the stage (dvc, the flow) is gone: the stage does not start
+    (nothing to record: the launcher was stopped, and its parent run ends with it)."""
 
 
 _SHELLS = frozenset({"sh", "dash", "bash", "zsh", "ksh", "fish"})
@@ -75,10 +83,10 @@ def die_with_parent() -> None:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if parent == 1 or os.getppid() != parent:
-        raise SystemExit("the parent process is gone: not starting the stage")
+        raise LauncherGone("the parent process is gone: not starting the stage")
     launcher = _launcher_beyond_shells(parent)
     if launcher is not None and launcher[0] == 1 and _dvc_exited():
-        raise SystemExit(
+        raise LauncherGone(
             "the process that started this stage is gone (its shell now belongs to init): "
             "not starting the stage"
         )
@@ -217,6 +225,76 @@ def refuse_concurrent_dvc(root: Path, name: str) -> None:
         )
 
 
+# Errors that are the user's to fix (params, files, a busy stage): one line, no traceback,
+# unless asked (--traceback, or TAGRPO_TRACEBACK=1).
+TRACEBACK_ENV = "TAGRPO_TRACEBACK"
+TRACEBACK_FLAG = "--traceback"
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """The exception types a user's mistake raises, which print as one line."""
+    from tagrpo.config.params import ConfigError
+    from tagrpo.pipeline.verify import OutputCorruptedError
+
+    return (
+        ConfigError,
+        StageBusyError,
+        OutputCorruptedError,
+        FileNotFoundError,
+        PermissionError,
+        TrackingError,
+    )
+
+
+def traceback_wanted(argv: list[str]) -> bool:
+    return TRACEBACK_FLAG in argv or os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
+
+
+def run_main(main: Any, stage: str, argv: list[str] | None = None) -> None:
+    """What ``python -m stages.<stage>`` runs: ``main(argv)``, and when it fails, whatever the
+    reason and however early (an argument or params error, the stage's lock held, an input
+    that differs from dvc.lock), the failure recorded in MLflow with its exit status
+    (:func:`tagrpo.pipeline.stage_run.record_stage_failure`: the pipeline's parent run then
+    ends FAILED naming the stage). A user's mistake (:func:`user_errors`) prints one line;
+    ``--traceback`` or ``TAGRPO_TRACEBACK=1`` shows the full trace."""
+    from tagrpo.pipeline.stage_run import record_stage_failure
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    show_traceback = traceback_wanted(argv)
+    argv = [arg for arg in argv if arg != TRACEBACK_FLAG]
+    try:
+        main(argv)
+    except LauncherGone:
+        raise
+    except SystemExit as error:
+        code = error.code
+        if code is None or code == 0:
+            raise
+        record_stage_failure(stage, code if isinstance(code, int) else 1, error)
+        raise
+    except KeyboardInterrupt as error:  # Ctrl-C, or SIGTERM (die_with_parent's handler)
+        record_stage_failure(stage, 130, error, status="KILLED")
+        raise
+    except BaseException as error:
+        record_stage_failure(stage, 1, error)
+        if show_traceback or not isinstance(error, user_errors()):
+            raise
+        print(
+            f"stage {os.environ.get('DVC_STAGE') or stage} failed: {user_message(error)}\n"
+            f"({TRACEBACK_ENV}=1 or {TRACEBACK_FLAG} for the traceback)",
+            file=sys.stderr,
+        )
+        raise SystemExit(1) from None
+
+
+def user_message(error: BaseException) -> str:
+    """A user error as printed: its type and whole message (a params error lists every
+    problem), key-shaped parts redacted."""
+    from tagrpo.config.model import mask_key_shapes
+
+    return mask_key_shapes(f"{type(error).__name__}: {error}")
+
+
 def require_inputs(root: Path, paths: list[Path], stage: str) -> None:
     """Every input exists (checked before the stage deletes or loads anything)."""
     missing = [str(path) for path in paths if not (root / path).exists()]
@@ -247,6 +325,29 @@ def remove_path(path: Path) -> None:
         shutil.rmtree(path)
     elif path.exists() or path.is_symlink():
         path.unlink()
+
+
+def remove_stale_staging(root: Path) -> list[str]:
+    """Remove the staging folders (``.tagrpo/staging/<stage>-<pid>``) of processes that are
+    gone: a stage killed with SIGKILL (or a machine that went down) leaves its half-written
+    outputs there. Returns the folders removed."""
+    folder = root / STATE_DIR / "staging"
+    removed = []
+    for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
+        pid = entry.name.rpartition("-")[2]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        if pid_alive(int(pid)):
+            # The pid may be reused: a process that started after the folder last changed is
+            # not the one that wrote it (1 s of slack for the clocks' resolutions).
+            started = started_at(int(pid))
+            if started is None or started <= entry.stat().st_mtime + 1.0:
+                continue
+        remove_path(entry)
+        removed.append(entry.name)
+    if removed:
+        print(f"[stage] removed the staging folders of stopped stages: {', '.join(removed)}")
+    return removed
 
 
 @dataclass
@@ -288,10 +389,14 @@ def _commit(context: StageContext) -> None:
     ]
     if missing:
         raise RuntimeError(f"stage {context.name} did not write its outputs {missing}")
+    # The old outputs go only now, metrics first: a stage killed from here on leaves outputs
+    # missing (DVC reruns it), never new outputs beside the old metrics.
+    remove_path(context.root / context.outputs.metrics)
+    for relative in context.outputs.outs.values():
+        remove_path(context.root / relative)
     for relative in context.outputs.outs.values():
         final = context.root / relative
         final.parent.mkdir(parents=True, exist_ok=True)
-        remove_path(final)
         os.replace(context.staging / relative, final)
     metrics_path = context.root / context.outputs.metrics
     metrics_path.parent.mkdir(parents=True, exist_ok=True)
@@ -347,8 +452,7 @@ def running_stage(
     with StageLock(root, name):
         refuse_concurrent_dvc(root, name)
         check_writable(root, outputs.all())
-        for relative in outputs.all():
-            remove_path(root / relative)
+        remove_stale_staging(root)
         staging = root / STATE_DIR / "staging" / f"{name.replace('/', '_')}-{os.getpid()}"
         remove_path(staging)
         staging.mkdir(parents=True)

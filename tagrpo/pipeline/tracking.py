@@ -48,7 +48,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from tagrpo.config.model import looks_like_secret
+from tagrpo.config.model import looks_like_secret, mask_key_shapes
 from tagrpo.pipeline.dvc_stages import pipeline_outputs
 from tagrpo.pipeline.paths import checkout_root, home_root, resolve_path
 from tagrpo.pipeline.procfs import pid_alive
@@ -311,6 +311,12 @@ def git_state(cwd: Path | None = None) -> dict[str, str]:
     except (OSError, subprocess.CalledProcessError):
         return {"git_commit": "unknown", "git_dirty": "unknown"}
     return {"git_commit": sha, "git_dirty": str(bool(dirty)).lower()}
+
+
+def safe_tags(tags: Mapping[str, Any]) -> dict[str, str]:
+    """MLflow tags as they may be stored: every value a string, key-shaped parts masked
+    (a command line, a note or an error message can carry what a user typed)."""
+    return {str(key): mask_key_shapes(str(value)) for key, value in tags.items()}
 
 
 def redact(value: Any) -> Any:

@@ -64,32 +64,88 @@ def dvc_md5(path: Path, skip_bytecode: bool = False) -> str:
 
 
 def _lock_stages(root: Path) -> dict[str, Any]:
+    """Every entry of ``root/dvc.lock`` (stale ones included)."""
     lock = root / "dvc.lock"
     if not lock.is_file():
         return {}
     return (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages") or {}
 
 
+def pipeline_stage_names(root: Path) -> set[str] | None:
+    """The stages of ``root``'s pipeline under its params.yaml (dvc.yaml expanded as DVC
+    expands it); None when there is no dvc.yaml (nothing to tell a stale entry by)."""
+    from tagrpo.pipeline.dvc_stages import load_stages
+
+    if not (root / "dvc.yaml").is_file():
+        return None
+    return set(load_stages(root))
+
+
+def lock_entries(root: Path, stages: Collection[str] | None = None) -> dict[str, Any]:
+    """dvc.lock's entries of the pipeline's stages: those named in ``stages`` or, by default,
+    those of dvc.yaml under the current params.
+
+    DVC keeps the entry of a stage that dvc.yaml or the params no longer have (a matrix item a
+    profile dropped, an earlier world's stages), and such an entry may name the same output as
+    a current stage with another hash: read together, the stale one could win. Every check
+    against dvc.lock reads through here.
+    """
+    if stages is None:
+        stages = pipeline_stage_names(root)
+    entries = _lock_stages(root)
+    if stages is None:
+        return entries
+    return {name: entry for name, entry in entries.items() if name in stages}
+
+
 def locked_outputs(root: Path, stages: Collection[str] | None = None) -> dict[str, str]:
-    """Every output of dvc.lock: path -> md5 (outs, metrics and plots alike); only those of
-    the entries named in ``stages`` when given."""
+    """Every output of dvc.lock's entries of the pipeline's stages (``stages``, by default
+    those of dvc.yaml under the current params): path -> md5 (outs, metrics and plots alike)."""
     return {
         out["path"]: out["md5"]
-        for name, stage in _lock_stages(root).items()
-        if stages is None or name in stages
+        for stage in lock_entries(root, stages).values()
         for out in stage.get("outs") or []
         if "md5" in out
     }
 
 
-def stale_lock_entries(root: Path, stages: Collection[str]) -> dict[str, list[str]]:
-    """dvc.lock's entries of stages not in ``stages`` (the pipeline under the current params:
-    DVC keeps the entry of a matrix item the params dropped), with their outputs."""
+def stale_lock_entries(root: Path, stages: Collection[str] | None = None) -> dict[str, list[str]]:
+    """dvc.lock's entries of stages not in ``stages`` (default: the pipeline under the current
+    params), with their outputs."""
+    if stages is None:
+        stages = pipeline_stage_names(root)
+    if stages is None:
+        return {}
     return {
         name: [out["path"] for out in entry.get("outs") or []]
         for name, entry in _lock_stages(root).items()
         if name not in stages
     }
+
+
+def prune_lock(root: Path, stages: Collection[str] | None = None) -> list[str]:
+    """Remove dvc.lock's entries of stages not in ``stages`` (default: dvc.yaml's stages under
+    the current params.yaml); returns the names removed, sorted.
+
+    Written as DVC writes the file (its own YAML round trip: the entries kept are unchanged,
+    byte for byte). DVC rewrites dvc.lock from the file after each stage, so a prune while a
+    ``dvc repro`` runs a stage command (the preflight stage's) stays pruned.
+    """
+    if stages is None:
+        stages = pipeline_stage_names(root)
+    lock = root / "dvc.lock"
+    if stages is None or not lock.is_file():
+        return []
+    stale = sorted(set(_lock_stages(root)) - set(stages))
+    if not stale:
+        return []
+    from dvc.utils.serialize import modify_yaml  # DVC's writer (slow import: only when needed)
+
+    with modify_yaml(str(lock)) as data:
+        entries = data.get("stages") or {}
+        for name in stale:
+            entries.pop(name, None)
+    return stale
 
 
 @dataclass(frozen=True)
@@ -187,6 +243,9 @@ def lock_entry_matches(root: Path, name: str) -> bool | None:
     """
     if not (root / "dvc.lock").is_file():
         return None
+    stages = pipeline_stage_names(root)
+    if stages is not None and name not in stages:
+        return False  # not a stage of dvc.yaml under the current params: no entry of its own
     # Read as DVC reads it, YAML 1.2: PyYAML's YAML 1.1 reads dvc.lock's `1e-06` as a string
     # against params.yaml's `1.0e-6` float, a false mismatch.
     entry = (_yaml12(root / "dvc.lock").get("stages") or {}).get(name)
