@@ -155,8 +155,13 @@ repro: run
 # each module, and the tests sharing a smoke repro or a `vllm serve`, on one worker); both list
 # their 30 slowest tests. Every test has a time limit (pytest-timeout: pyproject.toml's default,
 # longer ones on the slow tests). TEST_WORKERS=0 runs them one at a time in this process.
+# The set-up first: the project's environment (then the model the engine tests serve) and the
+# engines environment side by side (each pip install mostly waits on unpacking; the model's
+# conversion computes), then Chromium (apt) and the lint.
 TEST_WORKERS ?= 2
-test: install browser engines lint
+test:
+	$(MAKE) --no-print-directory -j2 --output-sync=target install engines
+	$(MAKE) --no-print-directory browser lint
 	$(BIN)/python -m pytest -q -x -m core --durations=30 $(CORE_TESTS)
 	$(BIN)/python -m pytest -q -m "not core" --durations=30 \
 	  -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
