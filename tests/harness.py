@@ -25,6 +25,19 @@ from pathlib import Path
 import pytest
 from not_tested import fail_in_ci
 
+# Two xdist workers share two cores: a process computing with two OpenMP threads waits at every
+# barrier for the thread the other worker's process holds off its core (threads that spin for a
+# core they do not get made the verl test's warm start 10x slower: tests/test_verl_cpu_runs.py).
+# On a worker every process computes on one thread, unless it sets its own number.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def torch_threads() -> int:
+    """Threads for a test's own torch work: 1 on an xdist worker, else the machine's 2."""
+    return 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
+
+
 WALL_SECONDS = pytest.StashKey[dict[str, float]]()
 WORKER_WALL_SECONDS = "tagrpo_wall_seconds"  # the workers' logged seconds, sent to the controller
 GROUPS_FILE = "tagrpo_xdist_groups"  # workerinput: where a worker writes each test's group
