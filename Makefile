@@ -149,15 +149,15 @@ repro: run
 
 # The genuine-vLLM tests (tests/test_vllm_engine_*.py, tests/test_vllm_real_server.py) run
 # against the engines environment, built here if needed (3.4 GB, ~2 min from the package index).
-# The core tier first, stopping at its first failure (CI fails in about a minute on a broken
-# loss or grader), then everything else on TEST_WORKERS pytest-xdist workers side by side (most
-# of its time is process start-up, servers and single-threaded training: tests/harness.py keeps
-# each module, and the tests sharing a smoke repro or a `vllm serve`, on one worker); both list
-# their 30 slowest tests. Every test has a time limit (pytest-timeout: pyproject.toml's default,
-# longer ones on the slow tests). TEST_WORKERS=0 runs them one at a time in this process.
-# The set-up first: the project's environment (then the model the engine tests serve) and the
-# engines environment side by side (each pip install mostly waits on unpacking; the model's
-# conversion computes), then Chromium (apt) and the lint.
+# Set-up first: the project's environment (then the model the engine tests serve) beside the
+# engines environment (make -j2: a pip install mostly unpacks files, the model's conversion
+# computes), then Chromium (apt) and the lint. Then the core tier, stopping at its first failure
+# (CI fails in about a minute on a broken loss or grader), then everything else on TEST_WORKERS
+# pytest-xdist workers side by side (most of its time is process start-up, servers and
+# single-threaded training; tests/harness.py keeps each module, and the tests sharing a smoke
+# repro or a `vllm serve`, on one worker; TEST_WORKERS=0: one test at a time in this process);
+# both list their 30 slowest tests. Every test has a time limit (pytest-timeout:
+# pyproject.toml's default, longer ones on the slow tests).
 TEST_WORKERS ?= 2
 test:
 	$(MAKE) --no-print-directory -j2 --output-sync=target install engines
