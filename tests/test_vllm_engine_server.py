@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import torch_threads
 from vllm_engine import (
     ENGINES_MODEL,
     ENGINES_PYTHON,
@@ -276,7 +277,7 @@ def test_hf_and_vllm_agree_on_pass_at_k(backend):
     questions = sums(AGREEMENT_PROBLEMS)
     n, ks = AGREEMENT_SAMPLES, [1, 2, 4, 8]
     sampling = SamplingParams(n=n, max_new_tokens=48, seed=0)
-    torch.set_num_threads(2)
+    torch.set_num_threads(torch_threads())
     model, tokenizer = load_causal_lm(ENGINES_MODEL)
     results, speed = {}, {}
     for name, engine in (("vllm", backend), ("hf", HFBackend(model, tokenizer, 64))):

@@ -264,9 +264,10 @@ class _DuplicateKeyError(Exception):
     pass
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last
-    silently; DVC refuses the file, so the stages and DVC would disagree on the params)."""
+class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """PyYAML's safe loader (libyaml's parser where the wheel has it: every stage process reads
+    params.yaml), refusing a key given twice in one mapping (PyYAML keeps the last silently;
+    DVC refuses the file, so the stages and DVC would disagree on the params)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
