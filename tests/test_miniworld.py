@@ -254,3 +254,19 @@ def test_the_warm_start_corpus_never_holds_a_training_pool_or_benchmark_problem(
     (tmp_path / "train.parquet").unlink()
     with pytest.raises(FileNotFoundError, match="must exclude them"):
         reserved_keys(tmp_path)
+
+
+def test_batched_encoding_gives_each_example_the_ids_of_its_own_encoding():
+    # The SFT encodes its corpus in two batched calls (encode_examples); the ids and labels
+    # must be those of one call per example, multiple-choice examples and an empty corpus too.
+    from tagrpo.miniworld.tokenizer import train_tokenizer
+    from tagrpo.miniworld.warmstart import chat_text, encode_example, encode_examples
+
+    world = embedded(MiniWorldSettings)
+    config = embedded(WarmStartCorpus, examples=300, choice_fraction=0.3)
+    space = problem_space(world, config.lengths)
+    corpus = build_corpus(space, config, exclude_keys=set(), big_from=world.big_from, seed=5)
+    tokenizer = train_tokenizer((chat_text(e) for e in corpus), vocab_size=384)
+    assert any(e.choices for e in corpus) and any(not e.choices for e in corpus)
+    assert encode_examples(tokenizer, corpus) == [encode_example(tokenizer, e) for e in corpus]
+    assert encode_examples(tokenizer, []) == []
