@@ -507,11 +507,11 @@ def strategy_entropy_difference(samples: pd.DataFrame, group: int) -> pd.Series 
     ]
     # strategy_entropy groups by (benchmark, question_id): the variant stands in for the
     # benchmark, so each (variant, question) group of G responses gets its own entropy.
-    labelled = first.assign(strategy=labels, benchmark=first["variant"].astype(int))
+    labelled = first.assign(strategy=labels, benchmark=first["variant"].astype(str))
     table = strategy_entropy(labelled[["benchmark", "question_id", "strategy"]])
     if table is None or table.empty:
         return pd.Series(np.nan, index=sorted(problems), dtype=float)
-    table = table.rename(columns={"benchmark": "variant"})
+    table = table.rename(columns={"benchmark": "variant"}).astype({"variant": int})
     return _neighbours_minus_q0(table, "entropy_bits").reindex(sorted(problems))
 
 
