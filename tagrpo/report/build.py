@@ -49,6 +49,13 @@ from tagrpo.report.claims import (
     score_table,
     underpowered,
 )
+from tagrpo.report.family import FAMILY_SIZE as V3_FAMILY_SIZE
+from tagrpo.report.family import (
+    build_v3_claims,
+    family_settings,
+    load_draw_inputs,
+    registered_family,
+)
 from tagrpo.report.markdown import markdown_table, passk_curves, passk_long_table, table1
 from tagrpo.report.training import (
     load_training_summaries,
@@ -71,7 +78,7 @@ def claim_metrics(claims: Sequence[Any]) -> dict[str, float]:
     metrics: dict[str, float] = {}
     for claim in claims:
         key = f"claims/{claim_key(claim.claim)}"
-        if claim.estimate is not None:
+        if claim.estimate is not None and np.isfinite(claim.estimate.value):
             metrics[f"{key}/estimate"] = float(claim.estimate.value)
         if np.isfinite(claim.holm_p):
             metrics[f"{key}/holm_p"] = float(claim.holm_p)
@@ -462,20 +469,28 @@ def statistics_sections(
             load_policy_runs(root, [policy_name("grpo", s, largest) for s in scaling.seeds], ks),
         )
     updates = updates_by_method(load_training_summaries(root, config.runs.policies()))
-    claims = build_claims(
-        runs,
-        benchmarks,
-        comparisons,
-        ta_policies[0] if ta_policies else None,
-        config.primary_k(),
-        base=base,
-        in_distribution=in_distribution_benchmarks(config),
-        scaled_grpo=scaled_grpo,
-        equivalence_margin=config.report.equivalence_margin,
-        updates=updates,
-        primary=primary_benchmarks(config),
-        options=multiple_choice_options(config),
-    )
+    if claims_family(config, root) == "v3":
+        # World v3's family (m = 11) with this checkout as its one base draw: the crossed
+        # seeds x problems model within it, every row conditional on that draw.
+        claims = build_v3_claims(
+            {draw_label(config): load_draw_inputs(config, root)},
+            family_settings(config, primary_benchmarks(config)),
+        )
+    else:
+        claims = build_claims(
+            runs,
+            benchmarks,
+            comparisons,
+            ta_policies[0] if ta_policies else None,
+            config.primary_k(),
+            base=base,
+            in_distribution=in_distribution_benchmarks(config),
+            scaled_grpo=scaled_grpo,
+            equivalence_margin=config.report.equivalence_margin,
+            updates=updates,
+            primary=primary_benchmarks(config),
+            options=multiple_choice_options(config),
+        )
     validity, validity_metrics = validity_section(
         config, root, runs, base, passk, out.get("validity")
     )
@@ -830,6 +845,60 @@ def _strategy_section(config: Params, root: Path, figures_dir: Path, figure_link
     )
 
 
+def claims_family(config: Params, root: Path) -> str:
+    """``v3`` or ``v2``: the claims family of the pre-registration the run names
+    (:func:`tagrpo.report.family.registered_family`; none: world v2's)."""
+    relative = config.report.preregistration
+    return registered_family(root / relative if relative is not None else None)
+
+
+def draw_label(config: Params) -> str:
+    """The base draw a checkout is: its warm-start's SFT seed (``SFT seed 0``)."""
+    if config.base_model.kind != "warmstart":
+        return f"the {config.base_model.kind} base model"
+    return f"SFT seed {config.base_model.warmstart.seed}"
+
+
+def claims_intro(config: Params, root: Path) -> str:
+    """The paragraph above the claims table: how its rows are tested and adjusted (world v2's
+    family or world v3's, :func:`claims_family`)."""
+    k, group = config.primary_k(), primary_benchmarks(config)[0]
+    if claims_family(config, root) == "v3":
+        return (
+            "The negative control and the A/A null (GRPO's seeds split in two; its interval "
+            "must cover 0) open the table, outside the family; the paper's claims below them "
+            f"are world v3's pre-registered family of {V3_FAMILY_SIZE} rows, adjusted by Holm "
+            "(*Holm p*; a verdict needs Holm p < 0.05): a row not run or not measurable counts "
+            "with p = 1. Rows marked *outside the family* (the widening on -log(1 - pass@k), "
+            "the embedding distance) are reported beside the family row they belong to, "
+            f"unadjusted. The primary endpoint is TA-GRPO minus GRPO at pass@{k} on the "
+            f"`report.primary_group` group ({group}); the other pass@{k} rows are on the "
+            "free-form benchmarks. This checkout is one base draw "
+            f"({draw_label(config)}): every row is the crossed seeds x problems model within "
+            "it, conditional on that draw; the study over draws is `python -m "
+            "tagrpo.report.study`. The section 5.5 row is an equivalence test (TOST) with a "
+            f"margin of +/-{100 * config.report.equivalence_margin:.1f} points (90% interval), "
+            "each arm with >= 2 seeds."
+        )
+    return (
+        "The controls open the table (tested at 5% each; with >= 4 GRPO seeds an A/A "
+        "control, GRPO's first half of seeds minus its second half, whose interval should "
+        "cover 0); the paper's claims below them are one fixed family of "
+        f"{FAMILY_SIZE} rows, adjusted by Holm (*Holm p*; a verdict needs Holm p < 0.05): a "
+        "row not run or not measurable counts with p = 1, so the family never shrinks with "
+        "what a profile runs. The primary endpoint (TA-GRPO minus GRPO at "
+        f"pass@{k}) and its widening with k are on the "
+        f"`report.primary_group` group ({group}); the other "
+        f"pass@{k} rows on the free-form benchmarks (a multiple-choice "
+        "benchmark is reported at pass@1 only). *seeds*: the seeds of the two methods "
+        "compared; *conditional*: a side has one run, so the interval holds for that run "
+        "only; *not measurable*: nothing varies (zero variance) or, for the equivalence test, "
+        "a side has fewer than 2 seeds. The section 5.5 row is an equivalence test (TOST) "
+        f"with a margin of +/-{100 * config.report.equivalence_margin:.1f} points, shown with "
+        "its 90% interval."
+    )
+
+
 def preregistration_line(config: Params, root: Path) -> str:
     """Which pre-registration the run is judged under: its path, SHA-256 and the commit that
     last changed it (the study's first training must come after that commit)."""
@@ -909,21 +978,7 @@ def build_report(
         "",
         "## The paper's claims, as this run measures them",
         "",
-        "The controls open the table (tested at 5% each; with >= 4 GRPO seeds an A/A "
-        "control, GRPO's first half of seeds minus its second half, whose interval should "
-        "cover 0); the paper's claims below them are one fixed family of "
-        f"{FAMILY_SIZE} rows, adjusted by Holm (*Holm p*; a verdict needs Holm p < 0.05): a "
-        "row not run or not measurable counts with p = 1, so the family never shrinks with "
-        "what a profile runs. The primary endpoint (TA-GRPO minus GRPO at "
-        f"pass@{config.primary_k()}) and its widening with k are on the "
-        f"`report.primary_group` group ({primary_benchmarks(config)[0]}); the other "
-        f"pass@{config.primary_k()} rows on the free-form benchmarks (a multiple-choice "
-        "benchmark is reported at pass@1 only). *seeds*: the seeds of the two methods "
-        "compared; *conditional*: a side has one run, so the interval holds for that run "
-        "only; *not measurable*: nothing varies (zero variance) or, for the equivalence test, "
-        "a side has fewer than 2 seeds. The section 5.5 row is an equivalence test (TOST) "
-        f"with a margin of +/-{100 * config.report.equivalence_margin:.1f} points, shown with "
-        "its 90% interval.",
+        claims_intro(config, root),
         "",
         claims,
         "",

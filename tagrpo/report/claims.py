@@ -68,6 +68,9 @@ from tagrpo.report.markdown import markdown_table
 TA = "ta_grpo"
 ALPHA = 0.05
 CONTROL, NULL_CONTROL, CLAIM, EQUIVALENCE = "control", "null control", "claim", "equivalence"
+# A measure reported beside a family row, outside the family (world v3: the widening on
+# -log(1 - pass@k), the embedding distance): its own unadjusted 95% interval, no Holm p.
+BESIDE = "beside"
 MIN_AA_SEEDS = 4  # the A/A control: >= 2 GRPO seeds a half
 
 
@@ -77,7 +80,8 @@ class Claim:
     measure: str  # what we estimate (positive = the claim holds)
     estimate: Estimate | None  # None: a method it needs was not run
     unit: str = "points"  # how the value is shown: points (x100) or plain
-    kind: str = CLAIM  # control | null control (not in Holm's family) | claim | equivalence
+    # control | null control | beside (not in Holm's family) | claim | equivalence
+    kind: str = CLAIM
     seeds: str = ""  # the runs behind it, e.g. "3 vs 3" or "1 run: conditional"
     equivalence: Equivalence | None = None  # the TOST of an equivalence row
     holm_p: float = float("nan")  # set by :func:`adjust`
@@ -118,6 +122,8 @@ class Claim:
             return f"{verdict} (underpowered: not evidence)" if self.underpowered else verdict
         if self.kind == CONTROL:
             return self.estimate.verdict  # its own 95% interval
+        if self.kind == BESIDE:
+            return f"{self.estimate.verdict} (outside the family: unadjusted)"
         if self.kind == NULL_CONTROL:
             if self.estimate.low <= 0.0 <= self.estimate.high:
                 return "covers 0 (as expected)"
@@ -151,6 +157,8 @@ class Claim:
             f"{scale * self.estimate.value:+.2f} [{scale * low:+.2f}, {scale * high:+.2f}]{label}"
         )
         holm = _p(self.holm_p) if self.in_family else "control"
+        if self.kind == BESIDE:
+            holm = "outside the family"
         return [
             self.claim,
             self.measure,
