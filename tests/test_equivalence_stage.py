@@ -35,7 +35,7 @@ QUESTIONS = 6
 def _params(tmp: Path, rephrase_section: dict, check_section: dict) -> dict:
     return {
         "common": {
-            "profile": "test",
+            "profile": "custom",
             "seed": 0,
             "torch_threads": 1,
             "tracking": {"enabled": True, "uri": "mlflow.db", "experiment": "stage-test"},

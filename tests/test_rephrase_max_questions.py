@@ -34,7 +34,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "data" / "processed").mkdir(parents=True)
     write_questions(built["train"].questions, str(tmp_path / "data/processed/train.parquet"))
     sections = {
-        "common": {"profile": "test", "seed": 0, "torch_threads": 1},
+        "common": {"profile": "custom", "seed": 0, "torch_threads": 1},
         "rephrase": {"backend": "rules", "n": 3, "max_questions": 2},
         "train": {"questions": 2},
         "check_equivalence": {

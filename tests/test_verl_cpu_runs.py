@@ -61,7 +61,7 @@ TEST_PROFILE = {
     # One thread per process: on a shared 2-core machine, OpenMP threads spinning for a core
     # they do not get made the warm start 10x slower (measured: 416 s with 2 threads vs 38 s).
     "common": {
-        "profile": "verl-cpu-test",
+        "profile": "custom",
         "torch_threads": 1,
         "miniworld": {"train_lengths": {2: 1.0}},
     },
