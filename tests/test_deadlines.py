@@ -181,6 +181,7 @@ class _Run:
     tags: dict[str, str]
     status: str = "RUNNING"
     experiment_id: str = "0"
+    start_time: int = 0
 
     @property
     def info(self) -> _Run:
