@@ -67,8 +67,8 @@ def test_profiles_subsets_and_overrides_resolve_into_validated_params() -> None:
         "seeds": [0, 1],
         "one_seed_methods": [],  # none of them chosen
         "one_seed": [0],
-        "control_methods": [],
-        "control_seeds": [0, 1],
+        "control_methods": [],  # grpo_flipped, the smoke profile's control, not chosen
+        "control_seeds": [0],
         "data_scaling": {"methods": ["grpo"], "multiples": [2.5], "seeds": [0]},
     }
     assert resolved["train"]["learning_rate"] == 2e-4  # YAML value: a float
