@@ -188,7 +188,9 @@ def test_the_longest_groups_come_first_and_each_module_is_one_group(
         test_smoke=USES_IT.format(name="s"),
         test_verl_cpu_runs=ALONE.format(name="v") + ALONE.format(name="w"),
     )
-    recorded = pytester.inline_run("--collect-only", "-p", "no:cacheprovider")
+    recorded = pytester.inline_run(
+        "--collect-only", "-p", "no:cacheprovider", "--import-mode=importlib"
+    )  # importlib: the real test_verl_cpu_runs may be imported in this process (xdist)
     (finished,) = recorded.getcalls("pytest_collection_finish")
     from harness import group_of
 
