@@ -183,14 +183,16 @@ def test_the_longest_groups_come_first_and_each_module_is_one_group(
     pytester: pytest.Pytester,
 ) -> None:
     pytester.makeconftest("from harness import pytest_collection_modifyitems\n" + SHARED)
-    pytester.makepyfile(
-        test_a=ALONE.format(name="a"),
-        test_smoke=USES_IT.format(name="s"),
-        test_verl_cpu_runs=ALONE.format(name="v") + ALONE.format(name="w"),
-    )
-    recorded = pytester.inline_run(
-        "--collect-only", "-p", "no:cacheprovider", "--import-mode=importlib"
-    )  # importlib: the real test_verl_cpu_runs may be imported in this process (xdist)
+    # In a package: under xdist this process has imported the real tests' `test_verl_cpu_runs`
+    # module (every worker collects every file), which a top-level file of that name would be.
+    package = pytester.mkpydir("harness_case")
+    for name, source in {
+        "test_a": ALONE.format(name="a"),
+        "test_smoke": USES_IT.format(name="s"),
+        "test_verl_cpu_runs": ALONE.format(name="v") + ALONE.format(name="w"),
+    }.items():
+        (package / f"{name}.py").write_text(source)
+    recorded = pytester.inline_run("--collect-only", "-p", "no:cacheprovider")
     (finished,) = recorded.getcalls("pytest_collection_finish")
     from harness import group_of
 
