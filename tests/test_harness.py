@@ -203,3 +203,25 @@ def test_the_longest_groups_come_first_and_each_module_is_one_group(
         ("test_two", "smoke_run"),
         ("test_a", "test_a.py"),
     ]
+
+
+def test_timings_prints_each_tier_and_its_costliest_modules(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`make test`'s last lines (tests/timings.py): a tier's wall seconds, then modules by cost."""
+    import timings
+
+    (tmp_path / "1-xdist.xml").write_text(
+        '<testsuites><testsuite name="pytest" time="130.5">'
+        '<testcase classname="tests.test_a" name="test_one" time="10.0"/>'
+        '<testcase classname="tests.test_b" name="test_two" time="90.0"/>'
+        '<testcase classname="tests.test_a" name="test_three" time="15.0"/>'
+        "</testsuite></testsuites>"
+    )
+    (tmp_path / "2-alone.xml").write_text("<testsuites><testsuite")  # killed mid-write
+    assert timings.main(str(tmp_path)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "1-xdist: 130 s wall, 3 tests, 115 s in tests"
+    assert [line.split()[-1] for line in lines[2:4]] == ["tests/test_b.py", "tests/test_a.py"]
+    assert lines[4].split()[-1] == "tests/test_b.py::test_two"
+    assert lines[-1].startswith("2-alone.xml: unreadable")
