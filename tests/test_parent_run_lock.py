@@ -47,6 +47,16 @@ def _project(root: Path) -> None:
     (root / "dvc.lock").write_text(yaml.safe_dump(lock))
 
 
+def _recorded_project(root: Path) -> None:
+    """:func:`_project` with train's entry this run's: DVC recorded both stages."""
+    _project(root)
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
+    lock["stages"]["train"]["deps"][0]["md5"] = _md5("rows v2\n")
+    lock["stages"]["train"]["params"]["params.yaml"]["train.steps"] = 20
+    lock["stages"]["train"]["outs"][0]["md5"] = _md5("policy v2\n")
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock))
+
+
 def test_lock_entry_matches_only_the_recorded_stage(tmp_path: Path) -> None:
     _project(tmp_path)
     assert lock_entry_matches(tmp_path, "data") is True
@@ -162,3 +172,60 @@ def test_lock_entry_matches_what_real_dvc_records(tmp_path: Path) -> None:
     assert second.returncode != 0
     assert (tmp_path / "out.txt").read_text() == "20"
     assert lock_entry_matches(tmp_path, "train") is False
+
+
+def test_a_file_changed_after_dvc_exited_is_not_dvcs_failure(tmp_path: Path) -> None:
+    """The watcher may check minutes after dvc exited (a busy machine, the grace for stages):
+    the user's next command may have moved or edited a stage's files by then. A mismatch in a
+    file changed after dvc's exit is "unknown", not a stage dvc failed to record; one changed
+    before it stays a failure. (The exit time is taken after or before each change: inode
+    change times cannot be set back.)"""
+    import time
+
+    _recorded_project(tmp_path)
+
+    def dvc_exits() -> float:
+        time.sleep(0.02)
+        exited = time.time()
+        time.sleep(0.02)
+        return exited
+
+    exited = dvc_exits()
+    assert lock_entry_matches(tmp_path, "train", changed_after=exited) is True
+    (tmp_path / "models" / "policy.txt").rename(tmp_path / "policy.txt")  # the user's `mv`
+    assert lock_entry_matches(tmp_path, "train", changed_after=exited) is None
+    assert lock_entry_matches(tmp_path, "train") is False  # no exit time: as before
+    (tmp_path / "policy.txt").rename(tmp_path / "models" / "policy.txt")  # moved back
+    assert lock_entry_matches(tmp_path, "train", changed_after=dvc_exits()) is True
+
+    (tmp_path / "models" / "policy.txt").write_text("policy v3\n")  # dvc did not record this
+    assert lock_entry_matches(tmp_path, "train", changed_after=dvc_exits()) is False
+
+    (tmp_path / "models" / "policy.txt").write_text("policy v2\n")
+    exited = dvc_exits()
+    (tmp_path / "params.yaml").write_text("train:\n  steps: 30\n")  # edited after the exit
+    assert lock_entry_matches(tmp_path, "train", changed_after=exited) is None
+    assert lock_entry_matches(tmp_path, "train", changed_after=dvc_exits()) is False
+
+
+def test_parent_run_finishes_unknown_when_the_user_moved_a_file_after_dvc(tmp_path: Path) -> None:
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    root = tmp_path / "checkout"
+    _recorded_project(root)
+    exited = time.time()
+    time.sleep(0.05)
+    (root / "models" / "policy.txt").rename(root / "policy.txt")  # after dvc's exit
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("locks", artifact_location=(tmp_path / "a").as_uri())
+    parent_id = client.create_run(experiment, tags={ROOT_TAG: str(root)}).info.run_id
+    child = client.create_run(
+        experiment, tags={"mlflow.parentRunId": parent_id, "tagrpo.dvc_stage": "train"}
+    )
+    client.set_terminated(child.info.run_id, status="FINISHED")
+    assert finish_run(client, parent_id, dvc_exited_at=exited) == "FINISHED"
+    ended = client.get_run(parent_id)
+    assert "changed after dvc exited" in ended.data.tags[DVC_EXIT_TAG]
+    assert client.get_run(child.info.run_id).data.tags[LOCKED_TAG] == "unknown"

@@ -238,13 +238,17 @@ def _spawn_watcher(client: Any, run_id: str, dvc: DvcProcess, root: Path) -> Non
         client.set_tag(run_id, WATCHER_TAG, f"{watcher.pid}:{stat.start_ticks}")
 
 
-def finish_run(client: Any, run_id: str, wait_until: float | None = None) -> str:
+def finish_run(
+    client: Any, run_id: str, wait_until: float | None = None, dvc_exited_at: float | None = None
+) -> str:
     """End a pipeline parent run from its children's states; returns the status set.
 
     Children still RUNNING are waited for until ``wait_until`` (a ``time.monotonic()`` value;
     None: not at all). The watcher passes dvc's exit + ``_CHILD_GRACE_SECONDS``: a stage that
     dvc's death just signalled may still be ending its run. The grace is measured from that
-    exit, not from whenever this is called.
+    exit, not from whenever this is called. ``dvc_exited_at`` (wall clock, when the watcher saw
+    dvc gone): a file changed after it is a later command's doing, not dvc's (the check against
+    dvc.lock then says "unknown" for that stage instead of failing it).
     """
     experiment_id = client.get_run(run_id).info.experiment_id
     query = f"tags.mlflow.parentRunId = '{run_id}'"
@@ -264,7 +268,9 @@ def finish_run(client: Any, run_id: str, wait_until: float | None = None) -> str
     )
     statuses = [c.info.status for c in children]
     root = client.get_run(run_id).data.tags.get(ROOT_TAG, "")
-    unlocked, unknown = _mark_unrecorded(client, children, statuses, Path(root) if root else None)
+    unlocked, unknown = _mark_unrecorded(
+        client, children, statuses, Path(root) if root else None, dvc_exited_at
+    )
     statuses = [
         "FAILED" if c.info.run_id in unlocked else s
         for c, s in zip(children, statuses, strict=True)
@@ -292,7 +298,11 @@ def finish_run(client: Any, run_id: str, wait_until: float | None = None) -> str
 
 
 def _mark_unrecorded(
-    client: Any, children: list[Any], statuses: list[str], root: Path | None
+    client: Any,
+    children: list[Any],
+    statuses: list[str],
+    root: Path | None,
+    dvc_exited_at: float | None = None,
 ) -> tuple[set[str], bool]:
     """Tag each FINISHED stage run ``tagrpo.locked`` (whether dvc.lock records what it made)
     and end those DVC did not record FAILED, with a note. Returns their run ids, and whether
@@ -308,7 +318,7 @@ def _mark_unrecorded(
         name = child.data.tags.get("tagrpo.dvc_stage")
         if state != "FINISHED" or not name:
             continue
-        matches = lock_entry_matches(root, name) if root is not None else None
+        matches = lock_entry_matches(root, name, dvc_exited_at) if root is not None else None
         if matches is None:
             unknown = True
             client.set_tag(child.info.run_id, LOCKED_TAG, "unknown")
@@ -369,7 +379,10 @@ def _dvc_exit(children: list[Any], statuses: list[str], unlocked: set[str], unkn
     if failed:
         return ("nonzero: stage(s) did not finish: " + "; ".join(failed))[:5000]
     if unknown:
-        return "unknown: no dvc.lock to check the stage runs against"
+        return (
+            "unknown: some stage runs could not be checked against dvc.lock (no dvc.lock, or "
+            "their files changed after dvc exited)"
+        )
     return (
         "unknown: every stage run it started is recorded in dvc.lock "
         "(0 unless dvc failed at a step no stage run shows)"
@@ -414,10 +427,11 @@ def watch(run_id: str, pid: int, start_ticks: int, client: Any = None) -> str:
         client = MlflowClient()
     while process_alive(pid, start_ticks):
         time.sleep(_POLL_SECONDS)
+    exited_at = time.time()  # files changed later are the next command's (the user's)
     grace_ends = time.monotonic() + _CHILD_GRACE_SECONDS  # from dvc's exit
     if client.get_run(run_id).info.status != "RUNNING":
         return client.get_run(run_id).info.status  # finished meanwhile by an orphan sweep
-    status = finish_run(client, run_id, wait_until=grace_ends)
+    status = finish_run(client, run_id, wait_until=grace_ends, dvc_exited_at=exited_at)
     print(f"[pipeline-run] dvc process {pid} exited: run {run_id} {status}", flush=True)
     return status
 

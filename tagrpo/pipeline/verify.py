@@ -11,6 +11,7 @@ it guards (md5 runs at several hundred MB/s).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Collection
@@ -232,14 +233,16 @@ def _yaml12(path: Path) -> dict[str, Any]:
     return YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8")) or {}
 
 
-def lock_entry_matches(root: Path, name: str) -> bool | None:
+def lock_entry_matches(root: Path, name: str, changed_after: float | None = None) -> bool | None:
     """Whether dvc.lock's entry for stage ``name`` describes the files and params now in
     ``root``: every dep and out hashed as DVC hashes them, every param equal to params.yaml.
 
     Right after a stage ran, True means DVC recorded what it made (or it made exactly what
     was recorded); False means DVC did not record it (no entry, or the entry of an earlier
     run). None: nothing to compare with (no dvc.lock in ``root``: a ``dvc exp`` copy already
-    gone; or an entry DVC 2 wrote, hashed differently).
+    gone; or an entry DVC 2 wrote, hashed differently), or, given ``changed_after`` (a wall
+    time: when dvc exited), a file that differs from the entry was changed after it, by
+    someone else (a user's next command): what dvc left cannot be told from it any more.
     """
     if not (root / "dvc.lock").is_file():
         return None
@@ -251,6 +254,12 @@ def lock_entry_matches(root: Path, name: str) -> bool | None:
     entry = (_yaml12(root / "dvc.lock").get("stages") or {}).get(name)
     if entry is None:
         return False
+
+    def differs(path: Path) -> bool | None:
+        if changed_after is not None and last_change(path) > changed_after:
+            return None
+        return False
+
     for item in [*(entry.get("deps") or []), *(entry.get("outs") or [])]:
         if "md5" not in item:
             continue
@@ -258,7 +267,7 @@ def lock_entry_matches(root: Path, name: str) -> bool | None:
             return None  # DVC 2's entry: md5 of the text with line endings normalised
         path = root / item["path"]
         if not path.exists() or dvc_md5(path, skip_bytecode=True) != item["md5"]:
-            return False
+            return differs(path)
     for file, values in (entry.get("params") or {}).items():
         path = root / file
         current = _yaml12(path) if path.is_file() else {}
@@ -267,8 +276,24 @@ def lock_entry_matches(root: Path, name: str) -> bool | None:
             for part in key.split("."):
                 node = node.get(part) if isinstance(node, dict) else None
             if node != value:
-                return False
+                return differs(path)
     return True
+
+
+def last_change(path: Path) -> float:
+    """The latest change (wall clock) at ``path``: its modification or inode change time (a
+    file moved into place keeps its modification time, not its change time), over a folder's
+    whole tree; a missing path, the nearest folder above it that exists (a file moved away or
+    deleted changes its folder)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    items = [path, *(path.rglob("*") if path.is_dir() else ())]
+    latest = 0.0
+    for item in items:
+        with contextlib.suppress(OSError):  # removed while walking: its folder tells
+            stat = item.lstat()
+            latest = max(latest, stat.st_mtime, stat.st_ctime)
+    return latest
 
 
 class OutputCorruptedError(RuntimeError):
