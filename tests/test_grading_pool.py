@@ -218,3 +218,43 @@ def test_grade_fn_survives_a_slow_first_call(monkeypatch):
     with make_grade_fn(workers=1) as grade:
         time.sleep(2.0)
         assert grade(["\\boxed{7}"], ["7"], ["math"]) == [(True, "7", "exact")]
+
+
+def test_launch_returns_while_the_forkserver_still_imports_the_grader(monkeypatch):
+    """launch() does not wait for the forkserver (it answers a worker's start only after its
+    imports): a caller loading its model meanwhile is not held up. A failed start surfaces at
+    the first grade, named, and close() still works."""
+    import threading
+
+    import tagrpo.grading.pool as pool_module
+
+    real = pool_module._ensure_forkserver
+    imported = threading.Event()
+
+    def slow_forkserver(warm_up: bool) -> None:
+        assert imported.wait(timeout=30)  # the grader's imports, until the test says done
+        real(warm_up)
+
+    monkeypatch.setattr(pool_module, "_ensure_forkserver", slow_forkserver)
+    pool = GradingPool(workers=1, warm_up=False)
+    pool.launch()  # returns with the forkserver "still importing"
+    pool.launch()  # idempotent while the first is under way
+    try:
+        assert not imported.is_set()
+        imported.set()
+        assert pool.grade([("\\boxed{5}", "5")]) == [GradeResult(True, "5", "exact")]
+        assert len(pool.worker_pids) == 1
+    finally:
+        pool.close()
+
+    def broken_forkserver(warm_up: bool) -> None:
+        raise OSError("no forkserver here")
+
+    monkeypatch.setattr(pool_module, "_ensure_forkserver", broken_forkserver)
+    failing = GradingPool(workers=1, warm_up=False)
+    failing.launch()
+    with pytest.raises(RuntimeError, match="could not be started: no forkserver here"):
+        failing.grade([("\\boxed{5}", "5")])
+    failing.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        failing.grade([("\\boxed{5}", "5")])
