@@ -93,6 +93,7 @@ def test_gpu_runs_never_load_the_cpu_modules(tmp_path) -> None:
     assert f"hydra.run.dir={run_dir}" in overrides
     command = build_command("ta_grpo", params, 0, "p", tmp_path, model="m")
     assert command.env["VERL_USE_EXTERNAL_MODULES"] == PLUGIN_MODULE
+    assert not [arg for arg in command.argv if "include_dashboard" in arg]  # Ray's dashboard
     assert "VERL_PLATFORM" not in command.env
 
 
@@ -107,6 +108,7 @@ def test_cpu_command_carries_the_platform_and_private_temp_dir(tmp_path) -> None
     assert f"++ray_kwargs.ray_init._temp_dir={ray_temp}" in command.argv
     forwarded = hydra_value(str(tmp_path / "run"))
     assert f"++ray_kwargs.ray_init.runtime_env.env_vars.TMPDIR={forwarded}" in command.argv
+    assert "++ray_kwargs.ray_init.include_dashboard=False" in command.argv  # CPU: no dashboard
 
 
 @pytest.mark.parametrize(

@@ -74,6 +74,7 @@ def test_the_cluster_address_reaches_ray_init_through_verls_config(tmp_path) -> 
         GlobalHydra.instance().clear()
     ray_init = OmegaConf.to_container(cfg.ray_kwargs.ray_init)
     assert ray_init["address"] == "auto" and "_temp_dir" not in ray_init
+    assert "include_dashboard" not in ray_init  # Ray refuses it when it joins a cluster
     assert ray_init["num_cpus"] is None  # Ray refuses resource counts when it joins a cluster
     assert cfg.trainer.nnodes == 2 and cfg.trainer.n_gpus_per_node == 8
 
