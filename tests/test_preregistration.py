@@ -122,3 +122,23 @@ def test_v3_runs_no_rephrasing_or_matched_budget_method_before_the_freeze():
     assert set(V3["confirmatory"]["runs"]) == {"grpo", "grpo_flipped"}
     assert V3["acceptance"]["V4"]["control_seeds"] == len(V3["calibration"]["runs"]["grpo_flipped"])
     assert V3["acceptance"]["V1"]["grpo_seeds"] == len(V3["calibration"]["runs"]["grpo"])
+
+
+def test_the_v3_confirmatory_profile_is_the_frozen_candidate_on_the_confirmatory_seed():
+    """Rule 7: the frozen candidate's world and budget, L_c's benchmark alone, the registered
+    runs, on the seed drawn after the freeze."""
+    frozen = [c for c in V3["candidates"] if (c["outcome"] or {}).get("frozen")]
+    assert len(frozen) == 1, "one frozen candidate"
+    (candidate,) = frozen
+    assert candidate is V3["candidates"][-1]
+    assert candidate["outcome"]["competition_length"] == 4
+    merged = deep_merge(PARAMS, read_yaml_mapping(ROOT / "profiles/confirmatory.yaml"))
+    validate_params(merged, "profiles/confirmatory.yaml")
+    for dotted, value in _candidate_values(candidate).items():
+        assert _at(merged, dotted) == value, dotted  # mini_long at chains of 4 only
+    seed = V3["confirmatory"]["world_seed"]
+    assert _at(merged, "data.synthetic.seed") == seed
+    assert seed not in V3["confirmatory"]["used_world_seeds"]
+    assert _at(merged, "report.preregistration") == "preregistration/world-v3.yaml"
+    runs = validate_params(merged, "confirmatory").runs
+    assert {m: runs.seeds_of(m) for m in runs.all_methods()} == V3["confirmatory"]["runs"]

@@ -79,6 +79,7 @@ class MiniWorldSettings(ConfigModel):
 SHIPPED_PROFILES = (
     "base-draws",
     "calibration",
+    "confirmatory",
     "data-scaling",
     "local",
     "paper",
