@@ -272,18 +272,22 @@ def test_draws_that_are_not_one_experiment_are_refused() -> None:
 def test_the_committed_pre_registration_is_not_yet_a_study_to_run(
     checkouts: dict[str, Path],
 ) -> None:
-    """Against world-v3.yaml as committed (Part A): Part B, the confirmatory world and the
-    primary endpoint are missing, so the study command refuses without --exploratory."""
+    """Against world-v3.yaml as committed (frozen: the confirmatory seed and the primary
+    endpoint registered; Part B not yet): the study command refuses without --exploratory, and
+    names every difference from the fixture's runs."""
     from tagrpo.report.study import read_study
 
     study = read_study(checkouts)
     committed = yaml.safe_load((ROOT / "preregistration/world-v3.yaml").read_text())
     deviations = registration_deviations(committed, study.configs, study.provenances)
+    seed = committed["confirmatory"]["world_seed"]
+    endpoint = committed["study"]["primary_endpoint"]
     assert deviations[:3] == [
         "Part B is not filled in (study.base_draws and study.seeds_per_draw are null): the "
         "study's size is not fixed",
-        "no confirmatory world seed is registered (the freeze)",
-        "the primary endpoint (group, k) is not registered (the freeze)",
+        f"data.synthetic.seed is 424242, the confirmatory world {seed}",
+        f"primary endpoint (in_distribution, 2) run, ({endpoint['group']}, {endpoint['k']}) "
+        "registered",
     ]
     assert registration_deviations(study.registration, study.configs, study.provenances) == []
 
