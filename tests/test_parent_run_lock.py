@@ -100,18 +100,25 @@ def test_parent_run_fails_when_dvc_did_not_record_a_finished_stage(tmp_path: Pat
     assert "dvc.lock does not record" in train.data.tags["mlflow.note.content"]
 
 
-def test_parent_run_finishes_when_every_stage_is_recorded(tmp_path: Path) -> None:
+def _parent_with_a_finished_stage(tmp_path: Path, root: Path, stage: str):
+    """A store with a dvc parent run for ``root`` and one FINISHED stage run under it:
+    (client, parent run id, stage run id)."""
     from mlflow.tracking import MlflowClient
 
-    root = tmp_path / "checkout"
-    _project(root)
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("locks", artifact_location=(tmp_path / "a").as_uri())
     parent_id = client.create_run(experiment, tags={ROOT_TAG: str(root)}).info.run_id
     child = client.create_run(
-        experiment, tags={"mlflow.parentRunId": parent_id, "tagrpo.dvc_stage": "data"}
+        experiment, tags={"mlflow.parentRunId": parent_id, "tagrpo.dvc_stage": stage}
     )
     client.set_terminated(child.info.run_id, status="FINISHED")
+    return client, parent_id, child.info.run_id
+
+
+def test_parent_run_finishes_when_every_stage_is_recorded(tmp_path: Path) -> None:
+    root = tmp_path / "checkout"
+    _project(root)
+    client, parent_id, _ = _parent_with_a_finished_stage(tmp_path, root, "data")
     assert finish_run(client, parent_id) == "FINISHED"
     assert client.get_run(parent_id).data.tags[DVC_EXIT_TAG].startswith("unknown")
 
@@ -211,21 +218,13 @@ def test_a_file_changed_after_dvc_exited_is_not_dvcs_failure(tmp_path: Path) -> 
 def test_parent_run_finishes_unknown_when_the_user_moved_a_file_after_dvc(tmp_path: Path) -> None:
     import time
 
-    from mlflow.tracking import MlflowClient
-
     root = tmp_path / "checkout"
     _recorded_project(root)
     exited = time.time()
     time.sleep(0.05)
     (root / "models" / "policy.txt").rename(root / "policy.txt")  # after dvc's exit
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    experiment = client.create_experiment("locks", artifact_location=(tmp_path / "a").as_uri())
-    parent_id = client.create_run(experiment, tags={ROOT_TAG: str(root)}).info.run_id
-    child = client.create_run(
-        experiment, tags={"mlflow.parentRunId": parent_id, "tagrpo.dvc_stage": "train"}
-    )
-    client.set_terminated(child.info.run_id, status="FINISHED")
+    client, parent_id, child_id = _parent_with_a_finished_stage(tmp_path, root, "train")
     assert finish_run(client, parent_id, dvc_exited_at=exited) == "FINISHED"
     ended = client.get_run(parent_id)
     assert "changed after dvc exited" in ended.data.tags[DVC_EXIT_TAG]
-    assert client.get_run(child.info.run_id).data.tags[LOCKED_TAG] == "unknown"
+    assert client.get_run(child_id).data.tags[LOCKED_TAG] == "unknown"

@@ -336,6 +336,7 @@ class GradingPool:
         # loading its model instead of waiting (measured: 13.6 s of an evaluation stage's
         # 101 s on a busy machine were this wait).
         self._launcher: threading.Thread | None = None
+        self._spawned: list[_Worker] = []  # what the launch thread started, until awaited
         self._launch_error: BaseException | None = None
         self._lock = threading.RLock()  # close() may run inside grade() on an error
         self._closed = False
@@ -388,8 +389,7 @@ class GradingPool:
         error, self._launch_error = self._launch_error, None
         if error is not None:
             raise RuntimeError(f"the grading workers could not be started: {error}") from error
-        self._pool = self._spawned
-        del self._spawned
+        self._pool, self._spawned = self._spawned, []
 
     def _launch(self) -> None:
         if self._closed:
