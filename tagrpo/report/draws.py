@@ -16,13 +16,27 @@ pass@32 band on every draw, for each candidate length's group), the primary endp
 (group, k) whose GRPO pass@k, a draw's mean over its seeds, lies in the band on every draw), and
 the verdict on every acceptance row of every draw, with GRPO minus the base over the draws (the
 draw as the replicated unit, :func:`tagrpo.metrics.compare.draw_paired_difference`).
+
+Its confirmatory draws (``--confirmatory``, rule 7 of ``world-v3.md``): base draws 0, 1, 2 of
+the confirmatory world (``profiles/confirmatory.yaml``), judged with the frozen candidate's L_c
+and primary endpoint (``outcome.frozen: true`` in ``world-v3.yaml``; neither is re-chosen).
+Refused unless every draw has the registered confirmatory world seed and the frozen RL budget
+and the draws are exactly the registered ones. **Accepted** when every acceptance row passes on
+every draw; the frozen primary endpoint's GRPO pass@k against its band (a design check for
+Part B) and GRPO minus the base are shown, not deciding.
+
+    python -m tagrpo.report.draws --confirmatory --run draw0=PATH --run draw1=PATH \\
+        --run draw2=PATH --out reports/world-v3/draws.md
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -262,43 +276,76 @@ def _competition_lengths(config: object) -> dict[int, str]:
     return lengths
 
 
-def calibration_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[str, bool]:
-    """World v3's calibration over base draws (each a built checkout of the calibration
-    profile with one ``base_model.warmstart.seed``): the competition rule, the primary-endpoint
-    rule, every acceptance row per draw and GRPO minus the base over the draws; returns the
-    markdown and whether the candidate passes."""
+@dataclass(frozen=True)
+class _Draws:
+    """Built checkouts of base draws (label -> root), each with its params (``configs``),
+    checked to share one world and RL budget; the first's pre-registration and bands."""
+
+    checkouts: Mapping[str, Path]
+    configs: dict[str, Any]
+    seeds: dict[str, int]  # base_model.warmstart.seed per draw
+    filled: list[str]  # keys filled from the current params.yaml (checkout_config)
+    registration: dict[str, Any]
+    bands: Any
+
+    @property
+    def first(self) -> Any:
+        return next(iter(self.configs.values()))
+
+    @property
+    def labels(self) -> list[str]:
+        return list(self.checkouts)
+
+
+def _load_draws(checkouts: Mapping[str, Path]) -> _Draws:
+    """Each checkout's params (:func:`checkout_config`); refused, naming the draw: two
+    checkouts of one base draw, a world (``data.synthetic``) or RL budget (``train``) other
+    than the first's, no ``report.preregistration``."""
     import yaml
 
-    from tagrpo.metrics.compare import draw_paired_difference
-    from tagrpo.pipeline.layout import BASE_POLICY, policy_name
-    from tagrpo.report.build import in_distribution_benchmarks, read_passk, run_bands
-    from tagrpo.report.claims import load_policy_runs
+    from tagrpo.report.build import run_bands
 
+    if not checkouts:
+        raise ValueError("no draw to judge")
     loaded = {label: checkout_config(root) for label, root in checkouts.items()}
     configs = {label: config for label, (config, _) in loaded.items()}
     filled = sorted({key for _, keys in loaded.values() for key in keys})
-    first = next(iter(configs.values()))
+    (label0, first), root0 = next(iter(configs.items())), next(iter(checkouts.values()))
     seeds = {label: c.base_model.warmstart.seed for label, c in configs.items()}
-    if len(set(seeds.values())) != len(seeds):
-        raise ValueError(f"two checkouts are the same base draw: {seeds}")
     for label, config in configs.items():
-        if config.data.synthetic != first.data.synthetic or config.train != first.train:
-            raise ValueError(f"draw {label}: another world or RL budget than the first draw's")
-    if first.report.preregistration is None:
-        raise ValueError("report.preregistration names no pre-registration to judge by")
-    root0 = next(iter(checkouts.values()))
+        same = [other for other in configs if other != label and seeds[other] == seeds[label]]
+        if same:
+            raise ValueError(
+                f"draw {label}: the same base draw as {same[0]} "
+                f"(base_model.warmstart.seed {seeds[label]})"
+            )
+        for key in ("data.synthetic", "train"):
+            if attrgetter(key)(config) != attrgetter(key)(first):
+                raise ValueError(
+                    f"draw {label}: its {key} differs from draw {label0}'s (another world or "
+                    "RL budget)"
+                )
+        if config.report.preregistration is None:
+            raise ValueError(
+                f"draw {label}: report.preregistration names no pre-registration to judge by"
+            )
     registration = yaml.safe_load((root0 / first.report.preregistration).read_text())
-    rules = registration["calibration"]["primary_endpoint_rule"]
-    bands = run_bands(first, root0)
-    k = first.evaluate.ks[-1]
-    lengths = _competition_lengths(first)
-    grpo = [policy_name("grpo", seed) for seed in first.runs.seeds_of("grpo")]
-    base = {label: read_passk(root, [BASE_POLICY]) for label, root in checkouts.items()}
-    trained = {label: read_passk(root, grpo) for label, root in checkouts.items()}
-    chosen, competition_rows = competition_rule(base, lengths, bands, k)
-    order = [(g, int(kk)) for g, kk in rules["order"]]
-    band = tuple(rules["grpo_mean_pass_at_k_band"])
-    endpoint, endpoint_rows = primary_endpoint_rule(trained, order, band, chosen)
+    return _Draws(checkouts, configs, seeds, filled, registration, run_bands(first, root0))
+
+
+def _grpo_policies(config: Any) -> list[str]:
+    from tagrpo.pipeline.layout import policy_name
+
+    return [policy_name("grpo", seed) for seed in config.runs.seeds_of("grpo")]
+
+
+def _acceptance(
+    draws: _Draws, lengths: Mapping[int, str], chosen: str | None
+) -> tuple[dict[str, pd.DataFrame], dict[str, pd.DataFrame]]:
+    """Every draw's rows (:func:`recomputed_rows`, with the competition groups other than
+    ``report.harder_group``) and its deciding rows: not :data:`NOT_ACCEPTANCE`, not the rows of
+    a competition length other than ``chosen``'s."""
+    first = draws.first
     others = [group for group in lengths.values() if group != first.report.harder_group]
     dropped = {
         name
@@ -306,41 +353,96 @@ def calibration_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[s
         if group != chosen
         for name in (f"harder: {group}", *(f"edges: {b}" for b in first.evaluate.groups[group]))
     }
-    rows = {label: recomputed_rows(root, others) for label, root in checkouts.items()}
+    rows = {label: recomputed_rows(root, others) for label, root in draws.checkouts.items()}
     decided = {
         label: frame[~frame["criterion"].isin([*NOT_ACCEPTANCE, *dropped])]
         for label, frame in rows.items()
     }
-    draws_passing = [
-        label for label, frame in decided.items() if (frame["verdict"] == "PASS").all()
-    ]
-    group, members = in_distribution_benchmarks(first)
-    ks = first.evaluate.ks
-    gain = draw_paired_difference(
-        [load_policy_runs(root, grpo, ks) for root in checkouts.values()],
-        [load_policy_runs(root, [BASE_POLICY], ks) for root in checkouts.values()],
-        members,
-    )[0]
-    passed = chosen is not None and endpoint is not None and len(draws_passing) == len(rows)
-    labels = list(checkouts)
+    return rows, decided
+
+
+def _shown_only(rows: Mapping[str, pd.DataFrame], decided: Mapping[str, pd.DataFrame]) -> str:
+    """The rows no draw decides by: each draw's measured value."""
     deciding = {name for frame in decided.values() for name in frame["criterion"]}
     measured = [dict(zip(f["criterion"], f["measured"], strict=True)) for f in rows.values()]
     others = [c for f in rows.values() for c in f["criterion"] if c not in deciding]
-    shown_only = markdown_table(
-        ["criterion", *labels],
+    return markdown_table(
+        ["criterion", *rows],
         [[name, *(m.get(name, "") for m in measured)] for name in dict.fromkeys(others)],
     )
-    lines = [
+
+
+def _header(command: str, draws: _Draws) -> str:
+    first = draws.first
+    return (
         f"Made by `{command}` (tagrpo.report.draws), under `{first.report.preregistration}` "
-        f"({bands.source}); world seed {first.data.synthetic.seed}, base draws "
-        + ", ".join(f"{label} (SFT seed {seeds[label]})" for label in labels)
+        f"({draws.bands.source}); world seed {first.data.synthetic.seed}, base draws "
+        + ", ".join(f"{label} (SFT seed {draws.seeds[label]})" for label in draws.labels)
         + "."
         + (
             f" Keys this code's schema added after the runs, filled from the current "
-            f"params.yaml to read them (no stage depends on them): {', '.join(filled)}."
-            if filled
+            f"params.yaml to read them (no stage depends on them): {', '.join(draws.filled)}."
+            if draws.filled
             else ""
-        ),
+        )
+    )
+
+
+def _gain_line(draws: _Draws, grpo: Sequence[str]) -> str:
+    """GRPO minus the base, pass@1, in-distribution, over the draws (the draw as the
+    replicated unit; one draw: conditional on it)."""
+    from tagrpo.metrics.compare import draw_paired_difference
+    from tagrpo.pipeline.layout import BASE_POLICY
+    from tagrpo.report.build import in_distribution_benchmarks
+    from tagrpo.report.claims import load_policy_runs
+
+    group, members = in_distribution_benchmarks(draws.first)
+    ks = draws.first.evaluate.ks
+    roots = draws.checkouts.values()
+    gain = draw_paired_difference(
+        [load_policy_runs(root, grpo, ks) for root in roots],
+        [load_policy_runs(root, [BASE_POLICY], ks) for root in roots],
+        members,
+    )[0]
+    return (
+        f"**GRPO minus the base, pass@1, {group}, over the {len(roots)} draw(s)** "
+        + (
+            "(the draw as the replicated unit)"
+            if len(roots) > 1
+            else "(one draw: seeds x problems within it, conditional on that base draw)"
+        )
+        + f": {100 * gain.value:+.2f} [{100 * gain.low:+.2f}, {100 * gain.high:+.2f}] points "
+        f"({gain.df:.1f} effective df)."
+    )
+
+
+def calibration_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[str, bool]:
+    """World v3's calibration over base draws (each a built checkout of the calibration
+    profile with one ``base_model.warmstart.seed``): the competition rule, the primary-endpoint
+    rule, every acceptance row per draw and GRPO minus the base over the draws; returns the
+    markdown and whether the candidate passes."""
+    from tagrpo.pipeline.layout import BASE_POLICY
+    from tagrpo.report.build import read_passk
+
+    draws = _load_draws(checkouts)
+    first, bands, labels = draws.first, draws.bands, draws.labels
+    rules = draws.registration["calibration"]["primary_endpoint_rule"]
+    k = first.evaluate.ks[-1]
+    lengths = _competition_lengths(first)
+    grpo = _grpo_policies(first)
+    base = {label: read_passk(root, [BASE_POLICY]) for label, root in checkouts.items()}
+    trained = {label: read_passk(root, grpo) for label, root in checkouts.items()}
+    chosen, competition_rows = competition_rule(base, lengths, bands, k)
+    order = [(g, int(kk)) for g, kk in rules["order"]]
+    band = tuple(rules["grpo_mean_pass_at_k_band"])
+    endpoint, endpoint_rows = primary_endpoint_rule(trained, order, band, chosen)
+    rows, decided = _acceptance(draws, lengths, chosen)
+    draws_passing = [
+        label for label, frame in decided.items() if (frame["verdict"] == "PASS").all()
+    ]
+    passed = chosen is not None and endpoint is not None and len(draws_passing) == len(rows)
+    lines = [
+        _header(command, draws),
         "",
         f"**Competition rule** (base pass@1 >= {100 * bands.harder_pass_at_1[0]:g}% and "
         f"pass@{k} in [{100 * bands.harder_pass_at_k[0]:g}, {100 * bands.harder_pass_at_k[1]:g}]%"
@@ -370,14 +472,7 @@ def calibration_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[s
         "",
         markdown_table(["group", "k", "GRPO pass@k per draw (%)", "rule"], endpoint_rows),
         "",
-        f"**GRPO minus the base, pass@1, {group}, over the {len(labels)} draw(s)** "
-        + (
-            "(the draw as the replicated unit)"
-            if len(labels) > 1
-            else "(one draw: seeds x problems within it, conditional on that base draw)"
-        )
-        + f": {100 * gain.value:+.2f} [{100 * gain.low:+.2f}, {100 * gain.high:+.2f}] points "
-        f"({gain.df:.1f} effective df).",
+        _gain_line(draws, grpo),
         "",
         "**Acceptance rows** (every row on every draw):",
         "",
@@ -386,12 +481,135 @@ def calibration_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[s
         "Rows shown but not deciding (V5 needs TA-GRPO, which calibration never trains; the "
         "competition length the rule did not choose):",
         "",
-        shown_only,
+        _shown_only(rows, decided),
         "",
         f"**Verdict: {'PASS' if passed else 'FAIL'}** (L_c {'found' if chosen else 'not found'}; "
         f"primary endpoint {'found' if endpoint else 'not found'}; every acceptance row passes "
         f"on {len(draws_passing)} of {len(rows)} draws"
         + (f": {', '.join(draws_passing)}" if draws_passing else "")
+        + ").",
+    ]
+    return "\n".join(lines), passed
+
+
+# The frozen candidate's RL budget keys a confirmatory draw must have run with (train.KEY).
+FROZEN_BUDGET = ("epochs", "learning_rate", "min_lr_ratio", "batch_questions")
+
+
+def _frozen_candidate(draws: _Draws) -> dict[str, Any]:
+    """The registration's one candidate with ``outcome.frozen: true``, after checking the
+    draws against it and the ``confirmatory`` section: the world seed, the set of base draws
+    and the frozen RL budget (a ValueError naming the key and both values)."""
+    registration, source = draws.registration, draws.first.report.preregistration
+    frozen = [
+        c for c in registration.get("candidates") or [] if (c.get("outcome") or {}).get("frozen")
+    ]
+    if len(frozen) != 1:
+        raise ValueError(
+            f"{source}: {len(frozen)} candidates with outcome.frozen: true "
+            f"({[c.get('id') for c in frozen]}); the confirmatory draws judge exactly one"
+        )
+    candidate, plan = frozen[0], registration["confirmatory"]
+    for label, config in draws.configs.items():
+        if config.data.synthetic.seed != plan["world_seed"]:
+            raise ValueError(
+                f"draw {label}: data.synthetic.seed is {config.data.synthetic.seed}, not "
+                f"confirmatory.world_seed {plan['world_seed']}"
+            )
+        for key in FROZEN_BUDGET:
+            value, registered = getattr(config.train, key), candidate["rl_budget"][key]
+            if value != registered:
+                raise ValueError(
+                    f"draw {label}: train.{key} is {value}, not the frozen candidate "
+                    f"{candidate['id']}'s rl_budget.{key} {registered}"
+                )
+    registered_draws = sorted(int(seed) for seed in plan["base_draws"])
+    missing = sorted(set(registered_draws) - set(draws.seeds.values()))
+    extra = sorted(set(draws.seeds.values()) - set(registered_draws))
+    if missing or extra:
+        raise ValueError(
+            f"the draws' base_model.warmstart.seed {sorted(draws.seeds.values())} are not "
+            f"confirmatory.base_draws {registered_draws}: missing {missing}, extra {extra}"
+        )
+    return candidate
+
+
+def confirmatory_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[str, bool]:
+    """World v3's confirmatory draws (rule 7 of ``world-v3.md``; each a built checkout of the
+    confirmatory profile with one ``base_model.warmstart.seed``), judged with the frozen
+    candidate's L_c (not re-chosen): every acceptance row on every draw; the frozen primary
+    endpoint's GRPO pass@k against its band (a design check, not deciding) and GRPO minus the
+    base over the draws. Returns the markdown and whether the candidate is accepted."""
+    from tagrpo.report.build import read_passk
+
+    draws = _load_draws(checkouts)
+    first, labels = draws.first, draws.labels
+    candidate = _frozen_candidate(draws)
+    outcome = candidate["outcome"]
+    length = int(outcome["competition_length"])
+    for label, config in draws.configs.items():
+        if length not in _competition_lengths(config):
+            raise ValueError(
+                f"draw {label}: no competition group at the frozen competition_length {length} "
+                f"(chain lengths evaluated: {sorted(_competition_lengths(config))})"
+            )
+    lengths = _competition_lengths(first)
+    chosen = lengths[length]
+    rows, decided = _acceptance(draws, lengths, chosen)
+    deciding = list(dict.fromkeys(c for frame in decided.values() for c in frame["criterion"]))
+    failing = {}
+    for label, frame in decided.items():
+        verdict = dict(zip(frame["criterion"], frame["verdict"], strict=True))
+        measured = dict(zip(frame["criterion"], frame["measured"], strict=True))
+        failing[label] = [
+            f"{name} ({measured.get(name, 'not run')})"
+            for name in deciding
+            if verdict.get(name) != "PASS"
+        ]
+    draws_passing = [label for label in labels if not failing[label]]
+    registered = sorted(int(seed) for seed in draws.registration["confirmatory"]["base_draws"])
+    passed = len(draws_passing) == len(labels) and sorted(draws.seeds.values()) == registered
+    grpo = _grpo_policies(first)
+    group, k = outcome["primary_endpoint"]["group"], int(outcome["primary_endpoint"]["k"])
+    band = draws.registration["calibration"]["primary_endpoint_rule"]["grpo_mean_pass_at_k_band"]
+    trained = {label: read_passk(root, grpo) for label, root in checkouts.items()}
+    inside, endpoint_rows = primary_endpoint_rule(trained, [(group, k)], tuple(band), chosen)
+    budget = candidate["rl_budget"]
+    lines = [
+        _header(command, draws),
+        "",
+        f"**Frozen** (candidate {candidate['id']}, RL budget {budget.get('name', '')}; "
+        f"{', '.join(f'train.{key} {budget[key]}' for key in FROZEN_BUDGET)}; not re-chosen "
+        f"here): L_c = chains of {length}, the group `{chosen}`; the primary endpoint: group "
+        f"`{endpoint_rows[0][0]}`, pass@{k}.",
+        "",
+        f"**The primary endpoint's band** (a design check for Part B; it does not decide "
+        f"acceptance): GRPO's pass@{k} on `{endpoint_rows[0][0]}`, each draw's mean over its "
+        f"{len(grpo)} seeds (%): {endpoint_rows[0][2]}; in the registered band "
+        f"[{100 * band[0]:g}, {100 * band[1]:g}]% on every draw: {'yes' if inside else 'no'}.",
+        "",
+        _gain_line(draws, grpo),
+        "",
+        "**Acceptance rows** (every row on every draw):",
+        "",
+        draws_markdown(decided),
+        "",
+        "Rows shown but not deciding (V5 needs TA-GRPO, which the confirmatory draws never "
+        "train; a competition length other than the frozen L_c):",
+        "",
+        _shown_only(rows, decided),
+        "",
+        f"**Verdict: {'ACCEPTED' if passed else 'NOT ACCEPTED'}** (every acceptance row passes "
+        f"on {len(draws_passing)} of {len(labels)} confirmatory draws"
+        + (f": {', '.join(draws_passing)}" if draws_passing else "")
+        + (
+            "; failing: "
+            + "; ".join(
+                f"{label}: {', '.join(failing[label])}" for label in labels if failing[label]
+            )
+            if not passed
+            else ""
+        )
         + ").",
     ]
     return "\n".join(lines), passed
@@ -419,10 +637,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--harder", action="append", default=[], metavar="GROUP",
         help="(base-only draws) judge this group against the harder group's band too",
     )  # fmt: skip
-    parser.add_argument(
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
         "--calibration", action="store_true",
         help="world v3's calibration: apply the pre-registered competition and primary-endpoint "
         "rules over the draws and judge every acceptance row",
+    )  # fmt: skip
+    mode.add_argument(
+        "--confirmatory", action="store_true",
+        help="world v3's confirmatory draws: judge every acceptance row on every draw with the "
+        "frozen candidate's L_c (accepted when all pass)",
     )  # fmt: skip
     parser.add_argument(
         "--seed-from-commit", metavar="SHA",
@@ -446,11 +670,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         if not sep or not label or not path:
             parser.error(f"--run {item!r}: expected LABEL=PATH")
         checkouts[label] = Path(path)
-    if args.calibration:
-        command = "python -m tagrpo.report.draws --calibration " + " ".join(
+    if args.calibration or args.confirmatory:
+        flag = "--calibration" if args.calibration else "--confirmatory"
+        command = f"python -m tagrpo.report.draws {flag} " + " ".join(
             f"--run {label}=..." for label in checkouts
         )
-        text, _ = calibration_markdown(checkouts, command)
+        judge = calibration_markdown if args.calibration else confirmatory_markdown
+        text, _ = judge(checkouts, command)
     else:
         text = draws_markdown({label: draw_rows(p, args.harder) for label, p in checkouts.items()})
     if args.out:
