@@ -431,7 +431,9 @@ def test_dvc_exp_run_with_documented_overrides_and_exp_show(smoke_run: SmokeRun)
             # The user guide's restriction to fewer runs, narrower: each stage it keeps costs
             # CI about 50 s of start-up.
             "-S",
-            "runs.methods=[ta_grpo]",
+            "runs.methods=[grpo]",
+            "-S",
+            "diagnostics.policies=[grpo-s0]",  # of the policies the experiment trains
             "-S",
             "runs.one_seed_methods=[]",
             "-S",
@@ -440,9 +442,9 @@ def test_dvc_exp_run_with_documented_overrides_and_exp_show(smoke_run: SmokeRun)
         checkout,
         env,
     )
-    assert "Running stage 'train@ta_grpo-0'" in output  # lr changed: retrained
+    assert "Running stage 'train@grpo-0'" in output  # lr changed: retrained
     assert "Running stage 'train_control@grpo_flipped-0'" in output
-    assert "train@grpo-0" not in output  # not in the experiment's runs
+    assert "train@ta_grpo-0" not in output  # not in the experiment's runs
     assert "train_one_seed@grpo_ds-0" not in output
     assert "train_scaling@" not in output
     shown = run_checked(["make", "-s", "exp-show", "EXP_SHOW_ARGS=--csv"], checkout, env)
@@ -453,7 +455,7 @@ def test_dvc_exp_run_with_documented_overrides_and_exp_show(smoke_run: SmokeRun)
     # The baseline keeps the checkout's learning rate (the smoke profile does not set one).
     checkout_lr = yaml.safe_load((ROOT / "params.yaml").read_text())["train"]["learning_rate"]
     assert float(baseline["train.learning_rate"]) == pytest.approx(float(checkout_lr))
-    key = [column for column in experiment if column.endswith("competition.ta_grpo.pass@4")]
+    key = [column for column in experiment if column.endswith("competition.grpo.pass@4")]
     # (The baseline row holds what the checkout's commit holds: a fresh clone's committed
     # metrics are the default's, which has no such column value.)
     assert key and 0.0 <= float(experiment[key[0]]) <= 1.0

@@ -180,6 +180,17 @@ def test_a_figure_whose_runs_are_not_in_the_profile_says_so(
     assert texts == ["Not run in this profile: grpo_x4, grpo_x4_ds."]
 
 
+def test_no_data_scaling_run_and_no_ta_grpo_give_an_empty_frame_and_a_not_run_figure(
+    tmp_path: Path, saved: list[Figure]
+) -> None:
+    frame = paper.scaling_frame({}, {}, ["arith"], 32)
+    assert frame.empty
+    assert list(frame.columns) == ["method", "data_multiple", "value", "low", "high"]
+    paper.scaling_figure(frame, [], 32, tmp_path / "f7.png")
+    texts = [t.get_text() for a in saved[-1].axes for t in a.texts]
+    assert any("not run in this profile" in t for t in texts)
+
+
 def test_bars_legend_beside_and_chance_marked(tmp_path: Path, saved: list[Figure]) -> None:
     frame = _method_frame(("grpo", "ta_grpo"), ("arith", "choice"))
     floors = {"arith": None, "choice": 100 * chance_pass_at_k(20, 32)}

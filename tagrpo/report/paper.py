@@ -230,7 +230,10 @@ def scaling_frame(
                 "high": 100 * estimate.high,
             }
         )
-    return pd.DataFrame(rows).sort_values(["method", "data_multiple"], kind="stable")
+    # Columns named: a run with no data-scaling method and no TA-GRPO has no row (was: a KeyError
+    # from sort_values, the report stage failed).
+    frame = pd.DataFrame(rows, columns=["method", "data_multiple", "value", "low", "high"])
+    return frame.sort_values(["method", "data_multiple"], kind="stable")
 
 
 def scaling_figure(
