@@ -3,7 +3,7 @@ fresh clone has it (the committed dvc.lock and outputs), after `tagrpo params ap
 
 This is the only test that runs the stages as DVC runs them (separate processes, params from
 params.yaml, outputs checked against dvc.yaml). It uses ``profiles/smoke.yaml``: every stage of
-the DAG (28 stages; 38 took 12 min idle, 37 min on 2 cores busy with other jobs); its
+the DAG (24 stages; 38 took 12 min idle, 37 min on 2 cores busy with other jobs); its
 numbers mean nothing, their bookkeeping does.
 """
 
