@@ -75,6 +75,17 @@ def vega_libraries() -> Path:
         not_tested(str(error))
 
 
+def test_no_policy_gives_an_empty_long_table_with_its_columns(tmp_path: Path) -> None:
+    from tagrpo.report.plot_data import passk_long
+
+    table = passk_long(tmp_path, [])
+    assert table.empty
+    assert list(table.columns) == [
+        "policy", "method", "seed", "data_multiple", "benchmark", "kind", "k",
+        "pass_at_k", "ci_low", "ci_high", "n_problems", "n_samples",
+    ]  # fmt: skip
+
+
 def test_offline_template_inlines_the_npm_builds() -> None:
     page = offline_template(vega_libraries())
     assert "{plot_divs}" in page and "{refresh_tag}" in page

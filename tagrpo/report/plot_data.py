@@ -63,6 +63,8 @@ def passk_long(root: Path, policies: list[str]) -> pd.DataFrame:
         frames.append(table.drop(columns=["policy"], errors="ignore").assign(**identity))
     columns = ["policy", "method", "seed", "data_multiple", "benchmark", "kind", "k"]
     values = ["pass_at_k", "ci_low", "ci_high", "n_problems", "n_samples"]
+    if not frames:  # e.g. no data-scaling method and no TA-GRPO: the plot's table is empty
+        return pd.DataFrame(columns=columns + values)
     return pd.concat(frames, ignore_index=True)[columns + values]
 
 
