@@ -163,15 +163,15 @@ repro: run
 # CI log's tail shows where the time went. Every test has a time limit (pytest-timeout:
 # pyproject.toml's default, longer ones on the slow tests).
 # The test tiers stop at TEST_DEADLINE_S seconds after `make test` started (SIGINT: pytest stops,
-# lists its slowest tests and writes its JUnit XML; SIGKILL 120 s later if it has not), before
+# lists its slowest tests and writes its JUnit XML; SIGKILL 60 s later if it has not), before
 # CI's own 5,400 s limit would kill everything unprinted: a run that would time out fails with
 # its timings printed. `make test TEST_DEADLINE_S=` lifts it (a slower machine). The elapsed
 # seconds are printed as each tier starts.
 TEST_WORKERS ?= 2
 TEST_TIMES ?= .test-times
 TEST_STARTED := $(shell date +%s)
-TEST_DEADLINE_S ?= 5000
-TEST_LIMIT = $(if $(TEST_DEADLINE_S),timeout -s INT -k 120 \
+TEST_DEADLINE_S ?= 5200
+TEST_LIMIT = $(if $(TEST_DEADLINE_S),timeout -s INT -k 60 \
   $$(( $(TEST_STARTED) + $(TEST_DEADLINE_S) - $$(date +%s) > 1 ? \
        $(TEST_STARTED) + $(TEST_DEADLINE_S) - $$(date +%s) : 1 )),)
 TEST_ELAPSED = echo "make test: $$(( $$(date +%s) - $(TEST_STARTED) )) s elapsed:"
