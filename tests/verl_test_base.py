@@ -95,9 +95,13 @@ def _table_digest(path: Path) -> str:
     return hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def code_digests() -> dict[str, str]:
+def base_model_stage() -> dict:
+    return yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["base_model"]
+
+
+def code_digests(stage: dict | None = None) -> dict[str, str]:
     """The content of the ``base_model`` stage's code dependencies (dvc.yaml's deps)."""
-    stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["base_model"]
+    stage = stage or base_model_stage()
     code = {}
     for dep in stage["deps"]:
         path = ROOT / dep
@@ -111,7 +115,7 @@ def code_digests() -> dict[str, str]:
 
 def recipe(root: Path) -> dict[str, dict[str, object]]:
     """What the ``base_model`` stage of the scratch project ``root`` would train from."""
-    stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["base_model"]
+    stage = base_model_stage()
     params = yaml.safe_load((root / "params.yaml").read_text())
     processed = root / "data" / "processed"
     data = {
@@ -120,7 +124,7 @@ def recipe(root: Path) -> dict[str, dict[str, object]]:
     }
     values = {
         "params": {key: _dotted(params, key) for key in stage["params"]},
-        "code": code_digests(),
+        "code": code_digests(stage),
         "data": data,
     }
     return json.loads(json.dumps(values, sort_keys=True))  # as RECIPE.json holds it (str keys)
