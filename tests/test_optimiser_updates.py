@@ -124,7 +124,7 @@ def _summary(updates: float) -> dict[str, float]:
 
 def test_report_shows_the_updates_beside_every_comparison() -> None:
     from tagrpo.metrics.compare import Estimate
-    from tagrpo.report.build import _differences_markdown, _scores_markdown
+    from tagrpo.report.statistics_section import differences_markdown, scores_markdown
 
     summaries = {
         "ta_grpo-s0": _summary(64),
@@ -167,7 +167,7 @@ def test_report_shows_the_updates_beside_every_comparison() -> None:
         [{"method": m, "group": "all", "seeds": 2, "k": k, "pass_at_k": 0.5, "ci_low": 0.4,
           "ci_high": 0.6} for m in ("ta_grpo", "grpo_x4") for k in (1, 32)]
     )  # fmt: skip
-    lines = _scores_markdown(scores, 32, {}, {"all": ["a"]}, updates).splitlines()
+    lines = scores_markdown(scores, 32, {}, {"all": ["a"]}, updates).splitlines()
     assert lines[0].startswith("| method | group | seeds | updates | pass@1 |")
     assert lines[2].startswith("| ta_grpo | all | 2 | 64 |")
     assert lines[3].startswith("| grpo_x4 | all | 2 | 16 |")
@@ -176,8 +176,8 @@ def test_report_shows_the_updates_beside_every_comparison() -> None:
           "ci_high": 0.2, "verdict": "supported", "seeds": "2 vs 1", "conditional": False}
          for k in (1, 32)]
     )  # fmt: skip
-    lines = _differences_markdown(differences, updates).splitlines()
+    lines = differences_markdown(differences, updates).splitlines()
     assert lines[0].startswith("| difference | group | seeds | updates TA / other | pass@1 |")
     assert lines[2].startswith("| TA-GRPO - grpo_x4 | all | 2 vs 1 | 64 / 16 |")
     with pytest.raises(KeyError, match="no training summary of grpo_x4"):
-        _differences_markdown(differences, {"ta_grpo": "64"})
+        differences_markdown(differences, {"ta_grpo": "64"})

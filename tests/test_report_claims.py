@@ -18,7 +18,6 @@ from choice_benchmark import MINI_CHOICE
 from tagrpo.config.params import config_with
 from tagrpo.metrics.compare import Estimate, SeedRuns, paired_difference, widening
 from tagrpo.pipeline.layout import report_outputs
-from tagrpo.report.build import statistics_sections
 from tagrpo.report.claims import (
     CONTROL,
     FAMILY_SIZE,
@@ -28,6 +27,7 @@ from tagrpo.report.claims import (
     build_claims,
     claims_table,
 )
+from tagrpo.report.statistics_section import statistics_sections
 
 BENCHMARKS = ("mini_chains", "mini_choice", "mini_long", "mini_unseen")
 N = 4  # samples per problem
@@ -385,8 +385,8 @@ def test_claims_are_logged_under_their_words_not_a_number_and_a_verdict() -> Non
     """`claims/3/not distinguishable = 1.0` read as nothing in MLflow: each claim is named by
     its words, with its estimate, Holm p and whether it is supported (issue 33.12)."""
     from tagrpo.metrics.compare import Estimate
-    from tagrpo.report.build import claim_metrics
     from tagrpo.report.claims import Claim
+    from tagrpo.report.statistics_section import claim_metrics
 
     estimate = Estimate(1, 0.05, 0.01, 0.09, p_value=0.01, se=0.02, df=10.0, seeds=(3, 3))
     claims = [

@@ -12,11 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from tagrpo.report.build import (
-    policy_entropy_table,
-    prune_unlinked_figures,
-    strategy_over_training_table,
-)
+from tagrpo.report.build import prune_unlinked_figures
+from tagrpo.report.validity_section import policy_entropy_table, strategy_over_training_table
 
 ROOT = Path(__file__).resolve().parents[1]
 

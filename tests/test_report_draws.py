@@ -14,8 +14,8 @@ import yaml
 
 from tagrpo.config.params import config_with, merged_with_profile, validate_params
 from tagrpo.report import draws
-from tagrpo.report.build import read_passk
 from tagrpo.report.draws import competition_rule, confirmatory_seed, primary_endpoint_rule
+from tagrpo.report.inputs import read_passk
 from tagrpo.report.validity import Bands
 
 pytestmark = pytest.mark.core

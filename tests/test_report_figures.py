@@ -231,14 +231,14 @@ def test_tables_show_the_exact_chance_beside_multiple_choice_rows() -> None:
 
 
 def test_scores_table_has_a_chance_column_for_groups_holding_a_choice_benchmark() -> None:
-    from tagrpo.report.build import _scores_markdown
+    from tagrpo.report.statistics_section import scores_markdown
 
     scores = pd.DataFrame(
         [{"method": "grpo", "group": g, "seeds": 3, "k": k, "pass_at_k": 0.5, "ci_low": 0.4,
           "ci_high": 0.6} for g in ("competition", "ood") for k in (1, 32)]
     )  # fmt: skip
     groups = {"competition": ["arith"], "ood": ["arith", "choice"]}
-    lines = _scores_markdown(scores, 32, OPTIONS, groups, {"grpo": "10"}).splitlines()
+    lines = scores_markdown(scores, 32, OPTIONS, groups, {"grpo": "10"}).splitlines()
     assert lines[0].endswith("| chance pass@1 / pass@32 |")
     assert lines[2].endswith("| - |")
     floors = f"{50 * chance_pass_at_k(20, 1):.1f} / {50 * chance_pass_at_k(20, 32):.1f}"
@@ -260,7 +260,7 @@ def test_uninformative_from_one_definition() -> None:
 
 
 def test_chance_section_states_the_k_for_each_choice_benchmark() -> None:
-    from tagrpo.report.build import chance_section
+    from tagrpo.report.paper_section import chance_section
 
     passk = _policy_passk()
     section = chance_section(passk, OPTIONS, GROUPS)

@@ -336,7 +336,8 @@ def test_the_report_stage_uses_world_v3_s_family_for_a_v3_checkout(
 ) -> None:
     from tagrpo.config.params import load_config
     from tagrpo.pipeline.layout import BASE_POLICY
-    from tagrpo.report.build import read_passk, statistics_sections
+    from tagrpo.report.inputs import read_passk
+    from tagrpo.report.statistics_section import statistics_sections
 
     root = checkouts["draw0"]
     config = load_config(root / "params.yaml")

@@ -5,7 +5,7 @@ one CPU kind, is luck), so world v2's acceptance asks every criterion to pass fo
 several independent base draws (``preregistration/world-v2.md``). Each draw is a built
 checkout: a full run (its report wrote ``reports/tables/validity.csv``: every row, V1 and V4
 included) or a base-only run (``dvc repro evaluate_base``: the rows the base alone decides, from
-:func:`tagrpo.report.build.base_criteria`, as the calibration uses).
+:func:`tagrpo.report.validity_section.base_criteria`, as the calibration uses).
 
     python -m tagrpo.report.draws --run seed0=/work/draw0 --run seed1=/work/draw1 \\
         --out reports/world-v2/base-draws.md
@@ -52,7 +52,8 @@ def draw_rows(root: Path, harder: Sequence[str] = ()) -> pd.DataFrame:
     ``report.harder_group``; the calibration compares two chain lengths)."""
     from tagrpo.config.params import load_config
     from tagrpo.pipeline.layout import BASE_POLICY, report_outputs
-    from tagrpo.report.build import base_criteria, read_passk, run_bands
+    from tagrpo.report.inputs import read_passk, run_bands
+    from tagrpo.report.validity_section import base_criteria
 
     table = root / report_outputs()["validity"]
     if table.exists():
@@ -238,8 +239,9 @@ def recomputed_rows(root: Path, harder: Sequence[str] = ()) -> pd.DataFrame:
 
     from tagrpo.pipeline.layout import BASE_POLICY
     from tagrpo.report import validity
-    from tagrpo.report.build import read_passk, run_bands, validity_section
     from tagrpo.report.claims import load_policy_runs, load_seed_runs
+    from tagrpo.report.inputs import read_passk, run_bands
+    from tagrpo.report.validity_section import validity_section
 
     config, _ = checkout_config(root)
     ks = config.evaluate.ks
@@ -303,7 +305,7 @@ def _load_draws(checkouts: Mapping[str, Path]) -> _Draws:
     than the first's, no ``report.preregistration``."""
     import yaml
 
-    from tagrpo.report.build import run_bands
+    from tagrpo.report.inputs import run_bands
 
     if not checkouts:
         raise ValueError("no draw to judge")
@@ -393,8 +395,8 @@ def _gain_line(draws: _Draws, grpo: Sequence[str]) -> str:
     replicated unit; one draw: conditional on it)."""
     from tagrpo.metrics.compare import draw_paired_difference
     from tagrpo.pipeline.layout import BASE_POLICY
-    from tagrpo.report.build import in_distribution_benchmarks
     from tagrpo.report.claims import load_policy_runs
+    from tagrpo.report.inputs import in_distribution_benchmarks
 
     group, members = in_distribution_benchmarks(draws.first)
     ks = draws.first.evaluate.ks
@@ -422,7 +424,7 @@ def calibration_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[s
     rule, every acceptance row per draw and GRPO minus the base over the draws; returns the
     markdown and whether the candidate passes."""
     from tagrpo.pipeline.layout import BASE_POLICY
-    from tagrpo.report.build import read_passk
+    from tagrpo.report.inputs import read_passk
 
     draws = _load_draws(checkouts)
     first, bands, labels = draws.first, draws.bands, draws.labels
@@ -540,7 +542,7 @@ def confirmatory_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[
     candidate's L_c (not re-chosen): every acceptance row on every draw; the frozen primary
     endpoint's GRPO pass@k against its band (a design check, not deciding) and GRPO minus the
     base over the draws. Returns the markdown and whether the candidate is accepted."""
-    from tagrpo.report.build import read_passk
+    from tagrpo.report.inputs import read_passk
 
     draws = _load_draws(checkouts)
     first, labels = draws.first, draws.labels

@@ -569,7 +569,7 @@ def load_draw_inputs(config: Any, root: Path) -> DrawInputs:
 
 def family_settings(config: Any, primary: tuple[str, Sequence[str]]) -> FamilySettings:
     """The :class:`FamilySettings` of a run's params (``primary``: the primary group's name
-    and benchmarks, :func:`tagrpo.report.build.primary_benchmarks`)."""
+    and benchmarks, :func:`tagrpo.report.inputs.primary_benchmarks`)."""
     scaling = config.runs.data_scaling
     scaled = None
     if "grpo" in scaling.methods and scaling.multiples:

@@ -418,8 +418,8 @@ def analyse(study: Study) -> StudyResult:
     """Every claim row over the draws (:func:`tagrpo.report.family.build_v3_claims`), each
     draw alone, V1-V5 recomputed on every draw with its pre-registration's bands, V5 over the
     draws, and the scores and differences tables."""
-    from tagrpo.report.build import primary_benchmarks, run_bands
     from tagrpo.report.draws import recomputed_rows
+    from tagrpo.report.inputs import primary_benchmarks, run_bands
 
     first_label = next(iter(study.configs))
     first = study.configs[first_label]
@@ -575,7 +575,7 @@ def study_markdown(
     study: Study, result: StudyResult, command: str, deviations: Sequence[str]
 ) -> tuple[str, str, dict[str, pd.DataFrame]]:
     """The study report (markdown), the claims table alone, and the CSV tables by name."""
-    from tagrpo.report.build import preregistration_line
+    from tagrpo.report.inputs import preregistration_line
 
     first_label = next(iter(study.configs))
     first = study.configs[first_label]
@@ -810,8 +810,8 @@ def power_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[str, tu
 
     from tagrpo.config.params import load_config
     from tagrpo.pipeline.layout import BASE_POLICY, policy_name
-    from tagrpo.report.build import preregistration_line, run_bands
     from tagrpo.report.claims import load_policy_runs
+    from tagrpo.report.inputs import preregistration_line, run_bands
 
     if len(checkouts) < MIN_DRAWS:
         raise ValueError(
