@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tagrpo.config.params import config_with, merged_with_profile, validate_params
-from tagrpo.report import draws
+from tagrpo.report import draw_checkouts, draws
 from tagrpo.report.draws import competition_rule, confirmatory_seed, primary_endpoint_rule
 from tagrpo.report.inputs import read_passk
 from tagrpo.report.validity import Bands
@@ -233,7 +233,7 @@ def fake_rows(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path, list[str]]]:
         calls.append((root, list(harder)))
         return pd.read_csv(root / "fake-validity.csv", dtype=str)
 
-    monkeypatch.setattr(draws, "recomputed_rows", rows)
+    monkeypatch.setattr(draw_checkouts, "recomputed_rows", rows)
     return calls
 
 

@@ -19,13 +19,9 @@ import yaml
 
 from tagrpo.config.params import config_with
 from tagrpo.pipeline.layout import policy_name, report_outputs
-from tagrpo.report.study import (
-    PowerInputs,
-    experiment_differences,
-    main,
-    power_table,
-    registration_deviations,
-)
+from tagrpo.report.study import main
+from tagrpo.report.study_checkouts import experiment_differences, registration_deviations
+from tagrpo.report.study_power import PowerInputs, power_table
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ["grpo", "grpo_ds", "grpo_x4", "grpo_x4_ds", "ta_grpo_star", "ta_grpo",
@@ -275,7 +271,7 @@ def test_the_committed_pre_registration_is_not_yet_a_study_to_run(
     """Against world-v3.yaml as committed (frozen: the confirmatory seed and the primary
     endpoint registered; Part B not yet): the study command refuses without --exploratory, and
     names every difference from the fixture's runs."""
-    from tagrpo.report.study import read_study
+    from tagrpo.report.study_checkouts import read_study
 
     study = read_study(checkouts)
     committed = yaml.safe_load((ROOT / "preregistration/world-v3.yaml").read_text())

@@ -33,17 +33,24 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from tagrpo.report.draw_checkouts import (
+    COLUMNS,
+    Draws,
+    acceptance,
+    competition_lengths,
+    gain_line,
+    grpo_policies,
+    header_line,
+    load_draws,
+    shown_only,
+)
 from tagrpo.report.markdown import markdown_table
-
-COLUMNS = ("criterion", "requirement", "measured", "verdict")
 
 
 def draw_rows(root: Path, harder: Sequence[str] = ()) -> pd.DataFrame:
@@ -83,11 +90,6 @@ def draw_rows(root: Path, harder: Sequence[str] = ()) -> pd.DataFrame:
             for c in criteria.values()
         ]
     )
-
-
-# Rows that are not acceptance rows of world v3 (V5 needs TA-GRPO, which calibration never
-# trains) are shown but do not decide a draw.
-NOT_ACCEPTANCE = ("V5",)
 
 
 def _group_passk(passk: pd.DataFrame, policy: str, group: str) -> dict[int, float]:
@@ -193,231 +195,6 @@ def draws_markdown(draws: Mapping[str, pd.DataFrame]) -> str:
     return "\n".join(lines)
 
 
-# Sections no stage's result depends on: how runs execute (runtime) and how the report reads
-# them (report). A key added to them after a checkout ran may be filled from this checkout's
-# params.yaml to read that run; a missing key of any other section is an error.
-FILLABLE_SECTIONS = ("runtime", "report")
-
-
-def checkout_config(root: Path) -> tuple[object, list[str]]:
-    """A built checkout's params, validated by this code; keys that this code's schema asks for
-    and the checkout (run by older code) lacks are filled from the current directory's
-    params.yaml when they belong to :data:`FILLABLE_SECTIONS` (returned, to be said), else the
-    schema's error stands."""
-    from tagrpo.config.params import (
-        ConfigError,
-        deep_merge,
-        load_config,
-        read_yaml_mapping,
-        validate_params,
-    )
-
-    try:
-        return load_config(root / "params.yaml"), []
-    except ConfigError as error:
-        missing = [
-            line.strip("- ").split(":")[0]
-            for line in error.problems
-            if line.endswith("required key is missing")
-        ]
-        if len(missing) != len(error.problems) or not all(
-            key.split(".")[0] in FILLABLE_SECTIONS for key in missing
-        ):
-            raise
-    own = read_yaml_mapping(root / "params.yaml")
-    current = read_yaml_mapping(Path("params.yaml"))
-    filled = deep_merge({s: current[s] for s in FILLABLE_SECTIONS}, own)
-    merged = {**own, **{s: filled[s] for s in FILLABLE_SECTIONS}}
-    return validate_params(merged, str(root / "params.yaml")), missing
-
-
-def recomputed_rows(root: Path, harder: Sequence[str] = ()) -> pd.DataFrame:
-    """A full run's validity rows computed here, by this code, from the run's evaluations and
-    training histories (not read from its report: a calibration checkout may have run an older
-    report), with the bands of its pre-registration; plus the ``harder`` groups' bands."""
-    import tempfile
-
-    from tagrpo.pipeline.layout import BASE_POLICY
-    from tagrpo.report import validity
-    from tagrpo.report.claims import load_policy_runs, load_seed_runs
-    from tagrpo.report.inputs import read_passk, run_bands
-    from tagrpo.report.validity_section import validity_section
-
-    config, _ = checkout_config(root)
-    ks = config.evaluate.ks
-    methods = config.runs.all_methods()
-    runs = load_seed_runs(root, {m: config.runs.seeds_of(m) for m in methods}, ks)
-    base = load_policy_runs(root, [BASE_POLICY], ks)
-    passk = read_passk(root, [BASE_POLICY, *config.runs.policies()])
-    with tempfile.TemporaryDirectory() as scratch:
-        table = Path(scratch) / "validity.csv"
-        validity_section(config, root, runs, base, passk, table)
-        rows = pd.read_csv(table)[list(COLUMNS)]
-    extra = []
-    for group in harder:
-        criterion = validity.harder_criterion(
-            passk[passk["policy"] == BASE_POLICY], group, ks[-1], run_bands(config, root)
-        )
-        if criterion is not None:
-            extra.append(criterion.row())
-    return pd.concat([rows, pd.DataFrame(extra, columns=list(COLUMNS))], ignore_index=True)
-
-
-def _competition_lengths(config: object) -> dict[int, str]:
-    """Chain length -> group, for the groups named ``competition*`` whose one benchmark has one
-    chain length (world v3's calibration evaluates the competition group at lengths 4 and 5)."""
-    lengths = {}
-    benchmarks = config.data.synthetic.benchmarks  # type: ignore[attr-defined]
-    for group, members in config.evaluate.groups.items():  # type: ignore[attr-defined]
-        if not group.startswith("competition") or len(members) != 1:
-            continue
-        spec = benchmarks[members[0]]
-        if len(spec.lengths) != 1:
-            raise ValueError(f"group {group}: {members[0]} mixes chain lengths {spec.lengths}")
-        lengths[int(next(iter(spec.lengths)))] = group
-    return lengths
-
-
-@dataclass(frozen=True)
-class _Draws:
-    """Built checkouts of base draws (label -> root), each with its params (``configs``),
-    checked to share one world and RL budget; the first's pre-registration and bands."""
-
-    checkouts: Mapping[str, Path]
-    configs: dict[str, Any]
-    seeds: dict[str, int]  # base_model.warmstart.seed per draw
-    filled: list[str]  # keys filled from the current params.yaml (checkout_config)
-    registration: dict[str, Any]
-    bands: Any
-
-    @property
-    def first(self) -> Any:
-        return next(iter(self.configs.values()))
-
-    @property
-    def labels(self) -> list[str]:
-        return list(self.checkouts)
-
-
-def _load_draws(checkouts: Mapping[str, Path]) -> _Draws:
-    """Each checkout's params (:func:`checkout_config`); refused, naming the draw: two
-    checkouts of one base draw, a world (``data.synthetic``) or RL budget (``train``) other
-    than the first's, no ``report.preregistration``."""
-    import yaml
-
-    from tagrpo.report.inputs import run_bands
-
-    if not checkouts:
-        raise ValueError("no draw to judge")
-    loaded = {label: checkout_config(root) for label, root in checkouts.items()}
-    configs = {label: config for label, (config, _) in loaded.items()}
-    filled = sorted({key for _, keys in loaded.values() for key in keys})
-    (label0, first), root0 = next(iter(configs.items())), next(iter(checkouts.values()))
-    seeds = {label: c.base_model.warmstart.seed for label, c in configs.items()}
-    for label, config in configs.items():
-        same = [other for other in configs if other != label and seeds[other] == seeds[label]]
-        if same:
-            raise ValueError(
-                f"draw {label}: the same base draw as {same[0]} "
-                f"(base_model.warmstart.seed {seeds[label]})"
-            )
-        for key in ("data.synthetic", "train"):
-            if attrgetter(key)(config) != attrgetter(key)(first):
-                raise ValueError(
-                    f"draw {label}: its {key} differs from draw {label0}'s (another world or "
-                    "RL budget)"
-                )
-        if config.report.preregistration is None:
-            raise ValueError(
-                f"draw {label}: report.preregistration names no pre-registration to judge by"
-            )
-    registration = yaml.safe_load((root0 / first.report.preregistration).read_text())
-    return _Draws(checkouts, configs, seeds, filled, registration, run_bands(first, root0))
-
-
-def _grpo_policies(config: Any) -> list[str]:
-    from tagrpo.pipeline.layout import policy_name
-
-    return [policy_name("grpo", seed) for seed in config.runs.seeds_of("grpo")]
-
-
-def _acceptance(
-    draws: _Draws, lengths: Mapping[int, str], chosen: str | None
-) -> tuple[dict[str, pd.DataFrame], dict[str, pd.DataFrame]]:
-    """Every draw's rows (:func:`recomputed_rows`, with the competition groups other than
-    ``report.harder_group``) and its deciding rows: not :data:`NOT_ACCEPTANCE`, not the rows of
-    a competition length other than ``chosen``'s."""
-    first = draws.first
-    others = [group for group in lengths.values() if group != first.report.harder_group]
-    dropped = {
-        name
-        for group in lengths.values()
-        if group != chosen
-        for name in (f"harder: {group}", *(f"edges: {b}" for b in first.evaluate.groups[group]))
-    }
-    rows = {label: recomputed_rows(root, others) for label, root in draws.checkouts.items()}
-    decided = {
-        label: frame[~frame["criterion"].isin([*NOT_ACCEPTANCE, *dropped])]
-        for label, frame in rows.items()
-    }
-    return rows, decided
-
-
-def _shown_only(rows: Mapping[str, pd.DataFrame], decided: Mapping[str, pd.DataFrame]) -> str:
-    """The rows no draw decides by: each draw's measured value."""
-    deciding = {name for frame in decided.values() for name in frame["criterion"]}
-    measured = [dict(zip(f["criterion"], f["measured"], strict=True)) for f in rows.values()]
-    others = [c for f in rows.values() for c in f["criterion"] if c not in deciding]
-    return markdown_table(
-        ["criterion", *rows],
-        [[name, *(m.get(name, "") for m in measured)] for name in dict.fromkeys(others)],
-    )
-
-
-def _header(command: str, draws: _Draws) -> str:
-    first = draws.first
-    return (
-        f"Made by `{command}` (tagrpo.report.draws), under `{first.report.preregistration}` "
-        f"({draws.bands.source}); world seed {first.data.synthetic.seed}, base draws "
-        + ", ".join(f"{label} (SFT seed {draws.seeds[label]})" for label in draws.labels)
-        + "."
-        + (
-            f" Keys this code's schema added after the runs, filled from the current "
-            f"params.yaml to read them (no stage depends on them): {', '.join(draws.filled)}."
-            if draws.filled
-            else ""
-        )
-    )
-
-
-def _gain_line(draws: _Draws, grpo: Sequence[str]) -> str:
-    """GRPO minus the base, pass@1, in-distribution, over the draws (the draw as the
-    replicated unit; one draw: conditional on it)."""
-    from tagrpo.metrics.compare import draw_paired_difference
-    from tagrpo.pipeline.layout import BASE_POLICY
-    from tagrpo.report.claims import load_policy_runs
-    from tagrpo.report.inputs import in_distribution_benchmarks
-
-    group, members = in_distribution_benchmarks(draws.first)
-    ks = draws.first.evaluate.ks
-    roots = draws.checkouts.values()
-    gain = draw_paired_difference(
-        [load_policy_runs(root, grpo, ks) for root in roots],
-        [load_policy_runs(root, [BASE_POLICY], ks) for root in roots],
-        members,
-    )[0]
-    return (
-        f"**GRPO minus the base, pass@1, {group}, over the {len(roots)} draw(s)** "
-        + (
-            "(the draw as the replicated unit)"
-            if len(roots) > 1
-            else "(one draw: seeds x problems within it, conditional on that base draw)"
-        )
-        + f": {100 * gain.value:+.2f} [{100 * gain.low:+.2f}, {100 * gain.high:+.2f}] points "
-        f"({gain.df:.1f} effective df)."
-    )
-
-
 def calibration_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[str, bool]:
     """World v3's calibration over base draws (each a built checkout of the calibration
     profile with one ``base_model.warmstart.seed``): the competition rule, the primary-endpoint
@@ -426,25 +203,25 @@ def calibration_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[s
     from tagrpo.pipeline.layout import BASE_POLICY
     from tagrpo.report.inputs import read_passk
 
-    draws = _load_draws(checkouts)
+    draws = load_draws(checkouts)
     first, bands, labels = draws.first, draws.bands, draws.labels
     rules = draws.registration["calibration"]["primary_endpoint_rule"]
     k = first.evaluate.ks[-1]
-    lengths = _competition_lengths(first)
-    grpo = _grpo_policies(first)
+    lengths = competition_lengths(first)
+    grpo = grpo_policies(first)
     base = {label: read_passk(root, [BASE_POLICY]) for label, root in checkouts.items()}
     trained = {label: read_passk(root, grpo) for label, root in checkouts.items()}
     chosen, competition_rows = competition_rule(base, lengths, bands, k)
     order = [(g, int(kk)) for g, kk in rules["order"]]
     band = tuple(rules["grpo_mean_pass_at_k_band"])
     endpoint, endpoint_rows = primary_endpoint_rule(trained, order, band, chosen)
-    rows, decided = _acceptance(draws, lengths, chosen)
+    rows, decided = acceptance(draws, lengths, chosen)
     draws_passing = [
         label for label, frame in decided.items() if (frame["verdict"] == "PASS").all()
     ]
     passed = chosen is not None and endpoint is not None and len(draws_passing) == len(rows)
     lines = [
-        _header(command, draws),
+        header_line(command, draws),
         "",
         f"**Competition rule** (base pass@1 >= {100 * bands.harder_pass_at_1[0]:g}% and "
         f"pass@{k} in [{100 * bands.harder_pass_at_k[0]:g}, {100 * bands.harder_pass_at_k[1]:g}]%"
@@ -474,7 +251,7 @@ def calibration_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[s
         "",
         markdown_table(["group", "k", "GRPO pass@k per draw (%)", "rule"], endpoint_rows),
         "",
-        _gain_line(draws, grpo),
+        gain_line(draws, grpo),
         "",
         "**Acceptance rows** (every row on every draw):",
         "",
@@ -483,7 +260,7 @@ def calibration_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[s
         "Rows shown but not deciding (V5 needs TA-GRPO, which calibration never trains; the "
         "competition length the rule did not choose):",
         "",
-        _shown_only(rows, decided),
+        shown_only(rows, decided),
         "",
         f"**Verdict: {'PASS' if passed else 'FAIL'}** (L_c {'found' if chosen else 'not found'}; "
         f"primary endpoint {'found' if endpoint else 'not found'}; every acceptance row passes "
@@ -498,7 +275,7 @@ def calibration_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[s
 FROZEN_BUDGET = ("epochs", "learning_rate", "min_lr_ratio", "batch_questions")
 
 
-def _frozen_candidate(draws: _Draws) -> dict[str, Any]:
+def _frozen_candidate(draws: Draws) -> dict[str, Any]:
     """The registration's one candidate with ``outcome.frozen: true``, after checking the
     draws against it and the ``confirmatory`` section: the world seed, the set of base draws
     and the frozen RL budget (a ValueError naming the key and both values)."""
@@ -544,20 +321,20 @@ def confirmatory_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[
     base over the draws. Returns the markdown and whether the candidate is accepted."""
     from tagrpo.report.inputs import read_passk
 
-    draws = _load_draws(checkouts)
+    draws = load_draws(checkouts)
     first, labels = draws.first, draws.labels
     candidate = _frozen_candidate(draws)
     outcome = candidate["outcome"]
     length = int(outcome["competition_length"])
     for label, config in draws.configs.items():
-        if length not in _competition_lengths(config):
+        if length not in competition_lengths(config):
             raise ValueError(
                 f"draw {label}: no competition group at the frozen competition_length {length} "
-                f"(chain lengths evaluated: {sorted(_competition_lengths(config))})"
+                f"(chain lengths evaluated: {sorted(competition_lengths(config))})"
             )
-    lengths = _competition_lengths(first)
+    lengths = competition_lengths(first)
     chosen = lengths[length]
-    rows, decided = _acceptance(draws, lengths, chosen)
+    rows, decided = acceptance(draws, lengths, chosen)
     deciding = list(dict.fromkeys(c for frame in decided.values() for c in frame["criterion"]))
     failing = {}
     for label, frame in decided.items():
@@ -571,14 +348,14 @@ def confirmatory_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[
     draws_passing = [label for label in labels if not failing[label]]
     registered = sorted(int(seed) for seed in draws.registration["confirmatory"]["base_draws"])
     passed = len(draws_passing) == len(labels) and sorted(draws.seeds.values()) == registered
-    grpo = _grpo_policies(first)
+    grpo = grpo_policies(first)
     group, k = outcome["primary_endpoint"]["group"], int(outcome["primary_endpoint"]["k"])
     band = draws.registration["calibration"]["primary_endpoint_rule"]["grpo_mean_pass_at_k_band"]
     trained = {label: read_passk(root, grpo) for label, root in checkouts.items()}
     inside, endpoint_rows = primary_endpoint_rule(trained, [(group, k)], tuple(band), chosen)
     budget = candidate["rl_budget"]
     lines = [
-        _header(command, draws),
+        header_line(command, draws),
         "",
         f"**Frozen** (candidate {candidate['id']}, RL budget {budget.get('name', '')}; "
         f"{', '.join(f'train.{key} {budget[key]}' for key in FROZEN_BUDGET)}; not re-chosen "
@@ -590,7 +367,7 @@ def confirmatory_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[
         f"{len(grpo)} seeds (%): {endpoint_rows[0][2]}; in the registered band "
         f"[{100 * band[0]:g}, {100 * band[1]:g}]% on every draw: {'yes' if inside else 'no'}.",
         "",
-        _gain_line(draws, grpo),
+        gain_line(draws, grpo),
         "",
         "**Acceptance rows** (every row on every draw):",
         "",
@@ -599,7 +376,7 @@ def confirmatory_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[
         "Rows shown but not deciding (V5 needs TA-GRPO, which the confirmatory draws never "
         "train; a competition length other than the frozen L_c):",
         "",
-        _shown_only(rows, decided),
+        shown_only(rows, decided),
         "",
         f"**Verdict: {'ACCEPTED' if passed else 'NOT ACCEPTED'}** (every acceptance row passes "
         f"on {len(draws_passing)} of {len(labels)} confirmatory draws"

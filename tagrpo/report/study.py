@@ -27,29 +27,27 @@ on its branch.
 
 The command refuses checkouts that are not one experiment: their params must be equal but for
 ``base_model.warmstart.seed`` and the keys that say where a run executes
-(:data:`EXECUTION_KEYS`: devices, batch sizes, tracking, timeouts), and no two may be the
-same draw. It then checks the runs against the pre-registration's study section (Part B's
-draws and seeds per draw, the methods with those seeds on every draw, the data-scaling runs,
-the primary endpoint, the TOST margin, the confirmatory world seed) and its provenance (the
-pre-registration committed and unchanged in each checkout, each draw's ``dvc.lock``); a
-mismatch is an error naming it, or with ``--exploratory`` a listed deviation under a report
-headed "EXPLORATORY: not the pre-registered study".
+(:data:`tagrpo.report.study_checkouts.EXECUTION_KEYS`: devices, batch sizes, tracking, timeouts),
+and no two may be the same draw. It then checks the runs against the pre-registration's study
+section (Part B's draws and seeds per draw, the methods with those seeds on every draw, the
+data-scaling runs, the primary endpoint, the TOST margin, the confirmatory world seed) and its
+provenance (the pre-registration committed and unchanged in each checkout, each draw's
+``dvc.lock``); a mismatch is an error naming it, or with ``--exploratory`` a listed deviation under
+a report headed "EXPLORATORY: not the pre-registered study".
 
 Part B (``--power``), from the confirmatory draws' GRPO-only checkouts (base, GRPO with its
 seeds, the negative control): the cheapest design (D >= 2 draws, S >= 2 seeds per draw) whose
 projected 95% half-width of the primary endpoint is at most ``study.v5_max_half_width``, under
-the registered assumptions (:func:`power_table`); D = 5, S = 5 when none reaches it.
+the registered assumptions (:func:`tagrpo.report.study_power.power_table`); D = 5, S = 5 when
+none reaches it.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import re
 import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,13 +55,9 @@ import numpy as np
 import pandas as pd
 
 from tagrpo.metrics.compare import (
-    SeedRuns,
-    draw_difference_parts,
     draw_paired_difference,
     draw_score_with_interval,
-    draw_seed_components,
     estimate_half_width,
-    projected_draw_half_width,
 )
 from tagrpo.report.claims import Claim, claims_table, underpowered
 from tagrpo.report.family import (
@@ -73,256 +67,10 @@ from tagrpo.report.family import (
     build_v3_claims,
     family_settings,
     load_draw_inputs,
-    registered_family,
 )
 from tagrpo.report.markdown import markdown_table
-
-# Dotted params keys (and prefixes) that say where and how a run executes, never what it
-# computes: draws may differ in them (a draw trained on a GPU, another on the CPU).
-EXECUTION_KEYS = (
-    "runtime",
-    "common.tracking",
-    "common.data_dir",
-    "common.grading",
-    "common.torch_threads",
-    "local",
-    "hf",
-    "vllm",
-)
-DRAW_KEY = "base_model.warmstart.seed"
-# Part B's search (world-v3.md, "Study size"): D >= 2 draws and S >= 2 seeds per draw, capped.
-MIN_DRAWS, MAX_DRAWS, MIN_SEEDS, MAX_SEEDS = 2, 5, 2, 5
-LABEL = re.compile(r"^[A-Za-z0-9_.-]+$")
-
-
-def parse_runs(items: Sequence[str]) -> dict[str, Path]:
-    """``LABEL=PATH`` arguments as {label: path}: labels distinct, folder-safe, paths built
-    checkouts (holding ``params.yaml``)."""
-    checkouts: dict[str, Path] = {}
-    for item in items:
-        label, sep, path = item.partition("=")
-        if not sep or not label or not path:
-            raise ValueError(f"--run {item!r}: expected LABEL=PATH")
-        if not LABEL.match(label):
-            raise ValueError(f"--run {item!r}: a label is letters, digits, '_', '.', '-'")
-        if label in checkouts:
-            raise ValueError(f"--run {label} is given twice")
-        root = Path(path)
-        if not (root / "params.yaml").is_file():
-            raise FileNotFoundError(f"--run {label}: {root / 'params.yaml'} does not exist")
-        checkouts[label] = root
-    if not checkouts:
-        raise ValueError("no --run LABEL=PATH: one per base draw")
-    return checkouts
-
-
-def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in mapping.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            flat.update(_flatten(value, f"{dotted}."))
-        else:
-            flat[dotted] = value
-    return flat
-
-
-def _executes(key: str) -> bool:
-    return any(key == prefix or key.startswith(f"{prefix}.") for prefix in EXECUTION_KEYS)
-
-
-def experiment_differences(params: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """The params keys (other than the base draw's and :data:`EXECUTION_KEYS`) in which the
-    draws' checkouts differ, each named with its values: a study's draws are one experiment."""
-    flats = {label: _flatten(values) for label, values in params.items()}
-    keys = sorted(set().union(*flats.values()))
-    problems = []
-    for key in keys:
-        if key == DRAW_KEY or _executes(key):
-            continue
-        values = {label: flat.get(key, "<absent>") for label, flat in flats.items()}
-        if len({repr(v) for v in values.values()}) > 1:
-            shown = ", ".join(f"{label}: {value!r}" for label, value in values.items())
-            problems.append(f"{key} differs between draws ({shown})")
-    return problems
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """One checkout's git state: its HEAD commit, whether its tracked files are modified, the
-    commit that last changed the pre-registration and whether that file is unchanged there."""
-
-    head: str | None
-    dirty: bool | None
-    registration_commit: str | None
-    registration_clean: bool | None
-    lock_sha256: str | None
-
-
-def _git(root: Path, *args: str) -> str | None:
-    try:
-        done = subprocess.run(
-            ["git", *args], cwd=root, capture_output=True, text=True, check=False, timeout=30
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
-def provenance(root: Path, registration: str) -> Provenance:
-    """:class:`Provenance` of a checkout (None fields: not a git checkout, or no dvc.lock)."""
-    head = _git(root, "rev-parse", "HEAD")
-    status = _git(root, "status", "--porcelain", "--untracked-files=no")
-    commit = _git(root, "log", "-1", "--format=%H", "--", registration) if head else None
-    changed = _git(root, "status", "--porcelain", "--", registration) if head else None
-    lock = root / "dvc.lock"
-    return Provenance(
-        head=head,
-        dirty=None if status is None else bool(status),
-        registration_commit=commit or None,
-        registration_clean=None if changed is None else changed == "",
-        lock_sha256=hashlib.sha256(lock.read_bytes()).hexdigest() if lock.is_file() else None,
-    )
-
-
-def registration_deviations(
-    registration: Mapping[str, Any],
-    configs: Mapping[str, Any],
-    provenances: Mapping[str, Provenance],
-) -> list[str]:
-    """Where the runs depart from the pre-registration's study section and its provenance
-    rules (an empty list: the pre-registered study). ``configs``: each draw's params."""
-    study = registration["study"]
-    first = next(iter(configs.values()))
-    runs = first.runs
-    deviations = []
-    draws = study.get("base_draws")
-    seeds_per_draw = study.get("seeds_per_draw")
-    if draws is None or seeds_per_draw is None:
-        deviations.append(
-            "Part B is not filled in (study.base_draws and study.seeds_per_draw are null): the "
-            "study's size is not fixed"
-        )
-    run_draws = sorted(config.base_model.warmstart.seed for config in configs.values())
-    if draws is not None and sorted(draws) != run_draws:
-        deviations.append(f"base draws {run_draws} run, {sorted(draws)} registered")
-    world = registration.get("confirmatory", {}).get("world_seed")
-    if world is None:
-        deviations.append("no confirmatory world seed is registered (the freeze)")
-    elif first.data.synthetic.seed != world:
-        deviations.append(
-            f"data.synthetic.seed is {first.data.synthetic.seed}, the confirmatory world {world}"
-        )
-    methods = list(study["methods"])
-    trained = runs.all_methods()
-    missing = [m for m in methods if m not in trained]
-    if missing:
-        deviations.append(f"registered methods not trained: {missing}")
-    extra = [m for m in trained if m not in methods]
-    if extra:
-        deviations.append(f"methods trained beyond the registered ones: {extra}")
-    for method in methods:
-        if method in trained and seeds_per_draw is not None:
-            count = len(runs.seeds_of(method))
-            if count != seeds_per_draw:
-                deviations.append(
-                    f"{method} has {count} seeds per draw, {seeds_per_draw} registered"
-                )
-    scaling, registered_scaling = runs.data_scaling, study["data_scaling"]
-    if list(scaling.methods) != list(registered_scaling["methods"]) or [
-        float(m) for m in scaling.multiples
-    ] != [float(m) for m in registered_scaling["multiples"]]:
-        deviations.append(
-            f"data-scaling runs {list(scaling.methods)} x {list(scaling.multiples)}, registered "
-            f"{registered_scaling['methods']} x {registered_scaling['multiples']}"
-        )
-    if "grpo" in trained and list(scaling.seeds) != list(runs.seeds_of("grpo")):
-        deviations.append(
-            f"data-scaling seeds {list(scaling.seeds)}, not the study's {runs.seeds_of('grpo')}"
-        )
-    margin = float(study["tost_margin"])
-    if not np.isclose(first.report.equivalence_margin, margin):
-        deviations.append(
-            f"report.equivalence_margin {first.report.equivalence_margin}, registered {margin}"
-        )
-    endpoint = study["primary_endpoint"]
-    if endpoint.get("group") is None or endpoint.get("k") is None:
-        deviations.append("the primary endpoint (group, k) is not registered (the freeze)")
-    elif (first.report.primary_group, first.report.primary_k) != (
-        endpoint["group"],
-        int(endpoint["k"]),
-    ):
-        deviations.append(
-            f"primary endpoint ({first.report.primary_group}, {first.report.primary_k}) run, "
-            f"({endpoint['group']}, {endpoint['k']}) registered"
-        )
-    for label, state in provenances.items():
-        if state.registration_commit is None:
-            deviations.append(f"{label}: the pre-registration is not committed in its checkout")
-        elif state.registration_clean is False:
-            deviations.append(f"{label}: the pre-registration is modified in its checkout")
-        if state.dirty:
-            deviations.append(f"{label}: its checkout has uncommitted changes to tracked files")
-        if state.lock_sha256 is None:
-            deviations.append(f"{label}: no dvc.lock (the outputs are not a recorded dvc repro)")
-    return deviations
-
-
-@dataclass(frozen=True)
-class Study:
-    """The study's checkouts, as read and checked: each draw's params and inputs, the
-    pre-registration (path relative to a checkout, its document and SHA-256)."""
-
-    checkouts: dict[str, Path]
-    configs: dict[str, Any]
-    registration_path: str
-    registration: dict[str, Any]
-    digest: str
-    provenances: dict[str, Provenance] = field(default_factory=dict)
-
-
-def read_study(checkouts: Mapping[str, Path]) -> Study:
-    """Read and check the draws' checkouts: one experiment (:func:`experiment_differences`),
-    distinct base draws, one world v3 pre-registration (the same bytes in every checkout)."""
-    from tagrpo.config.params import read_yaml_mapping, validate_params
-
-    raw = {label: read_yaml_mapping(root / "params.yaml") for label, root in checkouts.items()}
-    configs = {label: validate_params(values, label) for label, values in raw.items()}
-    differences = experiment_differences(raw)
-    if differences:
-        raise ValueError("the draws are not one experiment:\n" + "\n".join(differences))
-    seeds = {label: config.base_model.warmstart.seed for label, config in configs.items()}
-    if len(set(seeds.values())) != len(seeds):
-        raise ValueError(f"two checkouts are the same base draw: {seeds}")
-    first = next(iter(configs.values()))
-    if first.base_model.kind != "warmstart":
-        raise ValueError("the study's base draws are warm-starts (base_model.kind: warmstart)")
-    relative = first.report.preregistration
-    if relative is None:
-        raise ValueError("report.preregistration names no pre-registration")
-    digests = {}
-    for label, root in checkouts.items():
-        path = root / relative
-        if not path.is_file():
-            raise FileNotFoundError(f"{label}: {path} does not exist")
-        digests[label] = hashlib.sha256(path.read_bytes()).hexdigest()
-    if len(set(digests.values())) != 1:
-        raise ValueError(f"the draws' pre-registrations differ: {digests}")
-    root0 = next(iter(checkouts.values()))
-    if registered_family(root0 / relative) != "v3":
-        raise ValueError(f"{relative} is not world v3's pre-registration: no study over draws")
-    import yaml
-
-    registration = yaml.safe_load((root0 / relative).read_text(encoding="utf-8"))
-    return Study(
-        checkouts=dict(checkouts),
-        configs=configs,
-        registration_path=relative,
-        registration=registration,
-        digest=next(iter(digests.values())),
-        provenances={label: provenance(root, relative) for label, root in checkouts.items()},
-    )
-
+from tagrpo.report.study_checkouts import Study, parse_runs, read_study, registration_deviations
+from tagrpo.report.study_power import power_markdown
 
 # --------------------------------------------------------------------------- the analysis
 
@@ -418,7 +166,7 @@ def analyse(study: Study) -> StudyResult:
     """Every claim row over the draws (:func:`tagrpo.report.family.build_v3_claims`), each
     draw alone, V1-V5 recomputed on every draw with its pre-registration's bands, V5 over the
     draws, and the scores and differences tables."""
-    from tagrpo.report.draws import recomputed_rows
+    from tagrpo.report.draw_checkouts import recomputed_rows
     from tagrpo.report.inputs import primary_benchmarks, run_bands
 
     first_label = next(iter(study.configs))
@@ -727,181 +475,6 @@ def write_study(
 
 
 # --------------------------------------------------------------------------- Part B
-
-
-@dataclass(frozen=True)
-class PowerInputs:
-    """Part B's measured inputs at the primary endpoint: GRPO's seed-level variance and
-    between-draw components (:class:`tagrpo.metrics.compare.DrawSeedComponents`) and the
-    problem component of GRPO minus the base over the draws (with its degrees of freedom)."""
-
-    group: str
-    k: int
-    seed: float
-    draw: float
-    between: float
-    draws: int
-    seeds: int
-    problem: float
-    problem_df: float
-
-
-def power_inputs(
-    grpo: Sequence[SeedRuns], base: Sequence[SeedRuns], group: str, members: Sequence[str], k: int
-) -> PowerInputs:
-    """:class:`PowerInputs` from the confirmatory draws' GRPO runs and bases (>= 2 draws)."""
-    components = draw_seed_components(grpo, members, k)
-    _, parts = draw_difference_parts(grpo, base, members)
-    index = grpo[0].ks.index(int(k))
-    return PowerInputs(
-        group=group,
-        k=int(k),
-        seed=components.seed,
-        draw=components.draw,
-        between=components.between,
-        draws=components.draws,
-        seeds=components.seeds,
-        problem=float(parts.problem[index]),
-        problem_df=max(parts.problems - parts.strata, 1.0),
-    )
-
-
-def power_table(inputs: PowerInputs, target: float) -> tuple[pd.DataFrame, tuple[int, int], bool]:
-    """The projected 95% half-width of TA-GRPO minus GRPO at the primary endpoint for every
-    design (D draws in 2..5, S seeds per draw in 2..5), under the registered assumptions
-    (world-v3.md, "Study size"): pairing by draw removes nothing, so a contrast's per-draw
-    values have the mean square ``2 x (draw + seed / S)`` (twice GRPO's between-draw variance of
-    its mean score, the seeds' part scaled to S; the seed-level variance twice GRPO's); the
-    problem component is GRPO minus the base's; each term with its own t quantile, in quadrature
-    (:func:`tagrpo.metrics.compare.projected_draw_half_width`, as the analysis computes it).
-
-    The cheapest design is the one with the fewest trainings per method (D x S), of equal cost
-    the fewer draws (each draw adds a warm-start, a base evaluation and the diagnostics), whose
-    half-width is <= ``target``; (5, 5) when none is (the bool: whether one reached it)."""
-    rows = []
-    for draws in range(MIN_DRAWS, MAX_DRAWS + 1):
-        for seeds in range(MIN_SEEDS, MAX_SEEDS + 1):
-            mean_square = 2.0 * (inputs.draw + inputs.seed / seeds)
-            width = projected_draw_half_width(inputs.problem, inputs.problem_df, mean_square, draws)
-            rows.append(
-                {
-                    "draws": draws,
-                    "seeds_per_draw": seeds,
-                    "trainings_per_method": draws * seeds,
-                    "draw_mean_square": mean_square,
-                    "half_width": width,
-                    "reaches": width <= target,
-                }
-            )
-    frame = pd.DataFrame(rows).sort_values(
-        ["trainings_per_method", "draws"], kind="stable", ignore_index=True
-    )
-    reaching = frame[frame["reaches"]]
-    if reaching.empty:
-        return frame, (MAX_DRAWS, MAX_SEEDS), False
-    best = reaching.iloc[0]
-    return frame, (int(best["draws"]), int(best["seeds_per_draw"])), True
-
-
-def power_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[str, tuple[int, int]]:
-    """Part B from the confirmatory draws' checkouts (base, GRPO with >= 2 seeds each): the
-    measured components, the table of designs and the chosen (D, S)."""
-    import yaml
-
-    from tagrpo.config.params import load_config
-    from tagrpo.pipeline.layout import BASE_POLICY, policy_name
-    from tagrpo.report.claims import load_policy_runs
-    from tagrpo.report.inputs import preregistration_line, run_bands
-
-    if len(checkouts) < MIN_DRAWS:
-        raise ValueError(
-            f"Part B needs the confirmatory draws (>= {MIN_DRAWS}), got {len(checkouts)}"
-        )
-    configs = {label: load_config(root / "params.yaml") for label, root in checkouts.items()}
-    first_label = next(iter(configs))
-    first, root0 = configs[first_label], checkouts[first_label]
-    seeds = {label: c.base_model.warmstart.seed for label, c in configs.items()}
-    if len(set(seeds.values())) != len(seeds):
-        raise ValueError(f"two checkouts are the same base draw: {seeds}")
-    for label, config in configs.items():
-        if config.data.synthetic != first.data.synthetic or config.train != first.train:
-            raise ValueError(f"draw {label}: another world or RL budget than the first draw's")
-        if config.runs.seeds_of("grpo") != first.runs.seeds_of("grpo"):
-            raise ValueError(f"draw {label}: other GRPO seeds than the first draw's")
-    if first.report.preregistration is None:
-        raise ValueError("report.preregistration names no pre-registration")
-    registration = yaml.safe_load((root0 / first.report.preregistration).read_text())
-    endpoint = registration["study"]["primary_endpoint"]
-    if endpoint.get("group") is not None and endpoint.get("k") is not None:
-        group, k = str(endpoint["group"]), int(endpoint["k"])
-        source = "the pre-registration's primary endpoint"
-    else:
-        group, k = first.report.primary_group, first.primary_k()
-        source = (
-            "**not registered yet**: the run's report.primary_group and primary k (record the "
-            "freeze's primary endpoint before Part B)"
-        )
-    if group is None:
-        raise ValueError("no primary group: register the primary endpoint (group, k)")
-    members = list(first.evaluate.groups[group])
-    ks = first.evaluate.ks
-    grpo_policies = [policy_name("grpo", s) for s in first.runs.seeds_of("grpo")]
-    grpo = [load_policy_runs(root, grpo_policies, ks) for root in checkouts.values()]
-    base = [load_policy_runs(root, [BASE_POLICY], ks) for root in checkouts.values()]
-    inputs = power_inputs(grpo, base, group, members, k)
-    target = run_bands(first, root0).max_half_width
-    frame, (draws, per_draw), reached = power_table(inputs, target)
-    chosen_line = (
-        f"**Chosen: D = {draws} draws, S = {per_draw} seeds per draw** (the cheapest design "
-        f"whose projected half-width is <= {100 * target:.0f} points: {draws * per_draw} "
-        "trainings per method)."
-        if reached
-        else f"**No design with D <= {MAX_DRAWS} and S <= {MAX_SEEDS} reaches "
-        f"{100 * target:.0f} points: the study runs D = {MAX_DRAWS}, S = {MAX_SEEDS} and reports "
-        "V5 as it comes out.**"
-    )
-    grid = frame.pivot(index="draws", columns="seeds_per_draw", values="half_width")
-    rows = [
-        [f"D = {d}", *(f"{100 * grid.loc[d, s]:.2f}" for s in grid.columns)] for d in grid.index
-    ]
-    text = "\n".join(
-        [
-            "# World v3, Part B: the study's size",
-            "",
-            f"Made by `{command}` (tagrpo.report.study --power) from the confirmatory draws "
-            + ", ".join(f"{label} (SFT seed {seeds[label]})" for label in configs)
-            + f": base, GRPO with {inputs.seeds} seeds per draw.",
-            "",
-            preregistration_line(first, root0),
-            "",
-            f"Primary endpoint ({source}): pass@{k} on `{group}` ({len(members)} benchmark(s), "
-            f"{int(inputs.problem_df + len(members))} problems).",
-            "",
-            "Measured (points^2): GRPO's seed-level variance of one seed's score "
-            f"{1e4 * inputs.seed:.3f} (pooled within draws, {inputs.draws * (inputs.seeds - 1)}"
-            f" df); the between-draw variance of its mean score {1e4 * inputs.between:.3f}, "
-            f"of which the draws' own {1e4 * inputs.draw:.3f} (less the seeds' part, "
-            f"{1e4 * inputs.seed:.3f} / {inputs.seeds}; truncated at 0); the problem component "
-            f"of GRPO minus the base {1e4 * inputs.problem:.3f} ({inputs.problem_df:g} df).",
-            "",
-            "Projection (world-v3.md, Study size): a contrast's per-draw values have the mean "
-            "square 2 x (draws' own + seed-level / S) (pairing by draw assumed to remove "
-            "nothing; both methods as variable as GRPO), the problem component that of GRPO "
-            "minus the base; the half-width adds the problem term (problems - benchmarks df) "
-            "and the draw term (mean square / D, D - 1 df) in quadrature, each with its own t "
-            "quantile, as the study's analysis does.",
-            "",
-            "Projected 95% half-width (points) by draws D and seeds per draw S:",
-            "",
-            markdown_table(["", *(f"S = {s}" for s in grid.columns)], rows),
-            "",
-            chosen_line,
-            "",
-            "Part B then reads, in `preregistration/world-v3.yaml`: `study.base_draws` (the "
-            f"{draws} SFT seeds of the study's draws) and `study.seeds_per_draw: {per_draw}`.",
-        ]
-    )
-    return text, (draws, per_draw)
 
 
 # --------------------------------------------------------------------------- command
