@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +17,12 @@ from tagrpo.config.params import Params
 from tagrpo.pipeline.layout import evaluate_outputs
 from tagrpo.report.chance import multiple_choice_options
 from tagrpo.report.family import registered_family
+from tagrpo.report.plot_data import read_policy_passk
 
 
 def read_passk(root: Path, policies: list[str]) -> pd.DataFrame:
     """Every policy's pass@k table (an error naming the first one missing)."""
-    frames = []
-    for policy in policies:
-        path = root / evaluate_outputs(policy)["passk"]
-        if not path.exists():
-            raise FileNotFoundError(f"{path} is missing: run the evaluate stage of {policy}")
-        frames.append(pd.read_csv(path))
-    return pd.concat(frames, ignore_index=True)
+    return pd.concat([read_policy_passk(root, p) for p in policies], ignore_index=True)
 
 
 def in_distribution_benchmarks(config: Params) -> tuple[str, list[str]]:
@@ -128,13 +123,3 @@ def preregistration_line(config: Params, root: Path) -> str:
         commit = ""
     committed = f", last committed at `{commit[:12]}`" if commit else " (not committed)"
     return f"Pre-registration: `{relative}`, SHA-256 `{digest}`{committed}."
-
-
-def interval_text(value: float, low: float, high: float) -> str:
-    return f"{100 * value:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
-
-
-def updates_of(updates: Mapping[str, str], method: str) -> str:
-    if method not in updates:
-        raise KeyError(f"no training summary of {method}: its optimiser updates are unknown")
-    return updates[method]

@@ -22,9 +22,8 @@ from tagrpo.report.chance import (
     uninformative_from,
 )
 from tagrpo.report.claims import load_policy_runs, load_seed_runs
-from tagrpo.report.inputs import updates_of
 from tagrpo.report.markdown import markdown_table
-from tagrpo.report.training import load_training_summaries, updates_by_method
+from tagrpo.report.training import load_training_summaries, updates_by_method, updates_of
 
 
 def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:

@@ -51,14 +51,19 @@ def _identity(policy: str) -> dict[str, Any]:
     return {"policy": policy, "method": method, "seed": seed, "data_multiple": multiple}
 
 
+def read_policy_passk(root: Path, policy: str) -> pd.DataFrame:
+    """One policy's pass@k table (an error naming it when its evaluation is missing)."""
+    path = root / evaluate_outputs(policy)["passk"]
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run the evaluate stage of {policy}")
+    return pd.read_csv(path)
+
+
 def passk_long(root: Path, policies: list[str]) -> pd.DataFrame:
     """Every policy's pass@k rows: policy, method, seed, benchmark, kind, k, pass@k, CI."""
     frames = []
     for policy in policies:
-        path = root / evaluate_outputs(policy)["passk"]
-        if not path.exists():
-            raise FileNotFoundError(f"{path} is missing: run the evaluate stage of {policy}")
-        table = pd.read_csv(path).rename(columns={"name": "benchmark"})
+        table = read_policy_passk(root, policy).rename(columns={"name": "benchmark"})
         identity = _identity(policy)
         frames.append(table.drop(columns=["policy"], errors="ignore").assign(**identity))
     columns = ["policy", "method", "seed", "data_multiple", "benchmark", "kind", "k"]

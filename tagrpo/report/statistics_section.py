@@ -29,13 +29,15 @@ from tagrpo.report.inputs import (
     claims_family,
     draw_label,
     in_distribution_benchmarks,
-    interval_text,
     primary_benchmarks,
-    updates_of,
 )
 from tagrpo.report.markdown import markdown_table
-from tagrpo.report.training import load_training_summaries, updates_by_method
+from tagrpo.report.training import load_training_summaries, updates_by_method, updates_of
 from tagrpo.report.validity_section import validity_section
+
+
+def _interval(value: float, low: float, high: float) -> str:
+    return f"{100 * value:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
 
 
 def claim_key(claim: str) -> str:
@@ -166,10 +168,7 @@ def scores_markdown(
         floors = [chance_floor(group, k, options, groups) for k in (1, k_large)]
         rows.append(
             [method, group, int(part["seeds"].iloc[0]), updates_of(updates, method)]
-            + [
-                interval_text(*by_k.loc[k, ["pass_at_k", "ci_low", "ci_high"]])
-                for k in (1, k_large)
-            ]
+            + [_interval(*by_k.loc[k, ["pass_at_k", "ci_low", "ci_high"]]) for k in (1, k_large)]
             + ["-" if None in floors else " / ".join(f"{100 * f:.1f}" for f in floors)]
         )
     header = ["method", "group", "seeds", "updates", "pass@1", f"pass@{k_large}"]
@@ -191,7 +190,7 @@ def differences_markdown(differences: pd.DataFrame, updates: Mapping[str, str]) 
                 seeds,
                 f"{updates_of(updates, 'ta_grpo')} / {updates_of(updates, baseline)}",
             ]
-            + [interval_text(*by_k.loc[k, ["difference", "ci_low", "ci_high"]]) for k in ks]
+            + [_interval(*by_k.loc[k, ["difference", "ci_low", "ci_high"]]) for k in ks]
         )
     header = ["difference", "group", "seeds", "updates TA / other", *[f"pass@{k}" for k in ks]]
     return markdown_table(header, rows)

@@ -53,6 +53,13 @@ def optimiser_updates(summary: Mapping[str, float], policy: str) -> int:
     return int(summary["optimiser_updates"])
 
 
+def updates_of(updates: Mapping[str, str], method: str) -> str:
+    """A method's optimiser updates from :func:`updates_by_method` (an error when it has none)."""
+    if method not in updates:
+        raise KeyError(f"no training summary of {method}: its optimiser updates are unknown")
+    return updates[method]
+
+
 def updates_by_method(summaries: Mapping[str, Mapping[str, float]]) -> dict[str, str]:
     """``{method: updates}`` over its seeds' runs (``"a-b"`` when the seeds differ, e.g. a DS
     step that found nothing to learn from); data-scaling policies are not among them."""
