@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
-from tagrpo.pipeline.procfs import proc_stat
+from tagrpo.plumbing.procfs import proc_stat
 
 TARGET_CPU_RATIO = 1.5  # tagrpo (1 process) vs plain math-verify, answers per CPU-second
 TARGET_SPEEDUP = 1.8  # 2 processes vs 1, answers/s
@@ -443,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show", type=int, default=10, help="disagreements listed per grader")
     args = parser.parse_args(argv)
 
-    from tagrpo.pipeline.paths import shared_data_dir
+    from tagrpo.plumbing.paths import shared_data_dir
 
     data_dir = args.data_dir.expanduser().resolve() if args.data_dir else shared_data_dir()
     per_source = QUICK_PER_SOURCE if args.quick else args.per_source

@@ -58,7 +58,7 @@ def start_server(latency_ms: float, workdir: Path) -> tuple[subprocess.Popen, st
 
 def process_cpu_seconds(pid: int) -> float | None:
     """User + system CPU time of another process (Linux ``/proc``; None elsewhere)."""
-    from tagrpo.pipeline.procfs import proc_stat  # main() puts this checkout on sys.path first
+    from tagrpo.plumbing.procfs import proc_stat  # main() puts this checkout on sys.path first
 
     stat = proc_stat(pid)
     return None if stat is None else stat.cpu_seconds
@@ -72,10 +72,10 @@ def server_received(root_url: str) -> int:
 def run(
     base_url: str, cache_path: Path, questions: list, concurrency: int
 ) -> tuple[float, float, dict]:
+    from tagrpo.data.rephrase_templates import APPENDIX_A
     from tagrpo.rephrase.cache import ReplyCache
     from tagrpo.rephrase.generate import OpenAIRephraser
     from tagrpo.rephrase.openai_backend import EndpointConfig
-    from tagrpo.rephrase.templates import APPENDIX_A
 
     endpoint = embedded(
         EndpointConfig,

@@ -30,7 +30,7 @@ SFT = r"""
 import hashlib, json, sys
 from tagrpo.config.params import load_config
 from tagrpo.miniworld.dataset import problem_space
-from tagrpo.miniworld.warmstart import build_corpus, save_policy, warm_start
+from tagrpo.training.warmstart import build_corpus, save_policy, warm_start
 threads, steps, examples, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 config = load_config("params.yaml")
 settings, world = config.base_model.warmstart, config.common.miniworld

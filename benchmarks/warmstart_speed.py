@@ -22,7 +22,7 @@ import time
 from tagrpo.config.params import load_config
 from tagrpo.miniworld.dataset import problem_space
 from tagrpo.miniworld.tokenizer import train_tokenizer
-from tagrpo.miniworld.warmstart import build_corpus, chat_text, encode_example, encode_examples
+from tagrpo.training.warmstart import build_corpus, chat_text, encode_example, encode_examples
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import tagrpo  # noqa: F401
-from tagrpo.pipeline.paths import checkout_root
+from tagrpo.plumbing.paths import checkout_root
 
 PREFECT_HOME_DIR = ".prefect"
 

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tagrpo.pipeline.procfs import proc_stat, process_alive
+from tagrpo.plumbing.procfs import proc_stat, process_alive
 
 # A stopped dvc ends its stage (the stage ends its MLflow run KILLED) well within this; then
 # the group is SIGKILLed so that nothing can hold the flow past its deadline.

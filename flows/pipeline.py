@@ -60,14 +60,7 @@ from flows.interrupts import (
     start_child,
 )
 from tagrpo.algorithms import METHODS
-from tagrpo.config.model import (
-    KEY_SHAPE_PATTERN,
-    mask_key_shapes,
-    redact_secrets,
-    secret_shaped_leaves,
-)
 from tagrpo.config.params import ConfigError, validate_params
-from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.rerun import (
     RUNS_DIR,
     RerunRequest,
@@ -81,7 +74,14 @@ from tagrpo.pipeline.rerun import (
     set_param_arguments,
     stage_graph,
 )
-from tagrpo.pipeline.tracking import (
+from tagrpo.plumbing.config_model import (
+    KEY_SHAPE_PATTERN,
+    mask_key_shapes,
+    redact_secrets,
+    secret_shaped_leaves,
+)
+from tagrpo.plumbing.paths import project_root
+from tagrpo.plumbing.tracking import (
     PARENT_RUN_ENV,
     checkout_experiment,
     open_store,
@@ -354,7 +354,7 @@ def _open_parent_run(
 
 def _finish_parent(client: Any, run_id: str, root: Path, status: str) -> dict[str, float]:
     """Headline metrics, dvc.lock and the report on the parent run; then its end state."""
-    from tagrpo.pipeline.tracking import flatten_numbers, metric_batch
+    from tagrpo.plumbing.tracking import flatten_numbers, metric_batch
 
     metrics: dict[str, float] = {}
     report_metrics = root / "metrics" / "report.json"

@@ -1,6 +1,6 @@
 """DVC stage ``base_model``: produce the policy training starts from, and probe it by phrasing.
 
-``base_model.kind`` chooses how (:mod:`tagrpo.miniworld.base_policy`). Outputs: ``models/base/``,
+``base_model.kind`` chooses how (:mod:`tagrpo.training.base_policy`). Outputs: ``models/base/``,
 ``plots/base_model_sft.csv``, ``plots/base_model_phrasings.csv``, ``probes/base_model.parquet``
 and ``metrics/base_model.json``.
 """
@@ -11,15 +11,15 @@ import argparse
 import time
 
 from tagrpo.config.params import load_config
-from tagrpo.pipeline.layout import base_model_outputs
-from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.runtime import require_inputs, run_main, running_stage
+from tagrpo.plumbing.layout import base_model_outputs
+from tagrpo.plumbing.paths import project_root
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
-    from tagrpo.miniworld import base_policy
-    from tagrpo.pipeline.layout import data_outputs
+    from tagrpo.plumbing.layout import data_outputs
+    from tagrpo.training import base_policy
 
     config = load_config()
     processed = data_outputs()["processed"]

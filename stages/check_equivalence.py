@@ -16,9 +16,9 @@ from typing import Any
 from tagrpo.backends.sample_store import SampleStore, default_store_dir
 from tagrpo.config.params import load_config
 from tagrpo.equivalence.check_stage import check_rephrasings
-from tagrpo.pipeline.layout import check_equivalence_outputs, data_outputs, rephrase_outputs
-from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.runtime import require_inputs, run_main, running_stage
+from tagrpo.plumbing.layout import check_equivalence_outputs, data_outputs, rephrase_outputs
+from tagrpo.plumbing.paths import project_root
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

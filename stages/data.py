@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.config.params import load_config
-from tagrpo.data.build import count_table, load_sources, write_processed
-from tagrpo.pipeline.layout import data_outputs
 from tagrpo.pipeline.runtime import run_main, running_stage
-from tagrpo.pipeline.tracking_assets import log_datasets
+from tagrpo.plumbing.layout import data_outputs
+from tagrpo.plumbing.tracking_assets import log_datasets
+from tagrpo.splits.build import count_table, load_sources, write_processed
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -15,9 +15,10 @@ from typing import Any
 from tagrpo.backends.sample_store import SampleStore, default_store_dir
 from tagrpo.config.params import load_config
 from tagrpo.evaluation.diagnostics_stage import checkpoints_to_probe, run_diagnostics
-from tagrpo.pipeline.layout import diagnostics_outputs
-from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.runtime import run_main, running_stage
+from tagrpo.plumbing.layout import diagnostics_outputs
+from tagrpo.plumbing.paths import project_root
+from tagrpo.report.vanishing_diversity import write_figure_and_section
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -30,7 +31,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "diagnostics", outputs, config, log_sections=("diagnostics", config.diagnostics.backend)
     ) as ctx:
         paths = {role: ctx.path(role) for role in outputs.outs}
-        metrics = run_diagnostics(config, ctx.root, paths, store)
+        measured = run_diagnostics(config, ctx.root, paths, store)
+        write_figure_and_section(measured, paths["figure"], paths["section"], config.diagnostics)
+        metrics = measured.metrics
         if ctx.run is not None:
             import mlflow
 

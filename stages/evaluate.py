@@ -9,7 +9,7 @@ and per benchmark group (:func:`tagrpo.evaluation.runner.evaluate_policy`).
 
 Outputs for policy ``P``: ``evals/P/responses.parquet``, ``evals/P/passk.csv``,
 ``metrics/eval/P.json``. The MLflow run is tagged with the training run and logged model whose
-weights it evaluated (:func:`tagrpo.pipeline.tracking_assets.link_evaluated_policy`). Each
+weights it evaluated (:func:`tagrpo.plumbing.tracking_assets.link_evaluated_policy`). Each
 benchmark's samples are saved as soon as they are drawn (:mod:`tagrpo.backends.sample_store`): a
 rerun after a failure reuses them (``samples_reused``, ``samples_resampled`` in the metrics).
 """
@@ -21,22 +21,22 @@ import argparse
 from tagrpo.backends.sample_store import SampleStore, default_store_dir
 from tagrpo.config.params import load_config
 from tagrpo.evaluation.runner import evaluate_policy
-from tagrpo.pipeline.layout import (
+from tagrpo.pipeline.runtime import run_main, running_stage
+from tagrpo.plumbing.layout import (
     data_outputs,
     dvc_stage_name,
     evaluate_outputs,
     model_dir,
     policy_name,
 )
-from tagrpo.pipeline.paths import project_root
-from tagrpo.pipeline.runtime import run_main, running_stage
-from tagrpo.pipeline.tracking_assets import (
+from tagrpo.plumbing.paths import project_root
+from tagrpo.plumbing.tracking_assets import (
     EVALUATED_MODEL_TAG,
     link_evaluated_policy,
     log_datasets,
     log_passk_intervals,
 )
-from tagrpo.pipeline.verify import check_against_lock
+from tagrpo.plumbing.verify import check_against_lock
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:

@@ -6,8 +6,8 @@ DVC runs this stage first and stops at its failure, before it touches any other 
 file's text is constant, so a valid params change reruns only the stages whose params changed.
 
 The stage is ``always_changed`` (it also hashes the benchmark files outside the repository,
-which DVC cannot track: :mod:`tagrpo.data.inputs`); it takes about a second. It also drops
-dvc.lock's entries of stages the params no longer have (:func:`tagrpo.pipeline.verify.prune_lock`).
+which DVC cannot track: :mod:`tagrpo.splits.inputs`); it takes about a second. It also drops
+dvc.lock's entries of stages the params no longer have (:func:`tagrpo.plumbing.verify.prune_lock`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.config.params import ConfigError, load_config
-from tagrpo.data.inputs import (
+from tagrpo.pipeline.runtime import refuse_concurrent_dvc, run_main
+from tagrpo.plumbing.layout import preflight_outputs
+from tagrpo.plumbing.paths import project_root
+from tagrpo.plumbing.verify import prune_lock
+from tagrpo.splits.inputs import (
     INPUT_LINKS,
     PARAMS_OK,
     data_dir_problem,
@@ -28,10 +32,6 @@ from tagrpo.data.inputs import (
     link_inputs,
     manifest_text,
 )
-from tagrpo.pipeline.layout import preflight_outputs
-from tagrpo.pipeline.paths import project_root
-from tagrpo.pipeline.runtime import refuse_concurrent_dvc, run_main
-from tagrpo.pipeline.verify import prune_lock
 
 
 def _write(path: Path, text: str) -> None:

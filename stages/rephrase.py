@@ -18,9 +18,9 @@ import argparse
 from typing import Any
 
 from tagrpo.config.params import load_config
-from tagrpo.pipeline.layout import data_outputs, rephrase_outputs
-from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.runtime import require_inputs, run_main, running_stage
+from tagrpo.plumbing.layout import data_outputs, rephrase_outputs
+from tagrpo.plumbing.paths import project_root
 from tagrpo.rephrase.rephrase_stage import rephrase_training_set
 
 

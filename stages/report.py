@@ -11,10 +11,10 @@ import argparse
 from typing import Any
 
 from tagrpo.config.params import load_config
-from tagrpo.pipeline.layout import data_outputs, evaluate_outputs, report_outputs
-from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.runtime import require_inputs, run_main, running_stage
-from tagrpo.pipeline.tracking import git_state
+from tagrpo.plumbing.layout import data_outputs, evaluate_outputs, report_outputs
+from tagrpo.plumbing.paths import project_root
+from tagrpo.plumbing.tracking import git_state
 from tagrpo.report.build import build_report
 from tagrpo.report.plot_data import PLOT_DATA_ROLES, write_plot_data
 

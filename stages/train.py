@@ -15,12 +15,12 @@ import argparse
 from pathlib import Path
 
 from tagrpo.config.params import load_config
-from tagrpo.pipeline.layout import data_outputs, dvc_stage_name, policy_name, train_outputs
-from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.runtime import run_main, running_stage
-from tagrpo.pipeline.tracking import model_label
-from tagrpo.pipeline.tracking_assets import log_datasets, log_policy_model
-from tagrpo.pipeline.verify import check_against_lock
+from tagrpo.plumbing.layout import data_outputs, dvc_stage_name, policy_name, train_outputs
+from tagrpo.plumbing.paths import project_root
+from tagrpo.plumbing.tracking import model_label
+from tagrpo.plumbing.tracking_assets import log_datasets, log_policy_model
+from tagrpo.plumbing.verify import check_against_lock
 from tagrpo.training.train_stage import plan_training, run_summary, train_local
 
 

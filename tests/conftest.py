@@ -45,7 +45,7 @@ from not_tested import not_tested
 from scratch_project import SmokeRun, run_checked, scratch_project, write_empty_project
 
 # What a stage reads from the environment before params.yaml: the tracking store, the parent
-# run of a pipeline (tagrpo.pipeline.tracking.PARENT_RUN_ENV) and the benchmark data directory.
+# run of a pipeline (tagrpo.plumbing.tracking.PARENT_RUN_ENV) and the benchmark data directory.
 TRACKING_ENV = ("MLFLOW_TRACKING_URI", "TAGRPO_PARENT_RUN_ID", "TAGRPO_DATA_DIR")
 
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import yaml
 
 from tagrpo.config.params import repo_params
-from tagrpo.pipeline.dvc_stages import pipeline_outputs
-from tagrpo.pipeline.paths import project_root
+from tagrpo.plumbing.dvc_stages import pipeline_outputs
+from tagrpo.plumbing.paths import project_root
 
 ROOT = project_root()
 EMPTY_PROJECT_EXPERIMENT = "test-project"

@@ -124,7 +124,7 @@ def test_estimators_are_registered_beside_the_registry_not_on_import() -> None:
     import subprocess
     import sys
 
-    from tagrpo.pipeline.paths import project_root
+    from tagrpo.plumbing.paths import project_root
 
     code = (
         "import json, sys\n"

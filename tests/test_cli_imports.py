@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tagrpo.pipeline.paths import project_root
+from tagrpo.plumbing.paths import project_root
 
 ROOT = project_root()
 HEAVY = ("torch", "pandas", "transformers", "mlflow", "sympy", "math_verify", "dvc", "prefect")

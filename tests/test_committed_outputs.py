@@ -12,9 +12,9 @@ from pathlib import Path
 
 import yaml
 
-from tagrpo.pipeline.dvc_stages import load_stages
-from tagrpo.pipeline.paths import project_root
-from tagrpo.pipeline.verify import dvc_md5
+from tagrpo.plumbing.dvc_stages import load_stages
+from tagrpo.plumbing.paths import project_root
+from tagrpo.plumbing.verify import dvc_md5
 
 ROOT = project_root()
 # The folders stages write into (their outputs' top-level folders, reports/ aside: it also

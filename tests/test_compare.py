@@ -19,13 +19,13 @@ from tagrpo.pipeline.compare import (
     render,
 )
 from tagrpo.pipeline.stage_run import stage_run
-from tagrpo.pipeline.tracking import (
+from tagrpo.plumbing.tracking import (
     PARENT_RUN_ENV,
     checkout_id,
     log_metrics,
     metric_name,
 )
-from tagrpo.pipeline.tracking_assets import log_passk_intervals
+from tagrpo.plumbing.tracking_assets import log_passk_intervals
 
 COMMIT = "a" * 40
 

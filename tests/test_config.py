@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 import yaml
 
-from tagrpo.config.model import ConfigModel
 from tagrpo.config.params import (
     ConfigError,
     Params,
@@ -27,8 +26,9 @@ from tagrpo.config.params import (
     validate_params,
 )
 from tagrpo.pipeline.cli import main as cli
-from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.rerun import RerunRequest, resolve_params
+from tagrpo.plumbing.config_model import ConfigModel
+from tagrpo.plumbing.paths import project_root
 
 ROOT = project_root()
 

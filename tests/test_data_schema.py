@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tagrpo.data.schema import Question, read_questions, write_questions
-from tagrpo.data.training_set import load_training_questions
+from tagrpo.splits.training_set import load_training_questions
 
 PLAIN = Question(id="math-1", source="math", split="train", problem="What is $2+3$?", answer="5")
 WITH_META = Question(

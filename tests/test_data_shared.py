@@ -10,7 +10,7 @@ import pytest
 from tagrpo.data.prompts import CHOICE_LETTERS
 from tagrpo.data.sources.local import load_local
 from tagrpo.data.sources.registry import SOURCES
-from tagrpo.pipeline.paths import shared_data_dir
+from tagrpo.plumbing.paths import shared_data_dir
 
 pytestmark = pytest.mark.shared_data
 

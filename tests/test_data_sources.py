@@ -542,7 +542,7 @@ def test_file_and_group_of_each_benchmark() -> None:
     in-distribution group: the MATH test split where a profile evaluates it (an empty group is
     dropped)."""
     from tagrpo.config.params import merged_with_profile, validate_params
-    from tagrpo.pipeline.paths import project_root
+    from tagrpo.plumbing.paths import project_root
 
     assert {n: s.file for n, s in SOURCES.items()} == {
         name: f"{name}/{SOURCES[name].split}.jsonl" for name in SOURCES
@@ -595,9 +595,9 @@ def test_a_new_source_needs_its_module_and_a_registry_entry_only(
     """Validation, loading, the input manifest, grading's answer kind and the report's chance
     floor all read the registered Source: registering it is all a new benchmark takes."""
     from tagrpo.config.params import config_with
-    from tagrpo.data.build import load_sources
-    from tagrpo.data.inputs import local_source_files
     from tagrpo.report.chance import multiple_choice_options
+    from tagrpo.splits.build import load_sources
+    from tagrpo.splits.inputs import local_source_files
 
     (tmp_path / "toy_choice").mkdir()
     rows = [{"id": 7, "problem": "Is it?", "answer": "A"}, {"id": 7, "problem": "Again?"}]

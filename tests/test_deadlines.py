@@ -34,7 +34,7 @@ from tagrpo.backends.vllm_backend import VLLMServerBackend, server_client
 from tagrpo.config.engines import VLLMEngineSettings
 from tagrpo.config.params import embedded
 from tagrpo.pipeline import parent_run
-from tagrpo.pipeline.procfs import proc_stat
+from tagrpo.plumbing.procfs import proc_stat
 from tagrpo.rephrase import cache as cache_module
 from tagrpo.rephrase.cache import ReplyCache
 from tagrpo.rephrase.openai_backend import ChatRequest, ChatRunner, EndpointConfig

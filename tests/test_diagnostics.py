@@ -11,7 +11,6 @@ import pytest
 
 from tagrpo.backends.base import Completion, SamplingParams
 from tagrpo.config.params import config_with
-from tagrpo.data.training_set import TrainQuestion
 from tagrpo.evaluation.diagnostics_stage import checkpoint_label, checkpoints_to_probe
 from tagrpo.evaluation.vanishing_diversity import (
     COMPARISONS,
@@ -24,6 +23,7 @@ from tagrpo.evaluation.vanishing_diversity import (
     zero_gradient_rows,
 )
 from tagrpo.report.vanishing_diversity import diagnostics_figure, diagnostics_section
+from tagrpo.splits.training_set import TrainQuestion
 
 pytestmark = pytest.mark.core
 

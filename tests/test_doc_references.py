@@ -1,7 +1,7 @@
 """Every repository path and ``tagrpo.*`` module the documentation names exists.
 
 README.md, docs/*.md, the package READMEs and the docstrings/comments of the code name files
-(``tagrpo/pipeline/layout.py``, ``stages/train.py``, ``profiles/paper.yaml``,
+(``tagrpo/plumbing/layout.py``, ``stages/train.py``, ``profiles/paper.yaml``,
 ``docs/design.md``) and modules (``tagrpo.config.engines``, ``tagrpo.metrics.pass_at_k``).
 When a module moves, these references go stale silently; this test names each one that points
 at nothing, with the file that mentions it.
@@ -54,7 +54,7 @@ def code_files() -> list[Path]:
 
 
 def mentioned_paths(text: str) -> set[str]:
-    """Repository paths named in ``text``: a file (``tagrpo/pipeline/layout.py``) anywhere, a folder
+    """Repository paths named in ``text``: a file (``tagrpo/plumbing/layout.py``) anywhere, a folder
     (``tagrpo/config``) only in backticks (prose such as "benchmarks/groups" is no path)."""
     found = set()
     for match in PATH.finditer(text):
@@ -126,12 +126,12 @@ def test_documented_tagrpo_modules_exist() -> None:
 
 def test_mentioned_paths_skip_placeholders_and_outputs() -> None:
     text = (
-        "`tagrpo/pipeline/layout.py`, `stages/<name>.py`, `tests/test_*.py`, `models/P`, "
+        "`tagrpo/plumbing/layout.py`, `stages/<name>.py`, `tests/test_*.py`, `models/P`, "
         "see tests/test_layout.py. `.venv/bin/tagrpo params apply profiles/local.yaml`, "
         "`tagrpo/config`, these benchmarks/groups, profiles/NAME.yaml, `tagrpo/verl_ext/README.md`"
     )
     assert mentioned_paths(text) == {
-        "tagrpo/pipeline/layout.py",
+        "tagrpo/plumbing/layout.py",
         "tests/test_layout.py",
         "profiles/local.yaml",
         "tagrpo/config",

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.stage_deps import (
     RESULT_NEUTRAL,
     ImportGraph,
@@ -20,6 +19,7 @@ from tagrpo.pipeline.stage_deps import (
     main,
     neutral_for,
 )
+from tagrpo.plumbing.paths import project_root
 
 
 def write(root: Path, files: dict[str, str]) -> None:
@@ -176,8 +176,8 @@ def test_result_neutral_modules_and_what_only_they_load_are_no_deps(tmp_path: Pa
     }
     assert graph.closure("stages.s", neutral={"pkg/c.py"}) == LOADED - {"pkg/c.py"}
     # A stage that writes what a module otherwise only logs depends on it (the report's commit).
-    assert "tagrpo/pipeline/tracking.py" in neutral_for(["stages.train"])
-    assert "tagrpo/pipeline/tracking.py" not in neutral_for(["stages.report"])
+    assert "tagrpo/plumbing/tracking.py" in neutral_for(["stages.train"])
+    assert "tagrpo/plumbing/tracking.py" not in neutral_for(["stages.report"])
 
 
 def test_dvc_command_checks_stages_as_dvc_expands_them(

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tagrpo.pipeline.dvc_stages import expand_stages, load_stages, pipeline_outputs
-from tagrpo.pipeline.layout import stage_outputs
-from tagrpo.pipeline.paths import project_root
-from tagrpo.pipeline.tracking import git_state
+from tagrpo.plumbing.dvc_stages import expand_stages, load_stages, pipeline_outputs
+from tagrpo.plumbing.layout import stage_outputs
+from tagrpo.plumbing.paths import project_root
+from tagrpo.plumbing.tracking import git_state
 
 
 def test_stages_expand_matrices_from_params_as_dvc_names_them() -> None:
@@ -42,7 +42,7 @@ def test_stages_expand_matrices_from_params_as_dvc_names_them() -> None:
 
 
 def test_dvc_yaml_declares_exactly_the_outputs_the_stages_write() -> None:
-    """dvc.yaml and tagrpo/pipeline/layout.py: one set of paths, checked for every expanded
+    """dvc.yaml and tagrpo/plumbing/layout.py: one set of paths, checked for every expanded
     stage."""
     stages = load_stages(project_root())
     assert stages
@@ -55,7 +55,7 @@ def test_dvc_yaml_declares_exactly_the_outputs_the_stages_write() -> None:
 
 def test_dvc_yaml_plots_read_outputs_of_the_layout() -> None:
     """Every file a dvc.yaml plot draws is an output some stage writes
-    (tagrpo/pipeline/layout.py)."""
+    (tagrpo/plumbing/layout.py)."""
     import yaml
 
     root = project_root()

@@ -8,11 +8,11 @@ import pytest
 
 from tagrpo.config.equivalence import ConsistencySettings, SimilaritySettings, StructuralConfig
 from tagrpo.config.params import embedded
+from tagrpo.data.rephrase_templates import APPENDIX_A_EXAMPLES
 from tagrpo.data.schema import Question
 from tagrpo.equivalence.acceptance import CheckSettings, EquivalenceChecker
 from tagrpo.equivalence.similarity import SimilarityScorer, resolve_model
 from tagrpo.rephrase.candidates import Candidate
-from tagrpo.rephrase.templates import APPENDIX_A_EXAMPLES
 
 THRESHOLD = 0.2  # the embedded default (params.yaml)
 

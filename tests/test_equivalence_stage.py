@@ -25,7 +25,7 @@ from tagrpo.data.schema import write_questions
 from tagrpo.equivalence.dataset import read_rephrased
 from tagrpo.miniworld.dataset import build_miniworld
 from tagrpo.miniworld.tokenizer import train_tokenizer
-from tagrpo.miniworld.warmstart import TinyModelConfig, build_model, save_policy
+from tagrpo.training.warmstart import TinyModelConfig, build_model, save_policy
 
 KEY_ENV = "TAGRPO_STAGE_TEST_KEY"
 SECRET = "sk-stage-test-9f8e7d6c5b4a"

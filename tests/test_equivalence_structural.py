@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 
 from tagrpo.config.params import embedded
+from tagrpo.data.rephrase_templates import APPENDIX_A_EXAMPLES
 from tagrpo.equivalence.structural import (
     StructuralConfig,
     answer_revealed,
@@ -14,7 +15,6 @@ from tagrpo.equivalence.structural import (
     extract_numbers,
     formulas,
 )
-from tagrpo.rephrase.templates import APPENDIX_A_EXAMPLES
 
 EMBEDDED = embedded(StructuralConfig)  # check_equivalence.structural of params.yaml
 

@@ -19,8 +19,8 @@ from tagrpo.config.params import config_with, embedded, merged_with_profile
 from tagrpo.data.schema import Question
 from tagrpo.evaluation.runner import evaluate, sample_benchmarks
 from tagrpo.miniworld.tokenizer import train_tokenizer
-from tagrpo.miniworld.warmstart import TinyModelConfig, build_model
-from tagrpo.pipeline.paths import project_root
+from tagrpo.plumbing.paths import project_root
+from tagrpo.training.warmstart import TinyModelConfig, build_model
 from tagrpo.verl_ext.data import chat_template_counter
 
 SOURCE = project_root()

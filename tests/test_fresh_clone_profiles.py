@@ -21,7 +21,7 @@ import yaml
 from scratch_project import ROOT, scratch_project
 
 from tagrpo.pipeline.cli import main as tagrpo
-from tagrpo.pipeline.dvc_stages import load_stages
+from tagrpo.plumbing.dvc_stages import load_stages
 
 # A few seconds per profile: `params apply`, then `tagrpo plan` (which runs `dvc status`).
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]

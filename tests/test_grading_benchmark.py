@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import grading_throughput as benchmark
-from tagrpo.pipeline.paths import shared_data_dir
+from tagrpo.plumbing.paths import shared_data_dir
 
 pytestmark = pytest.mark.shared_data
 

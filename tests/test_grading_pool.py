@@ -12,7 +12,7 @@ from grading_hooks import TEST_HANG_KIND, TEST_KINDS
 from tagrpo.grading.pool import GradingPool, grade_many
 from tagrpo.grading.types import GradeItem
 from tagrpo.grading.verify import GradeResult, grade_response
-from tagrpo.pipeline.procfs import proc_stat
+from tagrpo.plumbing.procfs import proc_stat
 
 MIXED = [
     GradeItem("so \\boxed{\\dfrac{1}{2}}", "0.5"),

@@ -23,7 +23,7 @@ from tagrpo.miniworld.tasks import (
     sample_problems,
     step_class,
 )
-from tagrpo.miniworld.warmstart import build_corpus
+from tagrpo.training.warmstart import build_corpus
 
 PROBLEM = MiniProblem(12, (7, -4, 8), name="Ana", item="coins")
 
@@ -236,8 +236,8 @@ def test_the_warm_start_corpus_never_holds_a_training_pool_or_benchmark_problem(
     # corpus draws is outside every split; and with nothing excluded the same draw does hit
     # them (the exclusion is doing the work, not luck).
     from tagrpo.config.params import load_config
-    from tagrpo.data.build import load_sources, write_processed
-    from tagrpo.miniworld.base_policy import reserved_keys
+    from tagrpo.splits.build import load_sources, write_processed
+    from tagrpo.training.base_policy import reserved_keys
 
     config = load_config()
     write_processed(tmp_path, load_sources(config), config.data.extra_seed)
@@ -260,7 +260,7 @@ def test_batched_encoding_gives_each_example_the_ids_of_its_own_encoding():
     # The SFT encodes its corpus in two batched calls (encode_examples); the ids and labels
     # must be those of one call per example, multiple-choice examples and an empty corpus too.
     from tagrpo.miniworld.tokenizer import train_tokenizer
-    from tagrpo.miniworld.warmstart import chat_text, encode_example, encode_examples
+    from tagrpo.training.warmstart import chat_text, encode_example, encode_examples
 
     world = embedded(MiniWorldSettings)
     config = embedded(WarmStartCorpus, examples=300, choice_fraction=0.3)

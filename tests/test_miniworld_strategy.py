@@ -15,7 +15,7 @@ from tagrpo.metrics.testbed import strategy_entropy
 from tagrpo.miniworld.dataset import problem_space
 from tagrpo.miniworld.strategy import AMBIGUOUS, UNKNOWN, strategy_of
 from tagrpo.miniworld.tasks import MiniProblem, reference_response
-from tagrpo.miniworld.warmstart import build_corpus
+from tagrpo.training.warmstart import build_corpus
 
 PROBLEM = MiniProblem(12, (7, -4, 8))
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tagrpo.config.params import merged_with_profile, validate_params
-from tagrpo.pipeline.paths import project_root
+from tagrpo.plumbing.paths import project_root
 from tagrpo.verl_ext.dry_run import dry_run_text
 
 SOURCE = project_root()

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from tagrpo.pipeline.parent_run import dvc_ancestor, dvc_arguments
-from tagrpo.pipeline.procfs import proc_stat, process_alive
-from tagrpo.pipeline.tracking import PARENT_RUN_ENV
+from tagrpo.plumbing.procfs import proc_stat, process_alive
+from tagrpo.plumbing.tracking import PARENT_RUN_ENV
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

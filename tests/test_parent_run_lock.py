@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tagrpo.pipeline.parent_run import DVC_EXIT_TAG, LOCKED_TAG, ROOT_TAG, finish_run
-from tagrpo.pipeline.verify import lock_entry_matches
+from tagrpo.plumbing.verify import lock_entry_matches
 
 
 def _md5(text: str) -> str:

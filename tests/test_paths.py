@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import tagrpo
-from tagrpo.pipeline.paths import project_root
+from tagrpo.plumbing.paths import project_root
 
 SOURCE_TREE = Path(tagrpo.__file__).resolve().parent.parent
 
@@ -26,7 +26,7 @@ def test_outside_a_checkout_the_root_is_the_packages_source_tree(tmp_path: Path)
     assert project_root(tmp_path) == SOURCE_TREE
     # The same for a process started elsewhere (its working directory holds no checkout).
     shown = subprocess.run(
-        [sys.executable, "-c", "from tagrpo.pipeline.paths import project_root as p; print(p())"],
+        [sys.executable, "-c", "from tagrpo.plumbing.paths import project_root as p; print(p())"],
         cwd=tmp_path,
         env={"PYTHONPATH": str(SOURCE_TREE), "PATH": "/usr/bin:/bin"},
         capture_output=True,

@@ -21,7 +21,7 @@ from processes import stop_process
 from scratch_project import run_checked
 from test_plan import DVC_YAML, small_project
 
-from tagrpo.pipeline.paths import project_root
+from tagrpo.plumbing.paths import project_root
 
 ROOT = project_root()
 

@@ -25,7 +25,7 @@ import pytest
 from test_plan import small_project
 
 from flows.interrupts import EXIT_DEADLINE_S
-from tagrpo.pipeline.paths import project_root
+from tagrpo.plumbing.paths import project_root
 
 ROOT = project_root()
 SLOW_DVC_YAML = """\

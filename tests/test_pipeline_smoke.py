@@ -32,9 +32,9 @@ from scratch_project import ROOT, SmokeRun, run_checked
 from test_plots import check_rendered, vega_libraries
 
 from tagrpo.pipeline.compare import method_order
-from tagrpo.pipeline.dvc_stages import load_stages
 from tagrpo.pipeline.rerun import stage_order
-from tagrpo.pipeline.tracking_assets import file_md5
+from tagrpo.plumbing.dvc_stages import load_stages
+from tagrpo.plumbing.tracking_assets import file_md5
 
 # Time limit: the cold smoke `dvc repro`: 12 min idle, 37 min on 2 busy cores.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]

@@ -17,10 +17,10 @@ import yaml
 from scratch_project import copy_checkout, run_checked
 
 from tagrpo.config.params import ConfigError
-from tagrpo.pipeline.dvc_stages import expand_stages
-from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.plan import _dvc_yaml_view, plan_rerun, render_plan
 from tagrpo.pipeline.rerun import RerunRequest, dvc_binary, resolve_params
+from tagrpo.plumbing.dvc_stages import expand_stages
+from tagrpo.plumbing.paths import project_root
 
 ROOT = project_root()
 
@@ -294,7 +294,7 @@ def test_tracking_code_and_settings_that_cannot_change_results_rerun_nothing(
 ) -> None:
     """MLflow tracking and progress bars are no stage's code; resuming, checkpoint frequency
     and worker counts are no stage's params."""
-    for name in ("tagrpo/pipeline/tracking.py", "tagrpo/pipeline/progress.py"):
+    for name in ("tagrpo/plumbing/tracking.py", "tagrpo/plumbing/progress.py"):
         with open(with_code / name, "a") as handle:
             handle.write("# a logging change\n")
     try:
@@ -467,10 +467,10 @@ def test_benchmark_files_changed_under_the_data_dir_rerun_data(
 ) -> None:
     """The manifest preflight would write differs from the one data last ran on (an edited
     benchmark file under TAGRPO_DATA_DIR): data and everything after it rerun, and say why."""
-    import tagrpo.data.inputs
+    import tagrpo.splits.inputs
 
     edited = {"source": "synthetic", "files": {"aime24/test.jsonl": {"bytes": 5, "md5": "0"}}}
-    monkeypatch.setattr(tagrpo.data.inputs, "input_manifest", lambda config: edited)
+    monkeypatch.setattr(tagrpo.splits.inputs, "input_manifest", lambda config: edited)
     plan = plan_rerun(with_preflight, RerunRequest())
     assert [s.name for s in plan.runs] == ["preflight", *ALL]
     assert plan.runs[1].reasons == (

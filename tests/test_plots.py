@@ -22,8 +22,6 @@ from not_tested import not_tested
 
 from tagrpo.config.params import config_with
 from tagrpo.metrics.compare import chance_pass_at_k
-from tagrpo.pipeline.layout import report_outputs
-from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.plots import (
     OFFLINE_TEMPLATE,
     TEMPLATE_DIR,
@@ -32,6 +30,8 @@ from tagrpo.pipeline.plots import (
     template_text,
     templates,
 )
+from tagrpo.plumbing.layout import report_outputs
+from tagrpo.plumbing.paths import project_root
 from tagrpo.report.palette import method_colours
 from tagrpo.report.plot_data import PLOT_DATA_ROLES, split_policy, write_plot_data
 

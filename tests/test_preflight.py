@@ -13,7 +13,7 @@ import pytest
 import yaml
 from scratch_project import run_checked, scratch_project
 
-from tagrpo.pipeline.paths import project_root
+from tagrpo.plumbing.paths import project_root
 
 FIXTURES = project_root() / "tests" / "fixtures" / "data"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tagrpo.grading.pool import process_cpu_seconds
-from tagrpo.pipeline.procfs import CLOCK_TICKS, pid_alive, proc_stat, process_alive
+from tagrpo.plumbing.procfs import CLOCK_TICKS, pid_alive, proc_stat, process_alive
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from tagrpo.backends.base import Completion, SamplingParams
 from tagrpo.data.schema import Question
 from tagrpo.evaluation.runner import sample_benchmarks
-from tagrpo.pipeline import progress
+from tagrpo.plumbing import progress
 
 
 class RecordingBackend:

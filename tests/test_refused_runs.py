@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.runtime import StageLock
+from tagrpo.plumbing.paths import project_root
 
 pytestmark = [
     pytest.mark.slow,

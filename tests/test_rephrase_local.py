@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from tagrpo.config.params import embedded
+from tagrpo.data.rephrase_templates import APPENDIX_A, load_template
 from tagrpo.data.schema import Question
 from tagrpo.miniworld.tokenizer import train_tokenizer
-from tagrpo.miniworld.warmstart import TinyModelConfig, build_model, save_policy
 from tagrpo.rephrase.cache import ReplyCache
 from tagrpo.rephrase.local_backend import HFRephraser, model_fingerprint
-from tagrpo.rephrase.templates import APPENDIX_A, load_template
+from tagrpo.training.warmstart import TinyModelConfig, build_model, save_policy
 
 
 @pytest.fixture(scope="module")

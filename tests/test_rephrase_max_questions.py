@@ -19,7 +19,7 @@ from tagrpo.config.params import config_with, deep_merge, embedded, repo_params
 from tagrpo.data.schema import read_questions, write_questions
 from tagrpo.equivalence.dataset import read_rephrased
 from tagrpo.miniworld.dataset import build_miniworld
-from tagrpo.pipeline.tracking import PARENT_RUN_ENV
+from tagrpo.plumbing.tracking import PARENT_RUN_ENV
 from tagrpo.rephrase.candidates import read_candidates
 
 

@@ -24,8 +24,9 @@ import pytest
 from openai_fake_server import FakeOpenAIServer, Fault
 
 from tagrpo.config.params import embedded
+from tagrpo.data.rephrase_templates import APPENDIX_A
 from tagrpo.data.schema import Question
-from tagrpo.pipeline.paths import project_root
+from tagrpo.plumbing.paths import project_root
 from tagrpo.rephrase.cache import ReplyCache
 from tagrpo.rephrase.generate import OpenAIRephraser
 from tagrpo.rephrase.openai_backend import (
@@ -35,7 +36,6 @@ from tagrpo.rephrase.openai_backend import (
     parse_retry_after,
     redact,
 )
-from tagrpo.rephrase.templates import APPENDIX_A
 
 KEY_ENV = "TAGRPO_TEST_OPENAI_KEY"
 SECRET = "sk-test-Zq81secretvalue42"
@@ -346,7 +346,7 @@ _RESUMABLE = textwrap.dedent(
     from tagrpo.rephrase.cache import ReplyCache
     from tagrpo.rephrase.generate import OpenAIRephraser
     from tagrpo.rephrase.openai_backend import EndpointConfig
-    from tagrpo.rephrase.templates import APPENDIX_A
+    from tagrpo.data.rephrase_templates import APPENDIX_A
 
     base_url, cache_path, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     questions = [

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from tagrpo.rephrase.cache import ReplyCache, cache_key
-from tagrpo.rephrase.parse import parse_reply
-from tagrpo.rephrase.templates import (
+from tagrpo.data.rephrase_templates import (
     APPENDIX_A,
     APPENDIX_A_EXAMPLES,
     load_template,
 )
+from tagrpo.rephrase.cache import ReplyCache, cache_key
+from tagrpo.rephrase.parse import parse_reply
 
 
 def test_appendix_a_template_has_the_papers_instruction_examples_and_cue() -> None:

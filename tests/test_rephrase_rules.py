@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from tagrpo.config.params import embedded
+from tagrpo.data.rephrase_templates import APPENDIX_A_EXAMPLES
 from tagrpo.data.schema import Question
 from tagrpo.equivalence.structural import StructuralConfig, check_structural, extract_numbers
 from tagrpo.miniworld.dataset import problem_meta
 from tagrpo.miniworld.tasks import HELD_OUT_FAMILY, MiniProblem, render
-from tagrpo.pipeline.paths import shared_data_dir
+from tagrpo.plumbing.paths import shared_data_dir
 from tagrpo.rephrase.generate import RulesRephraser
 from tagrpo.rephrase.rules import (
     WRAPPERS,
@@ -19,7 +20,6 @@ from tagrpo.rephrase.rules import (
     split_sentences,
     unmask_formulas,
 )
-from tagrpo.rephrase.templates import APPENDIX_A_EXAMPLES
 
 STRICT = embedded(StructuralConfig, numbers="strict", reject_new_numbers=True)
 

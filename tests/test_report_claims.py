@@ -17,7 +17,7 @@ from choice_benchmark import MINI_CHOICE
 
 from tagrpo.config.params import config_with
 from tagrpo.metrics.compare import Estimate, SeedRuns, paired_difference, widening
-from tagrpo.pipeline.layout import report_outputs
+from tagrpo.plumbing.layout import report_outputs
 from tagrpo.report.claims import (
     CONTROL,
     FAMILY_SIZE,

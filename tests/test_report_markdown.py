@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tagrpo.report.markdown import markdown_table, passk_curves, passk_long_table, table1
+from tagrpo.plumbing.markdown import markdown_table
+from tagrpo.report.markdown import passk_curves, passk_long_table, table1
 
 
 def _passk() -> pd.DataFrame:
@@ -82,7 +83,7 @@ def test_the_truncation_rate_stands_beside_the_passk_tables(tmp_path: Path) -> N
     """Each evaluation computes <benchmark>/truncated_rate; the report shows it (33.14)."""
     import json
 
-    from tagrpo.pipeline.layout import evaluate_outputs
+    from tagrpo.plumbing.layout import evaluate_outputs
     from tagrpo.report.build import truncation_table
 
     passk = pd.DataFrame(

@@ -12,7 +12,7 @@ from tagrpo.data.schema import Question
 from tagrpo.evaluation.runner import label_strategies
 from tagrpo.miniworld.dataset import SOURCE, problem_meta
 from tagrpo.miniworld.tasks import MiniProblem, reference_response, render
-from tagrpo.pipeline.layout import checkpoint_name, train_outputs
+from tagrpo.plumbing.layout import checkpoint_name, train_outputs
 from tagrpo.report.strategies import strategy_figure, strategy_over_training
 
 PROBLEM = MiniProblem(4, (5, 6))

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tagrpo.config.params import config_with
-from tagrpo.pipeline.layout import policy_name, report_outputs
+from tagrpo.plumbing.layout import policy_name, report_outputs
 from tagrpo.report.study import main
 from tagrpo.report.study_checkouts import experiment_differences, registration_deviations
 from tagrpo.report.study_power import PowerInputs, power_table
@@ -331,7 +331,7 @@ def test_the_report_stage_uses_world_v3_s_family_for_a_v3_checkout(
     checkouts: dict[str, Path], tmp_path: Path
 ) -> None:
     from tagrpo.config.params import load_config
-    from tagrpo.pipeline.layout import BASE_POLICY
+    from tagrpo.plumbing.layout import BASE_POLICY
     from tagrpo.report.inputs import read_passk
     from tagrpo.report.statistics_section import statistics_sections
 

@@ -14,8 +14,6 @@ import pytest
 import yaml
 
 from tagrpo.config.params import ConfigError
-from tagrpo.pipeline.dvc_stages import load_stages
-from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.rerun import (
     RerunRequest,
     changed_leaves,
@@ -28,6 +26,8 @@ from tagrpo.pipeline.rerun import (
     stage_order,
     topological,
 )
+from tagrpo.plumbing.dvc_stages import load_stages
+from tagrpo.plumbing.paths import project_root
 
 ROOT = project_root()
 

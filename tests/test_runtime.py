@@ -18,10 +18,10 @@ import yaml
 from scratch_project import EMPTY_PROJECT_EXPERIMENT
 
 from tagrpo.config.params import Params, config_with
-from tagrpo.pipeline.layout import Outputs
-from tagrpo.pipeline.paths import project_root
-from tagrpo.pipeline.procfs import proc_stat
 from tagrpo.pipeline.runtime import StageBusyError, StageLock, running_stage
+from tagrpo.plumbing.layout import Outputs
+from tagrpo.plumbing.paths import project_root
+from tagrpo.plumbing.procfs import proc_stat
 
 SOURCE = project_root()
 
@@ -139,7 +139,7 @@ STAGE = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from tagrpo.config.params import load_config
-    from tagrpo.pipeline.layout import Outputs
+    from tagrpo.plumbing.layout import Outputs
     from tagrpo.pipeline.runtime import running_stage
 
     outputs = Outputs({"table": Path("out/table.csv")}, Path("m/p.json"))

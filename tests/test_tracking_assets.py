@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from tiny_policy import tiny_policy
 
-from tagrpo.pipeline.tracking_assets import (
+from tagrpo.plumbing.tracking_assets import (
     link_evaluated_policy,
     log_datasets,
     log_passk_intervals,

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from tagrpo.config.params import config_with
-from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.stage_run import stage_run
-from tagrpo.pipeline.tracking import (
+from tagrpo.plumbing.paths import project_root
+from tagrpo.plumbing.tracking import (
     KEY_PARAMS,
     PARAMS_ARTIFACT,
     PARENT_RUN_ENV,

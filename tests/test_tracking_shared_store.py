@@ -18,10 +18,10 @@ from prefect_server import free_port
 from scratch_project import write_empty_project
 
 from tagrpo.config.params import config_with
-from tagrpo.pipeline.layout import Outputs
-from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.runtime import running_stage
-from tagrpo.pipeline.tracking import PARENT_RUN_ENV
+from tagrpo.plumbing.layout import Outputs
+from tagrpo.plumbing.paths import project_root
+from tagrpo.plumbing.tracking import PARENT_RUN_ENV
 
 SOURCE = project_root()
 # A toy stage, as a stage module runs it; waits at a barrier so that two copies open the
@@ -31,7 +31,7 @@ import sys, time
 from pathlib import Path
 import mlflow
 from tagrpo.config.params import config_with
-from tagrpo.pipeline.layout import Outputs
+from tagrpo.plumbing.layout import Outputs
 from tagrpo.pipeline.runtime import running_stage
 
 barrier, me, other = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
@@ -94,7 +94,7 @@ def test_each_checkout_keeps_its_artifacts(
         artifacts = _local(runs[run_id].info.artifact_uri)
         assert artifacts.is_relative_to(root / "mlruns"), artifacts  # not in the other checkout
         assert (artifacts / "note.txt").read_text() == "x"
-    from tagrpo.pipeline.tracking import checkout_id, checkout_label
+    from tagrpo.plumbing.tracking import checkout_id, checkout_label
 
     for run_id, root in ((first_run, first), (second_run, second), (again, first)):
         assert runs[run_id].data.tags["tagrpo.checkout"] == checkout_id(root)
@@ -212,7 +212,7 @@ def test_tracking_against_a_real_mlflow_server(
     from mlflow.tracking import MlflowClient
 
     from tagrpo.pipeline.cli import main
-    from tagrpo.pipeline.tracking_assets import log_passk_intervals
+    from tagrpo.plumbing.tracking_assets import log_passk_intervals
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -285,7 +285,7 @@ def test_tracking_against_a_real_mlflow_server(
 def test_scratch_and_dvc_exp_copies_belong_to_their_checkout(tmp_path: Path) -> None:
     """A Prefect scratch copy or a `dvc exp` copy logs as the checkout that made it: its runs
     go to that checkout's experiment and artifacts, not to a new experiment per copy."""
-    from tagrpo.pipeline.paths import checkout_root
+    from tagrpo.plumbing.paths import checkout_root
 
     checkout = _project(tmp_path / "repo")
     scratch = _project(checkout / ".tagrpo" / "runs" / "20261125-120000-brave-fox")
@@ -304,7 +304,7 @@ def test_a_store_left_half_migrated_by_a_full_disk_says_what_to_do(tmp_path: Pat
 
     from mlflow.tracking import MlflowClient
 
-    from tagrpo.pipeline.tracking import TrackingError, store_failure, tracking_errors
+    from tagrpo.plumbing.tracking import TrackingError, store_failure, tracking_errors
 
     database = tmp_path / "mlflow.db"
     with sqlite3.connect(database) as connection:

@@ -54,7 +54,7 @@ def test_a_stages_metrics_fall_into_few_chart_sections() -> None:
     per nested path, most holding one chart), 141 sections over all stages; now 4 and 29."""
     import json
 
-    from tagrpo.pipeline.tracking import flatten_numbers, metric_name
+    from tagrpo.plumbing.tracking import flatten_numbers, metric_name
 
     root = Path(__file__).resolve().parents[1]
     diagnostics = json.loads((root / "metrics" / "diagnostics.json").read_text())

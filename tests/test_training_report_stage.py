@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tagrpo.pipeline.layout import policy_name
+from tagrpo.plumbing.layout import policy_name
 from tagrpo.report.training import load_training_summaries, training_section
 from tagrpo.training.train_stage import run_summary
 

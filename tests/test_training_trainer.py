@@ -17,9 +17,9 @@ from tiny_policy import ScriptedGrade, boxed_grade, tiny_policy, tiny_questions
 from tagrpo.algorithms import METHODS
 from tagrpo.backends.models import load_causal_lm
 from tagrpo.data.schema import QUESTION_SCHEMA, Question
-from tagrpo.data.training_set import load_training_questions, miniworld_neighbours
 from tagrpo.miniworld.dataset import problem_meta
 from tagrpo.miniworld.tasks import MiniProblem, render
+from tagrpo.splits.training_set import load_training_questions, miniworld_neighbours
 from tagrpo.training.outputs import DUMP_COLUMNS, checkpoint_steps, write_history_csv
 from tagrpo.training.schedule import warmup_cosine
 from tagrpo.training.trainer import TrainConfig, Trainer

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from tagrpo.pipeline.cli import main as cli
-from tagrpo.pipeline.paths import project_root
-from tagrpo.pipeline.verify import OutputCorruptedError, check_against_lock, dvc_md5, verify_outputs
+from tagrpo.plumbing.paths import project_root
+from tagrpo.plumbing.verify import OutputCorruptedError, check_against_lock, dvc_md5, verify_outputs
 
 pytestmark = pytest.mark.skipif(shutil.which("dvc") is None, reason="dvc is not installed")
 
@@ -109,7 +109,7 @@ def test_a_retrained_model_is_checked_against_its_new_lock_entry(
     (tmp_path / "size.txt").write_text("64")
     write = _WRITE_MODEL.replace("* 64", "* int(pathlib.Path('size.txt').read_text())")
     check = (
-        "from pathlib import Path; from tagrpo.pipeline.verify import check_against_lock; "
+        "from pathlib import Path; from tagrpo.plumbing.verify import check_against_lock; "
         "assert check_against_lock(Path.cwd(), 'models/base'); Path('checked').write_text('ok')"
     )
     stages = {
@@ -231,7 +231,7 @@ def test_a_stale_entry_naming_a_current_output_is_never_read_and_is_pruned(
     (a profile, a world); dvc.lock keeps the other stage's entry, whose hash of the same
     output is another content. Every check reads the current stage's entry only; the prune drops the
     stale entry and leaves the others byte for byte (DVC then finds them up to date)."""
-    from tagrpo.pipeline.verify import locked_outputs, prune_lock, stale_lock_entries
+    from tagrpo.plumbing.verify import locked_outputs, prune_lock, stale_lock_entries
 
     monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
     _two_matrices(tmp_path, ["grpo", "grpo_x4"], MOVED, "old")

@@ -17,7 +17,7 @@ from tagrpo.algorithms.avspo import AdaptiveThreshold, AVSPOConfig
 from tagrpo.backends.models import load_causal_lm
 from tagrpo.config.params import embedded
 from tagrpo.miniworld.tokenizer import train_tokenizer
-from tagrpo.miniworld.warmstart import TinyModelConfig, build_model
+from tagrpo.training.warmstart import TinyModelConfig, build_model
 from tagrpo.verl_ext.checkpoint import (
     actor_dir,
     export_checkpoint,

@@ -45,7 +45,7 @@ from tagrpo.algorithms import AVSPOConfig, avspo_advantages, group_ids, grpo_adv
 from tagrpo.algorithms.anchoring import anchoring_shift
 from tagrpo.backends.models import load_causal_lm
 from tagrpo.data.schema import QUESTION_SCHEMA, read_questions
-from tagrpo.data.training_set import load_training_questions, miniworld_neighbours
+from tagrpo.splits.training_set import load_training_questions, miniworld_neighbours
 from tagrpo.training.scoring import build_scoring_batch, score_log_probs
 from tagrpo.verl_ext.process import processes_marked
 

@@ -26,8 +26,8 @@ import stages.train as train_stage
 from tagrpo.config.params import embedded, merged_with_profile
 from tagrpo.data.schema import QUESTION_SCHEMA, Question
 from tagrpo.miniworld.tokenizer import train_tokenizer
-from tagrpo.miniworld.warmstart import TinyModelConfig, build_model
-from tagrpo.pipeline.paths import project_root
+from tagrpo.plumbing.paths import project_root
+from tagrpo.training.warmstart import TinyModelConfig, build_model
 from tagrpo.verl_ext import launcher
 from tagrpo.verl_ext.checkpoint import exported_checkpoints
 from tagrpo.verl_ext.launcher import read_metrics_log

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tagrpo.pipeline.procfs import proc_stat
+from tagrpo.plumbing.procfs import proc_stat
 from tagrpo.verl_ext.process import (
     RUN_MARKER,
     TEMP_PREFIX,

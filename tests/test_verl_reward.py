@@ -12,7 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 from verl.trainer.ppo.reward import get_custom_reward_fn
 
-from tagrpo.pipeline.paths import project_root
+from tagrpo.plumbing.paths import project_root
 from tagrpo.verl_ext import reward as reward_module
 
 

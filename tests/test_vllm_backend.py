@@ -30,7 +30,7 @@ from tagrpo.backends.vllm_backend import (
 from tagrpo.config.params import config_with, embedded
 from tagrpo.data.prompts import chat_messages
 from tagrpo.miniworld.tokenizer import train_tokenizer
-from tagrpo.miniworld.warmstart import TinyModelConfig, build_model
+from tagrpo.training.warmstart import TinyModelConfig, build_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vllm_stand_in import VLLMStandIn

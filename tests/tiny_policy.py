@@ -9,10 +9,10 @@ import torch
 
 from tagrpo.config.params import embedded
 from tagrpo.data.prompts import chat_messages
-from tagrpo.data.training_set import TrainQuestion
 from tagrpo.miniworld.tasks import MiniProblem, reference_response, render
 from tagrpo.miniworld.tokenizer import train_tokenizer
-from tagrpo.miniworld.warmstart import TinyModelConfig, build_model, save_policy
+from tagrpo.splits.training_set import TrainQuestion
+from tagrpo.training.warmstart import TinyModelConfig, build_model, save_policy
 
 PROBLEMS = [
     MiniProblem(3, (5, -1)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tagrpo.config.params import Params, merged_with_profile, validate_params
-from tagrpo.pipeline.paths import project_root
+from tagrpo.plumbing.paths import project_root
 from tagrpo.verl_ext.overrides import RunPaths, VerlRun
 
 ROOT = project_root()

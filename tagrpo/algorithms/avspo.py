@@ -37,7 +37,7 @@ from tagrpo.algorithms.advantages import (
     group_moments,
     normalize_with_stats,
 )
-from tagrpo.config.model import ConfigModel, Field
+from tagrpo.plumbing.config_model import ConfigModel, Field
 
 AVSPO_TRIGGERS = ("adaptive", "always", "batch")
 

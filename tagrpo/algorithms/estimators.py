@@ -28,7 +28,7 @@ from tagrpo.algorithms.advantages import EstimatorOutput, grpo_advantages
 from tagrpo.algorithms.avspo import AdaptiveThreshold, AVSPOConfig, avspo_estimator
 
 if TYPE_CHECKING:
-    from tagrpo.config.model import ConfigModel
+    from tagrpo.plumbing.config_model import ConfigModel
 
 
 # (rewards, group ids, number of groups, epsilon, settings, state) -> EstimatorOutput

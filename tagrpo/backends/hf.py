@@ -18,7 +18,7 @@ from transformers import DynamicCache
 from tagrpo.backends.base import Completion, Messages, SamplingParams
 from tagrpo.backends.decoding import COMPACT_SHARE, decode
 from tagrpo.backends.kv_cache import sampling_cache
-from tagrpo.pipeline.progress import bar
+from tagrpo.plumbing.progress import bar
 
 PROGRESS_MIN_SEQUENCES = 2048
 

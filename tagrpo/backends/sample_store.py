@@ -45,7 +45,7 @@ DEFAULT_DIR = ".cache/samples"
 def default_store_dir() -> Path:
     """``$TAGRPO_SAMPLE_STORE`` or ``.cache/samples`` in the user's checkout (not a dvc exp
     temporary copy, which is deleted with the failed experiment)."""
-    from tagrpo.pipeline.paths import home_root, resolve_path
+    from tagrpo.plumbing.paths import home_root, resolve_path
 
     configured = os.environ.get(STORE_ENV)
     return resolve_path(configured or DEFAULT_DIR, base=home_root())

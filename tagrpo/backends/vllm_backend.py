@@ -147,7 +147,7 @@ def _stop_worker(process: subprocess.Popen, grace_s: float = 60.0) -> None:
     import signal
     import time
 
-    from tagrpo.pipeline.procfs import group_members
+    from tagrpo.plumbing.procfs import group_members
 
     deadline = time.monotonic() + grace_s
     if process.poll() is None:

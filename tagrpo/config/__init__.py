@@ -1,6 +1,7 @@
-"""Typed configuration: one pydantic model per params.yaml section.
+"""Typed configuration: one pydantic model per params.yaml section (the base class,
+``ConfigModel``, is :mod:`tagrpo.plumbing.config_model`; ``common.grading`` is declared in
+:mod:`tagrpo.grading.settings`, beside its grader).
 
-model        the base class (unknown keys rejected, immutable) and the ``*_env`` / secret checks
 common       ``common`` and ``runs`` (which methods and seeds the DAG trains)
 data         ``data``
 base_model   ``base_model``

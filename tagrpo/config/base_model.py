@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import field_validator, model_validator
 
-from tagrpo.config.model import ConfigModel, Field
+from tagrpo.plumbing.config_model import ConfigModel, Field
 
 WARMSTART_FAMILIES = ("expr", "words", "imperative", "story")
 WARMSTART_STRATEGIES = ("forward", "backward")  # tagrpo.miniworld.tasks.STRATEGIES

@@ -6,7 +6,8 @@ from typing import Any
 
 from pydantic import field_validator, model_validator
 
-from tagrpo.config.model import ConfigModel, Field
+from tagrpo.grading.settings import GradingSettings
+from tagrpo.plumbing.config_model import ConfigModel, Field
 
 
 def check_chain_lengths(weights: dict[int, float]) -> dict[int, float]:
@@ -25,20 +26,6 @@ class TrackingSettings(ConfigModel):
         description="SQLite file in the checkout, or a server URL; MLFLOW_TRACKING_URI wins",
     )
     experiment: str = Field(min_length=1, description="MLflow experiment name")
-
-
-class GradingSettings(ConfigModel):
-    workers: int = Field(ge=1, le=256, description="grading processes")
-    # CPU time, not wall time: a verdict must not depend on how busy the machine is.
-    item_timeout_s: float = Field(
-        gt=0, le=600, description="CPU-seconds per graded answer (extraction included)"
-    )
-    kill_grace_s: float = Field(
-        ge=0, le=600, description="extra CPU-seconds before a stuck worker is killed"
-    )
-    wall_timeout_s: float | None = Field(
-        gt=0, description="wall-clock backstop per item (null = 3 x item_timeout_s + 10)"
-    )
 
 
 class MiniWorldSettings(ConfigModel):
@@ -237,13 +224,13 @@ class RunsSettings(ConfigModel):
 
     def policies(self) -> list[str]:
         """Every trained policy, ``<method>-s<seed>``."""
-        from tagrpo.pipeline.layout import policy_name
+        from tagrpo.plumbing.layout import policy_name
 
         return [policy_name(m, seed) for m in self.all_methods() for seed in self.seeds_of(m)]
 
     def scaling_policies(self) -> list[str]:
         """The data-scaling runs' policies, ``<method>_data<m>x-s<seed>``."""
-        from tagrpo.pipeline.layout import policy_name
+        from tagrpo.plumbing.layout import policy_name
 
         scaling = self.data_scaling
         return [

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import field_validator, model_validator
 
 from tagrpo.config.common import check_chain_lengths
-from tagrpo.config.model import ConfigModel, Field
+from tagrpo.plumbing.config_model import ConfigModel, Field
 
 PHRASING_FAMILIES = ("expr", "words", "imperative", "story", "unseen")
 

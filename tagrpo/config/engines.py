@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import field_validator, model_validator
 
-from tagrpo.config.model import ConfigModel, EnvVarName, Field
+from tagrpo.plumbing.config_model import ConfigModel, EnvVarName, Field
 
 # The device each rollout engine serves on (verl 0.9.1): vLLM and SGLang need CUDA; ``hf`` is
 # the project's CPU engine (tagrpo/verl_ext/hf_rollout.py).

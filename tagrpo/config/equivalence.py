@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import model_validator
 
-from tagrpo.config.model import ConfigModel, Field
 from tagrpo.config.rephrase import EndpointConfig
+from tagrpo.plumbing.config_model import ConfigModel, Field
 
 
 class StructuralConfig(ConfigModel):

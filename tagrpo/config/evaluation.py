@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import field_validator, model_validator
 
-from tagrpo.config.model import ConfigModel, Field
+from tagrpo.plumbing.config_model import ConfigModel, Field
 
 
 class EvaluateSettings(ConfigModel):

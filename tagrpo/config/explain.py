@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic.fields import FieldInfo
 
-from tagrpo.config.model import ConfigModel
 from tagrpo.config.params import Params, load_config
+from tagrpo.plumbing.config_model import ConfigModel
 
 
 def _bounds(info: FieldInfo) -> str:

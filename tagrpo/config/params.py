@@ -25,10 +25,10 @@ from tagrpo.config.data import DataSettings
 from tagrpo.config.engines import HFEngineSettings, VerlSettings, VLLMEngineSettings
 from tagrpo.config.equivalence import CheckEquivalenceSettings
 from tagrpo.config.evaluation import DiagnosticsSettings, EvaluateSettings, ReportSettings
-from tagrpo.config.model import REDACTED, ConfigModel, redact_secrets, secret_shaped_leaves
 from tagrpo.config.rephrase import RephraseSettings
 from tagrpo.config.runtime import RuntimeSettings
 from tagrpo.config.train import LocalBackendSettings, TrainSettings
+from tagrpo.plumbing.config_model import REDACTED, ConfigModel, redact_secrets, secret_shaped_leaves
 
 SectionT = TypeVar("SectionT", bound=ConfigModel)
 
@@ -199,7 +199,7 @@ class Params(ConfigModel):
 
 def default_params_path() -> Path:
     """params.yaml of the project the process runs in (the current directory's checkout)."""
-    from tagrpo.pipeline.paths import project_root
+    from tagrpo.plumbing.paths import project_root
 
     return project_root() / "params.yaml"
 

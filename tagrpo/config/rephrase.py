@@ -9,7 +9,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import model_validator
 
-from tagrpo.config.model import ConfigModel, EnvVarName, Field
+from tagrpo.plumbing.config_model import ConfigModel, EnvVarName, Field
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"  # the openai client's default
 
@@ -92,7 +92,7 @@ class RephraseSettings(ConfigModel):
         "all); at least train.questions",
     )
     template: str = Field(
-        min_length=1, description="built-in prompt (tagrpo/rephrase/templates.py)"
+        min_length=1, description="built-in prompt (tagrpo/data/rephrase_templates.py)"
     )
     template_file: str | None = Field(description="or a text file with your own prompt")
     requests: Literal["per_variant", "choices", "numbered"] = Field(
@@ -110,7 +110,7 @@ class RephraseSettings(ConfigModel):
     @model_validator(mode="after")
     def _template(self) -> RephraseSettings:
         if self.template_file is None:
-            from tagrpo.rephrase.templates import TEMPLATES
+            from tagrpo.data.rephrase_templates import TEMPLATES
 
             if self.template not in TEMPLATES:
                 raise ValueError(

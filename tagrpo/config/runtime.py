@@ -7,7 +7,7 @@ comes out the same whatever its value (docs/design.md, "What a stage depends on"
 
 from __future__ import annotations
 
-from tagrpo.config.model import ConfigModel, Field
+from tagrpo.plumbing.config_model import ConfigModel, Field
 
 
 class VerlRuntimeSettings(ConfigModel):

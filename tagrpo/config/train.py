@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError, field_validator, model_validator
 
-from tagrpo.config.model import ConfigModel, Field
+from tagrpo.plumbing.config_model import ConfigModel, Field
 
 EPSILON = 1e-6  # verl's: A = (R - mean) / (std + 1e-6)
 

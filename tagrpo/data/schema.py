@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 if TYPE_CHECKING:  # pandas loads only when a frame is built (`to_pandas`): params checks stay fast
-    import pandas as pd
+    pass
 
 ANSWER_KINDS = ("math", "multiple_choice")
 
@@ -102,18 +102,6 @@ class LoadResult:
             "kept": len(self.questions),
             "rejected": len(self.rejections),
         }
-
-
-def questions_frame(questions: list[Question]) -> pd.DataFrame:
-    """Questions as a DataFrame with exactly the :data:`QUESTION_SCHEMA` columns."""
-    records = [question.to_record() for question in questions]
-    table = pa.Table.from_pylist(records, schema=QUESTION_SCHEMA)
-    return table.to_pandas()
-
-
-def rejections_frame(rejections: list[Rejection]) -> pd.DataFrame:
-    records = [asdict(rejection) for rejection in rejections]
-    return pa.Table.from_pylist(records, schema=REJECTION_SCHEMA).to_pandas()
 
 
 def write_questions(questions: list[Question], path: str) -> None:

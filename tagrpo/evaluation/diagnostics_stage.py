@@ -1,10 +1,11 @@
 """The ``diagnostics`` stage's work: probe the base policy and each checkpoint of
-``diagnostics.policies``, then tabulate gradient vanishing and diversity (Figures 3 and 4)."""
+``diagnostics.policies``, then tabulate gradient vanishing and diversity (Figures 3 and 4); the
+stage renders the tables with :mod:`tagrpo.report.vanishing_diversity`."""
 
 from __future__ import annotations
 
-import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +14,6 @@ import pandas as pd
 from tagrpo.backends.base import SamplingParams
 from tagrpo.backends.factory import make_stored_backend
 from tagrpo.config.params import Params
-from tagrpo.data.training_set import load_training_questions
 from tagrpo.equivalence.similarity import SimilarityScorer
 from tagrpo.evaluation.vanishing_diversity import (
     diversity_comparison,
@@ -24,7 +24,7 @@ from tagrpo.evaluation.vanishing_diversity import (
     zero_gradient_rows,
 )
 from tagrpo.grading.grade_fn import grade_fn_for
-from tagrpo.report.vanishing_diversity import diagnostics_figure, diagnostics_section
+from tagrpo.splits.training_set import load_training_questions
 
 if TYPE_CHECKING:
     from tagrpo.backends.sample_store import SampleStore
@@ -57,15 +57,6 @@ def checkpoints_to_probe(config: Params, root: Path) -> list[tuple[str, str, Pat
     return found
 
 
-def figure_link() -> str:
-    """The figure's path as seen from the report (the section is included into report.md)."""
-
-    from tagrpo.pipeline.layout import diagnostics_outputs, report_outputs
-
-    report_dir = report_outputs()["report"].parent
-    return Path(os.path.relpath(diagnostics_outputs()["figure"], report_dir)).as_posix()
-
-
 def _with_base_per_policy(frame: pd.DataFrame, policies: list[str]) -> pd.DataFrame:
     """The base point belongs to every policy's curve (the paper's "Base")."""
     base = frame[frame["policy"] == BASE_LABEL]
@@ -75,12 +66,23 @@ def _with_base_per_policy(frame: pd.DataFrame, policies: list[str]) -> pd.DataFr
     return merged.sort_values("policy", key=lambda s: s.map(order), kind="stable")
 
 
+@dataclass(frozen=True)
+class Diagnostics:
+    """What the stage measured: its metrics and the tables its figure and section show."""
+
+    metrics: dict[str, Any]
+    zero_gradient: pd.DataFrame
+    distances: pd.DataFrame
+    comparisons: pd.DataFrame
+    questions: int
+
+
 def run_diagnostics(
     config: Params, root: Path, out: dict[str, Path], store: SampleStore | None = None
-) -> dict[str, Any]:
-    """Probe every checkpoint; write ``out`` (samples, zero_gradient, distances, comparisons,
-    figure, section); return the metrics. With a ``store``, each checkpoint's samples are saved
-    per phrasing as they are drawn and reused by a rerun (see
+) -> Diagnostics:
+    """Probe every checkpoint; write ``out``'s tables (samples, zero_gradient, distances,
+    comparisons); return them with the metrics. With a ``store``, each checkpoint's samples
+    are saved per phrasing as they are drawn and reused by a rerun (see
     :mod:`tagrpo.backends.sample_store`)."""
     import torch  # heavy: loaded only when the stage runs
 
@@ -143,21 +145,8 @@ def run_diagnostics(
     zero_gradient.to_csv(out["zero_gradient"], index=False)
     spread_all.to_csv(out["distances"], index=False)
     compared.to_csv(out["comparisons"], index=False)
-    diagnostics_figure(zero_gradient, spread_all, out["figure"])
-    out["section"].write_text(
-        diagnostics_section(
-            zero_gradient,
-            compared,
-            figure_link(),
-            questions=len(questions),
-            group_size=group,
-            n_neighbours=neighbours,
-            embedding_model=settings.embedding.model,
-        )
-        + "\n"
-    )
     metrics["seconds"] = time.perf_counter() - started
     metrics["checkpoints_probed"] = float(len(probes))
     if store is not None:
         metrics.update(store.counts())
-    return metrics
+    return Diagnostics(metrics, zero_gradient, spread_all, compared, len(questions))

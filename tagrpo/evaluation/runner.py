@@ -24,7 +24,7 @@ from tagrpo.metrics.passk import pass_at_k_table
 from tagrpo.miniworld.dataset import SOURCE as MINIWORLD_SOURCE
 from tagrpo.miniworld.dataset import problem_from_meta
 from tagrpo.miniworld.strategy import strategy_of
-from tagrpo.pipeline.progress import labelled
+from tagrpo.plumbing.progress import labelled
 
 if TYPE_CHECKING:
     from tagrpo.backends.sample_store import SampleStore

@@ -40,11 +40,11 @@ import numpy as np
 import pandas as pd
 
 from tagrpo.backends.base import GenerationBackend, SamplingParams
-from tagrpo.data.training_set import TrainQuestion
 from tagrpo.grading.types import GradeFn
 from tagrpo.metrics.compare import Estimate, mean_difference_interval, sign_test_p
 from tagrpo.metrics.diversity import EmbedFn, mean_pairwise_cosine_distance
-from tagrpo.pipeline.progress import labelled
+from tagrpo.plumbing.progress import labelled
+from tagrpo.splits.training_set import TrainQuestion
 
 GROUPINGS = ("original", "neighbour_each", "neighbours", "original_NG", "joint", "original_N1G")
 # (first, second): the comparisons reported, first - second, paired over questions.

@@ -48,24 +48,6 @@ def brace_pairs(text: str) -> dict[int, int]:
     return pairs
 
 
-def _matching_brace(text: str, open_index: int) -> int | None:
-    """Index of the ``}`` closing the ``{`` at ``open_index``, or None if unbalanced.
-
-    One scan from ``open_index``: callers that need many pairs of one text use
-    :func:`brace_pairs` instead, which stays linear.
-    """
-    depth = 0
-    for token in _BRACE_TOKEN.finditer(text, open_index):
-        char = token.group()
-        if char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                return token.start()
-    return None
-
-
 def _iter_box_spans(text: str) -> Iterator[tuple[int, int, int]]:
     """``(start, open_index, close_index)`` of every balanced box, in text order."""
     if "box" not in text:  # most reference texts and many responses: no scan at all

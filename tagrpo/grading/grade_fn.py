@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 
-from tagrpo.config.common import GradingSettings
 from tagrpo.grading.pool import GradingPool
+from tagrpo.grading.settings import GradingSettings
 from tagrpo.grading.types import GradeFn, GradeItem
 
 

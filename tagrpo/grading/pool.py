@@ -65,7 +65,7 @@ from tagrpo.grading import verify  # called through the module: a test's patch o
 from tagrpo.grading.kinds import ANSWER_KINDS
 from tagrpo.grading.types import GradeItem
 from tagrpo.grading.verify import WARM_UP_ON_IMPORT_ENV, GradeResult
-from tagrpo.pipeline.procfs import proc_stat
+from tagrpo.plumbing.procfs import proc_stat
 
 _PRELOAD = ["tagrpo.grading.verify"]
 # A grader for an answer kind beyond ANSWER_KINDS: (response, gold) -> (correct, pred, reason).

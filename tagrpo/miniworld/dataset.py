@@ -2,7 +2,7 @@
 
 The training split, the data-scaling pool and every benchmark are disjoint by arithmetic
 (start and changes), and the warm-start corpus excludes all of them
-(:func:`tagrpo.miniworld.base_policy.warm_start_policy` reads their keys from the data stage's
+(:func:`tagrpo.training.base_policy.warm_start_policy` reads their keys from the data stage's
 outputs). Each question's ``meta`` carries the structured problem, so any phrasing of it can
 be rendered again downstream.
 """

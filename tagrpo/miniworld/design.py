@@ -125,7 +125,7 @@ def forced(
 
 def forced_table(rows: Sequence[Forced]) -> str:
     """A markdown table of :class:`Forced` rows (percentages)."""
-    from tagrpo.report.markdown import markdown_table
+    from tagrpo.plumbing.markdown import markdown_table
 
     def pct(value: float) -> str:
         return "n/a" if np.isnan(value) else f"{100 * value:.1f}"

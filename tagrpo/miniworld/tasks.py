@@ -15,7 +15,7 @@ Both paths fail the same way: at a *misread* step the solver applies the change 
 sign (``20 - 4 = 24.``), and the rest of the chain goes on from that total. Which steps a path
 misreads is a habit of the warm-start corpus that depends on the phrasing family and on the
 step's content (its sign and size, :func:`step_class`), symmetrically for the two paths
-(:mod:`tagrpo.miniworld.warmstart`). Longer chains hold more steps to misread, so they are
+(:mod:`tagrpo.training.warmstart`). Longer chains hold more steps to misread, so they are
 harder without any separate rule: the competition benchmark is the training distribution's
 chains made longer.
 

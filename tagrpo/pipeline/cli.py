@@ -34,9 +34,9 @@ from typing import Any
 from tagrpo.data.sources.registry import answer_kind_for
 from tagrpo.grading import pool as grading_pool
 from tagrpo.grading.kinds import ANSWER_KINDS
-from tagrpo.pipeline.paths import project_root
 from tagrpo.pipeline.plots import dvc_plots
-from tagrpo.pipeline.verify import restore_command, stale_lock_entries, verify_outputs
+from tagrpo.plumbing.paths import project_root
+from tagrpo.plumbing.verify import restore_command, stale_lock_entries, verify_outputs
 
 # --- grade -----------------------------------------------------------------------------------
 
@@ -270,7 +270,7 @@ def _cmd_params_apply(args: argparse.Namespace) -> int:
         kept_from_earlier_profile,
     )
     from tagrpo.pipeline.runtime import other_dvc_runs
-    from tagrpo.pipeline.verify import prune_lock
+    from tagrpo.plumbing.verify import prune_lock
 
     target = Path(args.params) if args.params else default_params_path()
     running = other_dvc_runs(target.resolve().parent)
@@ -330,7 +330,7 @@ def _cmd_params_check(args: argparse.Namespace) -> int:
 
 def _cmd_params_explain(args: argparse.Namespace) -> int:
     from tagrpo.config.explain import explain
-    from tagrpo.config.model import redact_secrets
+    from tagrpo.plumbing.config_model import redact_secrets
 
     try:
         print(redact_secrets(explain(args.key, args.file)))
@@ -391,7 +391,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         latest_evaluations,
         render,
     )
-    from tagrpo.pipeline.tracking import checkout_id, tracking_uri
+    from tagrpo.plumbing.tracking import checkout_id, tracking_uri
 
     config = _checkout_config()
     settings = config.common.tracking if config is not None else None
@@ -446,7 +446,7 @@ def _cmd_plots(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from tagrpo.pipeline.dvc_stages import load_stages
+    from tagrpo.plumbing.dvc_stages import load_stages
 
     root = project_root()
     # The pipeline under the current params: dvc.lock keeps the entries of stages the params

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tagrpo.config.model import mask_key_shapes
-from tagrpo.pipeline.paths import home_root
-from tagrpo.pipeline.procfs import proc_stat, process_alive
-from tagrpo.pipeline.tracking import (
+from tagrpo.plumbing.config_model import mask_key_shapes
+from tagrpo.plumbing.paths import home_root
+from tagrpo.plumbing.procfs import proc_stat, process_alive
+from tagrpo.plumbing.tracking import (
     CHECKOUT_TAG,
     PARENT_RUN_ENV,
     checkout_id,
@@ -47,7 +47,7 @@ from tagrpo.pipeline.tracking import (
     model_label,
     safe_tags,
 )
-from tagrpo.pipeline.verify import lock_entry_matches
+from tagrpo.plumbing.verify import lock_entry_matches
 
 # mlflow is imported inside the functions that use it (heavy; a stage imports this module).
 

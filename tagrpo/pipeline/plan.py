@@ -35,7 +35,6 @@ from typing import Any
 
 import yaml
 
-from tagrpo.pipeline.dvc_stages import ExpandedStage, expand_stages
 from tagrpo.pipeline.rerun import (
     RerunRequest,
     changed_leaves,
@@ -44,6 +43,7 @@ from tagrpo.pipeline.rerun import (
     resolve_params,
     topological,
 )
+from tagrpo.plumbing.dvc_stages import ExpandedStage, expand_stages
 
 PARAMS_FILE = "params.yaml"
 
@@ -183,12 +183,12 @@ ALWAYS_CHANGED = "always changed"
 def predicted_outputs(stage: ExpandedStage, params: Mapping[str, Any]) -> dict[str, bytes]:
     """The bytes an always-changed stage will write, per output, where known without running it:
     the preflight stage's params.ok (constant text) and inputs.json (the benchmark files'
-    manifest under ``params``, :mod:`tagrpo.data.inputs`). Other outputs: not listed."""
+    manifest under ``params``, :mod:`tagrpo.splits.inputs`). Other outputs: not listed."""
     if stage.stage != "preflight":
         return {}
     from tagrpo.config.params import validate_params
-    from tagrpo.data.inputs import PARAMS_OK, input_manifest, manifest_text
-    from tagrpo.pipeline.layout import preflight_outputs
+    from tagrpo.plumbing.layout import preflight_outputs
+    from tagrpo.splits.inputs import PARAMS_OK, input_manifest, manifest_text
 
     outputs = preflight_outputs()
     manifest = input_manifest(validate_params(params, "plan"))
@@ -394,7 +394,7 @@ def render_cost(
     """``tagrpo plan --cost``: memory per card and the GPU-hours, tokens and disk of every
     training, evaluation and the diagnostics of the DAG under ``request``'s params, the host
     RAM and the API calls (:func:`cost_plan`)."""
-    from tagrpo.rephrase.templates import load_template
+    from tagrpo.data.rephrase_templates import load_template
     from tagrpo.verl_ext.cost import (
         MATH_QUESTION_CHARS,
         api_usage,

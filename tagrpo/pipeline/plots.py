@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tagrpo.pipeline.paths import project_root
+from tagrpo.plumbing.paths import project_root
 from tagrpo.report.palette import CHANCE_COLOUR, CHANCE_DASH, method_colours
 
 TEMPLATE_DIR = Path(".dvc") / "plots"

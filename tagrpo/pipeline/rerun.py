@@ -31,7 +31,6 @@ from typing import Any
 
 import yaml
 
-from tagrpo.config.model import mask_key_shapes
 from tagrpo.config.params import (
     ConfigError,
     apply_overrides,
@@ -40,8 +39,9 @@ from tagrpo.config.params import (
     read_yaml_mapping,
     validate_params,
 )
-from tagrpo.pipeline.dvc_stages import pipeline_outputs
-from tagrpo.pipeline.verify import prune_lock
+from tagrpo.plumbing.config_model import mask_key_shapes
+from tagrpo.plumbing.dvc_stages import pipeline_outputs
+from tagrpo.plumbing.verify import prune_lock
 
 CURRENT_PROFILE = "current"  # params.yaml as it is in the checkout
 RUNS_DIR = Path(".tagrpo") / "runs"

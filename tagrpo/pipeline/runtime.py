@@ -42,12 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.config.params import Params
-from tagrpo.pipeline.layout import Outputs
 from tagrpo.pipeline.parent_run import dvc_arguments
-from tagrpo.pipeline.paths import project_root
-from tagrpo.pipeline.procfs import pid_alive, proc_stat, process_alive, started_at
 from tagrpo.pipeline.stage_run import stage_run
-from tagrpo.pipeline.tracking import TrackingError, log_metrics
+from tagrpo.plumbing.layout import Outputs
+from tagrpo.plumbing.paths import project_root
+from tagrpo.plumbing.procfs import pid_alive, proc_stat, process_alive, started_at
+from tagrpo.plumbing.tracking import TrackingError, log_metrics
 
 STATE_DIR = ".tagrpo"
 _PR_SET_PDEATHSIG = 1
@@ -234,7 +234,7 @@ TRACEBACK_FLAG = "--traceback"
 def user_errors() -> tuple[type[BaseException], ...]:
     """The exception types a user's mistake raises, which print as one line."""
     from tagrpo.config.params import ConfigError
-    from tagrpo.pipeline.verify import OutputCorruptedError
+    from tagrpo.plumbing.verify import OutputCorruptedError
 
     return (
         ConfigError,
@@ -290,7 +290,7 @@ def run_main(main: Any, stage: str, argv: list[str] | None = None) -> None:
 def user_message(error: BaseException) -> str:
     """A user error as printed: its type and whole message (a params error lists every
     problem), key-shaped parts redacted."""
-    from tagrpo.config.model import mask_key_shapes
+    from tagrpo.plumbing.config_model import mask_key_shapes
 
     return mask_key_shapes(f"{type(error).__name__}: {error}")
 

@@ -68,13 +68,13 @@ class Neutral:
 # these modules, so they and what only they load are no stage's deps.
 RESULT_NEUTRAL: dict[str, Neutral] = {
     # The report writes git_state() (the commit) into report.md: code of that stage.
-    "tagrpo/pipeline/tracking.py": Neutral(
+    "tagrpo/plumbing/tracking.py": Neutral(
         "MLflow: the store, runs, tags, logged metrics", except_for=("stages.report",)
     ),
     "tagrpo/pipeline/stage_run.py": Neutral("one MLflow run per stage execution"),
     "tagrpo/pipeline/parent_run.py": Neutral("the pipeline's MLflow parent run"),
-    "tagrpo/pipeline/tracking_assets.py": Neutral("models and datasets logged to MLflow"),
-    "tagrpo/pipeline/progress.py": Neutral("progress bars on stderr"),
+    "tagrpo/plumbing/tracking_assets.py": Neutral("models and datasets logged to MLflow"),
+    "tagrpo/plumbing/progress.py": Neutral("progress bars on stderr"),
     "tagrpo/verl_ext/dry_run.py": Neutral("--dry-run: prints the verl command, trains nothing"),
     "tagrpo/verl_ext/cost.py": Neutral(
         "the preflight's memory and cost arithmetic: refuses a run, never changes one"

@@ -1,7 +1,7 @@
 """One MLflow run per stage execution, nested under the pipeline's parent run.
 
 :func:`stage_run` opens the run :func:`tagrpo.pipeline.runtime.running_stage` wraps a stage in:
-tagged as :mod:`tagrpo.pipeline.tracking` describes, nested under the run of
+tagged as :mod:`tagrpo.plumbing.tracking` describes, nested under the run of
 :func:`tagrpo.pipeline.parent_run.parent_run_for_stage` (the Prefect flow's or dvc's), and
 ended FINISHED, FAILED or KILLED with the stage. It lives apart from ``tracking`` so that the
 parent run can use the store's helpers without the two modules importing each other.
@@ -15,10 +15,10 @@ import socket
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from tagrpo.config.model import mask_key_shapes
-from tagrpo.pipeline.dvc_stages import deps_hash
 from tagrpo.pipeline.parent_run import ERROR_TAG, EXIT_CODE_TAG, parent_run_for_stage
-from tagrpo.pipeline.tracking import (
+from tagrpo.plumbing.config_model import mask_key_shapes
+from tagrpo.plumbing.dvc_stages import deps_hash
+from tagrpo.plumbing.tracking import (
     CHECKOUT_TAG,
     KEY_PARAMS,
     PARAMS_ARTIFACT,
@@ -179,7 +179,7 @@ def _tracking_settings() -> tuple[Any, bool, str | None, str]:
     """(the validated params or None, tracking enabled, store, experiment): from params.yaml,
     or as far as a file that does not validate tells them (else the defaults)."""
     from tagrpo.config.params import load_config, read_yaml_mapping
-    from tagrpo.pipeline.paths import project_root
+    from tagrpo.plumbing.paths import project_root
 
     try:
         config = load_config()

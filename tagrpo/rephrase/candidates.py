@@ -18,10 +18,10 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tagrpo.data.rephrase_templates import RephraseTemplate
 from tagrpo.data.schema import Question
 from tagrpo.rephrase.cache import cache_key
 from tagrpo.rephrase.parse import parse_reply
-from tagrpo.rephrase.templates import RephraseTemplate
 
 REQUEST_MODES = ("per_variant", "choices", "numbered")
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.config.rephrase import RephraseSettings
+from tagrpo.data.rephrase_templates import RephraseTemplate, load_template
 from tagrpo.data.schema import Question
 from tagrpo.rephrase.cache import ReplyCache
 from tagrpo.rephrase.candidates import (
@@ -41,7 +42,6 @@ from tagrpo.rephrase.candidates import (
 from tagrpo.rephrase.local_backend import HFRephraser
 from tagrpo.rephrase.openai_backend import ChatRequest, ChatRunner
 from tagrpo.rephrase.rules import rule_candidates
-from tagrpo.rephrase.templates import RephraseTemplate, load_template
 
 BACKENDS = ("rules", "openai", "hf")
 

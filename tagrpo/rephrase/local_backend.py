@@ -18,10 +18,10 @@ from typing import Any
 from tagrpo.backends.base import SamplingParams
 from tagrpo.backends.models import load_causal_lm, resolve
 from tagrpo.config.rephrase import LocalRephraseModel
+from tagrpo.data.rephrase_templates import RephraseTemplate
 from tagrpo.data.schema import Question
 from tagrpo.rephrase.cache import ReplyCache
 from tagrpo.rephrase.candidates import Candidate, candidates_from_reply, plan_requests
-from tagrpo.rephrase.templates import RephraseTemplate
 
 
 def model_fingerprint(source: Any) -> str:

@@ -256,7 +256,7 @@ class ChatRunner:
             # would spend the other in-flight requests' time limits on that wait.
             writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reply-cache")
             done = 0
-            from tagrpo.pipeline.progress import bar
+            from tagrpo.plumbing.progress import bar
 
             shown = bar(len(pending), f"{self.config.model}: requests", unit="req")
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from tagrpo.config.rephrase import RephraseSettings
-from tagrpo.pipeline.paths import home_root, resolve_path
+from tagrpo.plumbing.paths import home_root, resolve_path
 from tagrpo.rephrase.cache import ReplyCache
 
 CACHE_FILE = "replies.sqlite"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tagrpo.report.markdown import markdown_table
+from tagrpo.plumbing.markdown import markdown_table
 
 LOG_RATIO = "anchoring/log_ratio_"
 BANDS = (("p1", "p99", 0.12), ("p5", "p95", 0.25))  # (low, high, opacity)
@@ -33,7 +33,7 @@ def load_anchoring_histories(root: Path, policies: list[str]) -> dict[str, pd.Da
     """``{policy: per-step anchoring columns}`` for the policies whose method samples
     rephrasings (``plots/train/<policy>.csv``); an error naming a missing file or column."""
     from tagrpo.algorithms import get_method
-    from tagrpo.pipeline.layout import train_outputs
+    from tagrpo.plumbing.layout import train_outputs
     from tagrpo.report.plot_data import split_policy
 
     histories = {}

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from tagrpo.config.params import Params
-from tagrpo.pipeline.layout import (
+from tagrpo.plumbing.layout import (
     BASE_POLICY,
     base_model_outputs,
     check_equivalence_outputs,
@@ -24,6 +24,7 @@ from tagrpo.pipeline.layout import (
     policy_name,
     report_outputs,
 )
+from tagrpo.plumbing.markdown import markdown_table
 from tagrpo.report.anchoring import anchoring_figure, load_anchoring_histories
 from tagrpo.report.chance import multiple_choice_options
 from tagrpo.report.claims import FAMILY_SIZE
@@ -36,7 +37,7 @@ from tagrpo.report.inputs import (
     read_passk,
     training_histories,
 )
-from tagrpo.report.markdown import markdown_table, passk_curves, passk_long_table, table1
+from tagrpo.report.markdown import passk_curves, passk_long_table, table1
 from tagrpo.report.paper_section import chance_section, paper_sections
 from tagrpo.report.statistics_section import statistics_sections
 from tagrpo.report.training import load_training_summaries, reward_figure, training_section

@@ -63,7 +63,7 @@ from tagrpo.metrics.compare import (
     t_interval,
     widening,
 )
-from tagrpo.report.markdown import markdown_table
+from tagrpo.plumbing.markdown import markdown_table
 
 TA = "ta_grpo"
 ALPHA = 0.05
@@ -209,7 +209,7 @@ def seeds_label(estimate: Estimate) -> str:
 
 def load_policy_runs(root: Path, policies: Sequence[str], ks: Sequence[int]) -> SeedRuns:
     """Per-problem pass@k of the given policies (one method's seeds), from their evaluations."""
-    from tagrpo.pipeline.layout import evaluate_outputs
+    from tagrpo.plumbing.layout import evaluate_outputs
 
     counts = []
     for policy in policies:
@@ -225,7 +225,7 @@ def load_seed_runs(
 ) -> dict[str, SeedRuns]:
     """Each method's per-problem pass@k over its seeds (``seeds[method]``), from
     ``evals/<method>-s<seed>``."""
-    from tagrpo.pipeline.layout import policy_name
+    from tagrpo.plumbing.layout import policy_name
 
     return {
         method: load_policy_runs(

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from tagrpo.report.markdown import markdown_table
+from tagrpo.plumbing.markdown import markdown_table
 
 COLUMNS = ("criterion", "requirement", "measured", "verdict")
 
@@ -67,7 +67,7 @@ def recomputed_rows(root: Path, harder: Sequence[str] = ()) -> pd.DataFrame:
     report), with the bands of its pre-registration; plus the ``harder`` groups' bands."""
     import tempfile
 
-    from tagrpo.pipeline.layout import BASE_POLICY
+    from tagrpo.plumbing.layout import BASE_POLICY
     from tagrpo.report import validity
     from tagrpo.report.claims import load_policy_runs, load_seed_runs
     from tagrpo.report.inputs import read_passk, run_bands
@@ -166,7 +166,7 @@ def load_draws(checkouts: Mapping[str, Path]) -> Draws:
 
 
 def grpo_policies(config: Any) -> list[str]:
-    from tagrpo.pipeline.layout import policy_name
+    from tagrpo.plumbing.layout import policy_name
 
     return [policy_name("grpo", seed) for seed in config.runs.seeds_of("grpo")]
 
@@ -224,7 +224,7 @@ def gain_line(draws: Draws, grpo: Sequence[str]) -> str:
     """GRPO minus the base, pass@1, in-distribution, over the draws (the draw as the
     replicated unit; one draw: conditional on it)."""
     from tagrpo.metrics.compare import draw_paired_difference
-    from tagrpo.pipeline.layout import BASE_POLICY
+    from tagrpo.plumbing.layout import BASE_POLICY
     from tagrpo.report.claims import load_policy_runs
     from tagrpo.report.inputs import in_distribution_benchmarks
 

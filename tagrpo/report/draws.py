@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tagrpo.plumbing.markdown import markdown_table
 from tagrpo.report.draw_checkouts import (
     COLUMNS,
     Draws,
@@ -50,7 +51,6 @@ from tagrpo.report.draw_checkouts import (
     load_draws,
     shown_only,
 )
-from tagrpo.report.markdown import markdown_table
 
 
 def draw_rows(root: Path, harder: Sequence[str] = ()) -> pd.DataFrame:
@@ -58,7 +58,7 @@ def draw_rows(root: Path, harder: Sequence[str] = ()) -> pd.DataFrame:
     (``harder``: the groups to judge against the harder group's band, default
     ``report.harder_group``; the calibration compares two chain lengths)."""
     from tagrpo.config.params import load_config
-    from tagrpo.pipeline.layout import BASE_POLICY, report_outputs
+    from tagrpo.plumbing.layout import BASE_POLICY, report_outputs
     from tagrpo.report.inputs import read_passk, run_bands
     from tagrpo.report.validity_section import base_criteria
 
@@ -200,7 +200,7 @@ def calibration_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[s
     profile with one ``base_model.warmstart.seed``): the competition rule, the primary-endpoint
     rule, every acceptance row per draw and GRPO minus the base over the draws; returns the
     markdown and whether the candidate passes."""
-    from tagrpo.pipeline.layout import BASE_POLICY
+    from tagrpo.plumbing.layout import BASE_POLICY
     from tagrpo.report.inputs import read_passk
 
     draws = load_draws(checkouts)

@@ -528,7 +528,7 @@ def load_draw_inputs(config: Any, root: Path) -> DrawInputs:
     evaluations over its seeds, the base's, the data-scaling runs', the diagnostics of its
     TA-GRPO policies at their last checkpoint and the optimiser updates. A missing output of a
     run the params train is an error naming it."""
-    from tagrpo.pipeline.layout import BASE_POLICY, diagnostics_outputs, policy_name
+    from tagrpo.plumbing.layout import BASE_POLICY, diagnostics_outputs, policy_name
     from tagrpo.report.claims import load_policy_runs, load_seed_runs
     from tagrpo.report.training import load_training_summaries, updates_by_method
 

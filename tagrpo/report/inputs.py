@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from tagrpo.config.params import Params
-from tagrpo.pipeline.layout import evaluate_outputs
+from tagrpo.plumbing.layout import evaluate_outputs
 from tagrpo.report.chance import multiple_choice_options
 from tagrpo.report.family import registered_family
 from tagrpo.report.plot_data import read_policy_passk
@@ -47,7 +47,7 @@ def primary_benchmarks(config: Params) -> tuple[str, list[str]]:
 def training_histories(root: Path, policies: Sequence[str], column: str) -> list[list[float]]:
     """Each policy's per-step ``column`` from its training history (an error naming a missing
     file or column)."""
-    from tagrpo.pipeline.layout import train_outputs
+    from tagrpo.plumbing.layout import train_outputs
 
     histories = []
     for policy in policies:

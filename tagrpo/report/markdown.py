@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from tagrpo.plumbing.markdown import markdown_table
 from tagrpo.report.chance import chance_floor
 from tagrpo.report.palette import method_colour, seed_style
 from tagrpo.report.plot_data import split_policy
@@ -20,17 +21,6 @@ from tagrpo.report.style import (
     panels_with_legend,
     save,
 )
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    def cell(value: Any) -> str:
-        if isinstance(value, float):
-            return f"{value:.2f}"
-        return str(value)
-
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def percent(value: float | None) -> str:

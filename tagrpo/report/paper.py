@@ -15,7 +15,7 @@ import pandas as pd
 import yaml
 
 from tagrpo.metrics.compare import SeedRuns, chance_pass_at_k, score_with_interval
-from tagrpo.report.markdown import markdown_table
+from tagrpo.plumbing.markdown import markdown_table
 from tagrpo.report.palette import method_colour
 from tagrpo.report.style import (
     CHANCE_LABEL,

@@ -12,7 +12,8 @@ import pandas as pd
 
 from tagrpo.config.params import Params
 from tagrpo.metrics.compare import chance_pass_at_k
-from tagrpo.pipeline.layout import BASE_POLICY, policy_name, report_outputs
+from tagrpo.plumbing.layout import BASE_POLICY, policy_name, report_outputs
+from tagrpo.plumbing.markdown import markdown_table
 from tagrpo.report import paper
 from tagrpo.report.chance import (
     CHANCE_CEILING,
@@ -22,14 +23,13 @@ from tagrpo.report.chance import (
     uninformative_from,
 )
 from tagrpo.report.claims import load_policy_runs, load_seed_runs
-from tagrpo.report.markdown import markdown_table
 from tagrpo.report.training import load_training_summaries, updates_by_method, updates_of
 
 
 def paper_sections(config: Params, root: Path, out: dict[str, Path]) -> str:
     """The paper's Table 1 and Figures 5-8 (:mod:`tagrpo.report.paper`), beside its numbers
     when the base model is one of the paper's."""
-    from tagrpo.pipeline.layout import BASE_POLICY
+    from tagrpo.plumbing.layout import BASE_POLICY
 
     ks = config.evaluate.ks
     k = ks[-1]

@@ -16,10 +16,10 @@ from typing import Any
 import pandas as pd
 
 from tagrpo.config.params import Params
-from tagrpo.pipeline.layout import BASE_POLICY, evaluate_outputs, train_outputs
+from tagrpo.plumbing.layout import BASE_POLICY, evaluate_outputs, train_outputs
 from tagrpo.report.chance import chance_floor, multiple_choice_options
 
-# Roles of the report stage's outputs written here (tagrpo.pipeline.layout.report_outputs).
+# Roles of the report stage's outputs written here (tagrpo.plumbing.layout.report_outputs).
 PLOT_DATA_ROLES = ("passk_plot", "training_plot", "zero_gradient_plot", "data_scaling_plot")
 # Training-history columns kept for the curves (renamed: DVC templates address plain names).
 TRAINING_COLUMNS = {

@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from tagrpo.config.params import Params
-from tagrpo.pipeline.layout import BASE_POLICY, diagnostics_outputs, policy_name
+from tagrpo.plumbing.layout import BASE_POLICY, diagnostics_outputs, policy_name
+from tagrpo.plumbing.markdown import markdown_table
 from tagrpo.report.chance import chance_floor, multiple_choice_options
 from tagrpo.report.claims import (
     build_claims,
@@ -31,7 +32,6 @@ from tagrpo.report.inputs import (
     in_distribution_benchmarks,
     primary_benchmarks,
 )
-from tagrpo.report.markdown import markdown_table
 from tagrpo.report.training import load_training_summaries, updates_by_method, updates_of
 from tagrpo.report.validity_section import validity_section
 

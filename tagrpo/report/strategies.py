@@ -21,7 +21,7 @@ import pandas as pd
 from tagrpo.metrics.testbed import strategy_entropy
 from tagrpo.miniworld.solver import parse_problem
 from tagrpo.miniworld.strategy import strategy_of
-from tagrpo.pipeline.layout import checkpoint_name, train_outputs
+from tagrpo.plumbing.layout import checkpoint_name, train_outputs
 
 COLUMNS = ("method", "policy", "fraction", "questions", "entropy_bits")
 

@@ -59,6 +59,7 @@ from tagrpo.metrics.compare import (
     draw_score_with_interval,
     estimate_half_width,
 )
+from tagrpo.plumbing.markdown import markdown_table
 from tagrpo.report.claims import Claim, claims_table, underpowered
 from tagrpo.report.family import (
     FAMILY_SIZE,
@@ -68,7 +69,6 @@ from tagrpo.report.family import (
     family_settings,
     load_draw_inputs,
 )
-from tagrpo.report.markdown import markdown_table
 from tagrpo.report.study_checkouts import Study, parse_runs, read_study, registration_deviations
 from tagrpo.report.study_power import power_markdown
 

@@ -19,7 +19,7 @@ from tagrpo.metrics.compare import (
     draw_seed_components,
     projected_draw_half_width,
 )
-from tagrpo.report.markdown import markdown_table
+from tagrpo.plumbing.markdown import markdown_table
 
 # Part B's search (world-v3.md, "Study size"): D >= 2 draws and S >= 2 seeds per draw, capped.
 MIN_DRAWS, MAX_DRAWS, MIN_SEEDS, MAX_SEEDS = 2, 5, 2, 5
@@ -105,7 +105,7 @@ def power_markdown(checkouts: Mapping[str, Path], command: str) -> tuple[str, tu
     import yaml
 
     from tagrpo.config.params import load_config
-    from tagrpo.pipeline.layout import BASE_POLICY, policy_name
+    from tagrpo.plumbing.layout import BASE_POLICY, policy_name
     from tagrpo.report.claims import load_policy_runs
     from tagrpo.report.inputs import preregistration_line, run_bands
 

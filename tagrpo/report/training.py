@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.algorithms import get_method
-from tagrpo.report.markdown import markdown_table, percent
+from tagrpo.plumbing.markdown import markdown_table
+from tagrpo.report.markdown import percent
 
 
 def load_training_summaries(root: Path, policies: list[str]) -> dict[str, dict[str, float]]:
     """``{policy: summary}`` of the given policies (``metrics/train/<policy>.json``)."""
-    from tagrpo.pipeline.layout import train_outputs
+    from tagrpo.plumbing.layout import train_outputs
 
     summaries = {}
     for policy in policies:

@@ -60,7 +60,7 @@ from tagrpo.metrics.testbed import (
     reward_rise,
     strategy_entropy,
 )
-from tagrpo.report.markdown import markdown_table
+from tagrpo.plumbing.markdown import markdown_table
 
 ALPHA = 0.05  # V2 (and every interval: 95%)
 SEED_PLAN = (3, 5, 10, 20, 40)  # V5's power table

@@ -12,7 +12,8 @@ from typing import Any
 import pandas as pd
 
 from tagrpo.config.params import Params
-from tagrpo.pipeline.layout import BASE_POLICY, base_model_outputs, data_outputs, policy_name
+from tagrpo.plumbing.layout import BASE_POLICY, base_model_outputs, data_outputs, policy_name
+from tagrpo.plumbing.markdown import markdown_table
 from tagrpo.report.chance import multiple_choice_options
 from tagrpo.report.inputs import (
     in_distribution_benchmarks,
@@ -21,7 +22,6 @@ from tagrpo.report.inputs import (
     strategy_responses,
     training_histories,
 )
-from tagrpo.report.markdown import markdown_table
 
 
 def base_criteria(

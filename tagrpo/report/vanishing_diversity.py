@@ -3,11 +3,18 @@ size-matched controls of :mod:`tagrpo.evaluation.vanishing_diversity`)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from tagrpo.report.markdown import markdown_table, percent
+from tagrpo.plumbing.markdown import markdown_table
+from tagrpo.report.markdown import percent
+
+if TYPE_CHECKING:
+    from tagrpo.config.evaluation import DiagnosticsSettings
+    from tagrpo.evaluation.diagnostics_stage import Diagnostics
 
 # One colour per group size; rephrased sets solid, the q0 controls of the same size dashed.
 STYLES = {
@@ -186,4 +193,32 @@ def diagnostics_section(
             "",
             f"![diagnostics]({figure_link})",
         ]
+    )
+
+
+def figure_link() -> str:
+    """The figure's path as seen from the report (the section is included into report.md)."""
+
+    from tagrpo.plumbing.layout import diagnostics_outputs, report_outputs
+
+    report_dir = report_outputs()["report"].parent
+    return Path(os.path.relpath(diagnostics_outputs()["figure"], report_dir)).as_posix()
+
+
+def write_figure_and_section(
+    measured: Diagnostics, figure: Path, section: Path, settings: DiagnosticsSettings
+) -> None:
+    """The stage's figure and its report section, from what it measured."""
+    diagnostics_figure(measured.zero_gradient, measured.distances, figure)
+    section.write_text(
+        diagnostics_section(
+            measured.zero_gradient,
+            measured.comparisons,
+            figure_link(),
+            questions=measured.questions,
+            group_size=settings.group_size,
+            n_neighbours=settings.n_neighbours,
+            embedding_model=settings.embedding.model,
+        )
+        + "\n"
     )

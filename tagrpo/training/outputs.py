@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from tagrpo.pipeline.layout import checkpoint_name
+from tagrpo.plumbing.layout import checkpoint_name
 from tagrpo.training.rollout import QuestionRollout
 
 __all__ = ["DUMP_COLUMNS", "checkpoint_name", "checkpoint_steps", "rollout_frame"]

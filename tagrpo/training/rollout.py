@@ -14,8 +14,8 @@ import numpy as np
 
 from tagrpo.algorithms.methods import MethodSpec
 from tagrpo.backends.base import Completion, GenerationBackend, SamplingParams
-from tagrpo.data.training_set import TrainQuestion
 from tagrpo.grading.types import GradeFn
+from tagrpo.splits.training_set import TrainQuestion
 
 
 @dataclass

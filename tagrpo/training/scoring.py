@@ -16,7 +16,7 @@ import torch
 
 from tagrpo.algorithms.loss import token_log_probs
 from tagrpo.algorithms.methods import MethodSpec
-from tagrpo.data.training_set import TrainQuestion
+from tagrpo.splits.training_set import TrainQuestion
 
 
 def anchor_variant(spec: MethodSpec, variant: int) -> int:

@@ -18,8 +18,8 @@ import numpy as np
 
 from tagrpo.algorithms import MethodSpec, get_method
 from tagrpo.config.params import Params
-from tagrpo.data.training_set import TrainQuestion, load_training_questions
-from tagrpo.pipeline.layout import policy_name
+from tagrpo.plumbing.layout import policy_name
+from tagrpo.splits.training_set import TrainQuestion, load_training_questions
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def plan_training(
     config: Params, method: str, seed: int, data_multiple: float = 1.0, root: Path | None = None
 ) -> TrainPlan:
     """Check a run before any work: the training set must hold ``data_multiple`` x questions."""
-    from tagrpo.pipeline.paths import project_root
+    from tagrpo.plumbing.paths import project_root
 
     spec = get_method(method)
     if data_multiple < 1.0:
@@ -93,7 +93,7 @@ def plan_training(
 def extra_questions(root: Path, base: int, data_multiple: float) -> list[TrainQuestion]:
     """The data-scaling chunk for ``data_multiple``: the first ``round((m - 1) x base)``
     questions of the data stage's pool (seeded order; no rephrasings)."""
-    from tagrpo.pipeline.layout import data_outputs
+    from tagrpo.plumbing.layout import data_outputs
 
     pool = root / data_outputs()["processed"] / "extra.parquet"
     needed = round((data_multiple - 1.0) * base)
@@ -176,8 +176,8 @@ def train_local(
     from tagrpo.backends.base import SamplingParams
     from tagrpo.backends.models import load_causal_lm
     from tagrpo.grading.grade_fn import grade_fn_for
-    from tagrpo.pipeline.paths import project_root
-    from tagrpo.pipeline.progress import bar
+    from tagrpo.plumbing.paths import project_root
+    from tagrpo.plumbing.progress import bar
     from tagrpo.training.outputs import write_history_csv
     from tagrpo.training.trainer import TrainConfig, Trainer, probe_success
 

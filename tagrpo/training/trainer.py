@@ -37,9 +37,9 @@ from tagrpo.backends.models import resolve_device
 from tagrpo.config.common import CommonSettings
 from tagrpo.config.params import embedded
 from tagrpo.config.train import LocalBackendSettings, TrainSettings
-from tagrpo.data.training_set import TrainQuestion, require_neighbours
 from tagrpo.grading.types import GradeFn
-from tagrpo.pipeline.layout import checkpoint_name
+from tagrpo.plumbing.layout import checkpoint_name
+from tagrpo.splits.training_set import TrainQuestion, require_neighbours
 from tagrpo.training.outputs import checkpoint_steps, rollout_frame, save_policy_folder
 from tagrpo.training.rollout import QuestionRollout, sample_rollouts
 from tagrpo.training.schedule import warmup_cosine

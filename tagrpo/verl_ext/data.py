@@ -30,8 +30,8 @@ import pyarrow.parquet as pq
 
 from tagrpo.data.prompts import chat_messages
 from tagrpo.data.schema import QUESTION_SCHEMA, Question
-from tagrpo.data.training_set import load_training_questions
 from tagrpo.data.verl_format import write_verl_parquet
+from tagrpo.splits.training_set import load_training_questions
 
 Messages = list[dict[str, str]]
 TokenCounter = Callable[[Messages], int]

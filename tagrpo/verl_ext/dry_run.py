@@ -53,7 +53,7 @@ def dry_run_text(
     ``root`` and ``model`` are given, so the text does not depend on the checkout or on the
     base-model stage having run; the interpreter is written as ``python``.
     """
-    from tagrpo.pipeline.layout import policy_name
+    from tagrpo.plumbing.layout import policy_name
     from tagrpo.verl_ext.cost import run_lines
     from tagrpo.verl_ext.launcher import build_command
 

@@ -40,8 +40,8 @@ from tagrpo.config.common import TrackingSettings
 from tagrpo.config.engines import VerlSettings
 from tagrpo.config.params import Params
 from tagrpo.config.runtime import VerlRuntimeSettings
-from tagrpo.pipeline.dvc_stages import deps_hash
-from tagrpo.pipeline.paths import project_root
+from tagrpo.plumbing.dvc_stages import deps_hash
+from tagrpo.plumbing.paths import project_root
 from tagrpo.verl_ext.device import device_env, run_device
 from tagrpo.verl_ext.overrides import RunPaths, VerlRun, build_overrides
 from tagrpo.verl_ext.process import RUN_MARKER, private_temp_dir, remove_temp_dir, run_isolated
@@ -165,7 +165,7 @@ def planned_model(config: Params, root: Path) -> str | None:
 
 def tracking_settings(tracking: TrackingSettings) -> tuple[bool, str, str]:
     """(enabled, absolute tracking URI, experiment) from ``common.tracking``."""
-    from tagrpo.pipeline.tracking import tracking_uri
+    from tagrpo.plumbing.tracking import tracking_uri
 
     return tracking.enabled, tracking_uri(tracking.uri), tracking.experiment
 
@@ -266,7 +266,7 @@ def run_identity(
     """The fingerprint of a run's results (:func:`tagrpo.verl_ext.resume.fingerprint`): the
     train stage's DVC dependency hash, the prepared training parquet ``train_file`` and the
     overrides that decide what verl computes (``build_overrides(execution=False)``)."""
-    from tagrpo.pipeline.layout import dvc_stage_name
+    from tagrpo.plumbing.layout import dvc_stage_name
 
     dvc_name = dvc_stage_name(
         "train", method, seed, data_multiple, config.runs.one_seed_methods,
@@ -320,7 +320,7 @@ def run_training(
         print(command.shell())
         return {}
     from tagrpo.algorithms import get_method
-    from tagrpo.pipeline.tracking import log_metrics
+    from tagrpo.plumbing.tracking import log_metrics
     from tagrpo.training.outputs import write_history_csv
     from tagrpo.verl_ext.cost import check_fits
     from tagrpo.verl_ext.data import (

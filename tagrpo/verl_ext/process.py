@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from tagrpo.pipeline.procfs import pid_alive
+from tagrpo.plumbing.procfs import pid_alive
 
 # Ray's Unix sockets live under <temp>/ray/session_<date>_<pid>/sockets/...: Linux allows 107
 # bytes per socket path, so the run's temp dir must be short.

@@ -16,7 +16,7 @@ the run. So a verl run writes everything into a work area of its own,
     finished.json           verl exited 0 with the final policy exported
 
 A rerun resumes only **the same run**: the fingerprint is the stage's DVC dependency hash (code,
-data and params files the stage declares, :func:`tagrpo.pipeline.dvc_stages.deps_hash`), the
+data and params files the stage declares, :func:`tagrpo.plumbing.dvc_stages.deps_hash`), the
 prepared training parquet's bytes and the overrides that decide the run's results
 (``build_overrides(execution=False)``: not checkpoints, worker counts, logging or Ray's temp
 dir). Anything else, or ``runtime.verl.resume: false``, empties the work area first. A finished
@@ -169,11 +169,6 @@ def keep_steps(area: WorkArea, step: int) -> None:
     temporary.write_text("".join(f"{line}\n" for line in lines))
     os.replace(temporary, area.resumed_log)
     area.metrics_log.unlink(missing_ok=True)
-
-
-def resumed_lines(area: WorkArea) -> list[dict[str, Any]]:
-    """The resumed log's entries (``{"step": s, "data": {...}}``), for re-logging to MLflow."""
-    return [json.loads(line) for _, line in _log_lines(area.resumed_log)]
 
 
 def record_attempt(area: WorkArea, started_step: int, seconds: float, returncode: int) -> float:

@@ -17,7 +17,7 @@ Differences from the local copies a user should know about:
   from the local files (e.g. 674 instead of 675 OlympiadBench problems).
 * ``datasets.load_dataset`` is imported lazily so that importing this module never needs
   ``datasets`` or a network; set ``HF_DATASETS_OFFLINE=0`` / ``HF_HUB_OFFLINE=0`` (or use
-  ``tagrpo.pipeline.env.apply_offline_defaults(online=True)``) before calling.
+  ``tagrpo.plumbing.env.apply_offline_defaults(online=True)``) before calling.
 """
 
 from __future__ import annotations

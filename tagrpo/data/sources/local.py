@@ -8,11 +8,11 @@ from typing import Any
 from tagrpo.data.schema import LoadResult
 from tagrpo.data.sources.base import normalise_records, read_jsonl_records, read_parquet_records
 from tagrpo.data.sources.registry import get_source
-from tagrpo.pipeline.paths import shared_data_dir
+from tagrpo.plumbing.paths import shared_data_dir
 
 DATA_DIR_HINT = (
     "set the TAGRPO_DATA_DIR environment variable (or the shared data directory in params.yaml, "
-    "resolved by tagrpo.pipeline.paths.shared_data_dir) to the folder holding the benchmark files "
+    "resolved by tagrpo.plumbing.paths.shared_data_dir) to the folder holding the benchmark files "
     "described in SOURCES.md"
 )
 
@@ -35,7 +35,7 @@ def load_local(
     **options: Any,
 ) -> LoadResult:
     """Load one source by name from ``data_dir`` (default:
-    :func:`tagrpo.pipeline.paths.shared_data_dir`).
+    :func:`tagrpo.plumbing.paths.shared_data_dir`).
 
     ``options`` are its row builder's keyword options (``seed`` for GPQA-Diamond,
     ``keep_empty_boxed`` for MATH); a parquet copy is read when the jsonl file is absent.

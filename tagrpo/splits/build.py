@@ -35,7 +35,7 @@ def load_sources(config: Params) -> Sources:
     settings = getattr(data, data.source)
     if data.source == "local":
         from tagrpo.data.sources.local import load_local
-        from tagrpo.pipeline.paths import shared_data_dir
+        from tagrpo.plumbing.paths import shared_data_dir
 
         data_dir = shared_data_dir(config.common.data_dir)
 

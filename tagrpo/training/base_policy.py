@@ -61,7 +61,7 @@ def warm_start_policy(
 
     The corpus excludes every training, pool and benchmark problem of ``processed`` (the data
     stage's folder), so a benchmark problem is never seen before evaluation."""
-    from tagrpo.miniworld.warmstart import build_corpus, save_policy, warm_start
+    from tagrpo.training.warmstart import build_corpus, save_policy, warm_start
 
     settings = config.base_model.warmstart
     world = config.common.miniworld

@@ -75,7 +75,7 @@ def _lock_stages(root: Path) -> dict[str, Any]:
 def pipeline_stage_names(root: Path) -> set[str] | None:
     """The stages of ``root``'s pipeline under its params.yaml (dvc.yaml expanded as DVC
     expands it); None when there is no dvc.yaml (nothing to tell a stale entry by)."""
-    from tagrpo.pipeline.dvc_stages import load_stages
+    from tagrpo.plumbing.dvc_stages import load_stages
 
     if not (root / "dvc.yaml").is_file():
         return None

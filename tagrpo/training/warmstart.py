@@ -37,7 +37,7 @@ from tagrpo.miniworld.tasks import (
     render,
 )
 from tagrpo.miniworld.tokenizer import train_tokenizer
-from tagrpo.pipeline.progress import track
+from tagrpo.plumbing.progress import track
 from tagrpo.training.schedule import warmup_cosine
 
 

@@ -18,8 +18,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from tagrpo.pipeline.paths import project_root
-from tagrpo.pipeline.tracking import tracking_errors
+from tagrpo.plumbing.paths import project_root
+from tagrpo.plumbing.tracking import tracking_errors
 
 # mlflow, pandas and huggingface_hub are imported inside the functions that use them (heavy).
 

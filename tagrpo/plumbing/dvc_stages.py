@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from tagrpo.pipeline.paths import project_root
+from tagrpo.plumbing.paths import project_root
 
 # libyaml's parser (PyYAML's C extension) where the wheel has it: the same documents as
 # yaml.safe_load, about 9x faster on dvc.yaml and params.yaml, which every stage process reads

@@ -48,10 +48,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from tagrpo.config.model import looks_like_secret, mask_key_shapes
-from tagrpo.pipeline.dvc_stages import pipeline_outputs
-from tagrpo.pipeline.paths import checkout_root, home_root, resolve_path
-from tagrpo.pipeline.procfs import pid_alive
+from tagrpo.plumbing.config_model import looks_like_secret, mask_key_shapes
+from tagrpo.plumbing.dvc_stages import pipeline_outputs
+from tagrpo.plumbing.paths import checkout_root, home_root, resolve_path
+from tagrpo.plumbing.procfs import pid_alive
 
 # mlflow, requests and sqlalchemy are imported inside the functions that use them: heavy, and a
 # stage or ``tagrpo params check`` that logs nothing must not load them.

@@ -19,7 +19,7 @@ def project_root(start: Path | None = None) -> Path:
         if (candidate / "dvc.yaml").exists() and (candidate / "params.yaml").exists():
             return candidate
     # Installed package used outside a checkout: fall back to the source tree if present.
-    source_tree = Path(__file__).resolve().parents[2]  # tagrpo/pipeline/paths.py
+    source_tree = Path(__file__).resolve().parents[2]  # tagrpo/plumbing/paths.py
     if (source_tree / "dvc.yaml").exists():
         return source_tree
     return here
