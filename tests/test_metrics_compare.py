@@ -15,8 +15,6 @@ from tagrpo.metrics.compare import (
     SeedRuns,
     chance_pass_at_k,
     difference_parts,
-    draw_paired_difference,
-    draw_score_with_interval,
     equivalence_test,
     group_weights,
     half_width,
@@ -31,6 +29,7 @@ from tagrpo.metrics.compare import (
     split_seeds,
     widening,
 )
+from tagrpo.metrics.draws import draw_paired_difference, draw_score_with_interval
 from tagrpo.metrics.passk import pass_at_k_per_problem
 
 pytestmark = pytest.mark.core

@@ -1,4 +1,4 @@
-"""World v3's analysis over base draws (tagrpo.metrics.compare.draw_paired_difference): the
+"""World v3's analysis over base draws (tagrpo.metrics.draws.draw_paired_difference): the
 A/A simulation the pre-registration asks for (>= 93% of 95% intervals cover 0, in a seed-, a
 draw- and a problem-dominated setting, with 2 and 3 draws). Not in the core tier: 6 x 1000
 simulated studies."""
@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tagrpo.metrics.compare import SeedRuns, draw_paired_difference
+from tagrpo.metrics.compare import SeedRuns
+from tagrpo.metrics.draws import draw_paired_difference
 from tagrpo.metrics.passk import pass_at_k_per_problem
 
 SAMPLES = 64

@@ -12,15 +12,17 @@ from scipy.stats import t as student
 from tagrpo.metrics.compare import (
     NotMeasurable,
     SeedRuns,
+    estimate_half_width,
+    quadrature_interval,
+)
+from tagrpo.metrics.draws import (
     draw_log_miss_widening,
     draw_mean,
     draw_paired_difference,
     draw_seed_components,
     draw_split_seeds,
     draw_widening,
-    estimate_half_width,
     projected_draw_half_width,
-    quadrature_interval,
 )
 
 pytestmark = pytest.mark.core

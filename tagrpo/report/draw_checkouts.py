@@ -223,7 +223,7 @@ def header_line(command: str, draws: Draws) -> str:
 def gain_line(draws: Draws, grpo: Sequence[str]) -> str:
     """GRPO minus the base, pass@1, in-distribution, over the draws (the draw as the
     replicated unit; one draw: conditional on it)."""
-    from tagrpo.metrics.compare import draw_paired_difference
+    from tagrpo.metrics.draws import draw_paired_difference
     from tagrpo.plumbing.layout import BASE_POLICY
     from tagrpo.report.claims import load_policy_runs
     from tagrpo.report.inputs import in_distribution_benchmarks

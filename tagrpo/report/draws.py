@@ -15,7 +15,7 @@ pre-registered rules over the draws: the competition length L_c (the base's pass
 pass@32 band on every draw, for each candidate length's group), the primary endpoint (the first
 (group, k) whose GRPO pass@k, a draw's mean over its seeds, lies in the band on every draw), and
 the verdict on every acceptance row of every draw, with GRPO minus the base over the draws (the
-draw as the replicated unit, :func:`tagrpo.metrics.compare.draw_paired_difference`).
+draw as the replicated unit, :func:`tagrpo.metrics.draws.draw_paired_difference`).
 
 Its confirmatory draws (``--confirmatory``, rule 7 of ``world-v3.md``): base draws 0, 1, 2 of
 the confirmatory world (``profiles/confirmatory.yaml``), judged with the frozen candidate's L_c

@@ -6,7 +6,7 @@ trained from each draw's base with the same RL seeds, and a contrast is **paired
 draw, the mean over its seeds of one method minus the other's, on the problems every policy
 answered; the estimate is the mean over draws, its variance the method-by-problem component plus
 the draws' mean square over their number, each term with its own t quantile, added in
-quadrature (:func:`tagrpo.metrics.compare.draw_paired_difference`, amendment 1). With one draw
+quadrature (:func:`tagrpo.metrics.draws.draw_paired_difference`, amendment 1). With one draw
 (a single checkout's report) every row is the crossed seeds x problems model within it and is
 marked conditional on that base draw.
 
@@ -26,7 +26,7 @@ The table, in the pre-registered order:
      ``report.primary_group``);
   4. the widening of that gain from pass@1 to the primary k on the primary group; beside it,
      outside the family, the same on ``-log(1 - pass@k)`` (delta method,
-     :func:`tagrpo.metrics.compare.draw_log_miss_widening`);
+     :func:`tagrpo.metrics.draws.draw_log_miss_widening`);
   5.-9. TA-GRPO minus GRPO with DS, (N+1)xGRPO, (N+1)xGRPO + DS, TA-GRPO*, unanchored TA-GRPO at
      the primary measure (pass@primary_k) on every free-form benchmark;
   10. strategy entropy per training question, the mean over its N neighbours' G-response
@@ -61,13 +61,15 @@ from tagrpo.metrics.compare import (
     Estimate,
     NotMeasurable,
     SeedRuns,
+    equivalence_test,
+    measurability,
+)
+from tagrpo.metrics.draws import (
     draw_log_miss_widening,
     draw_mean,
     draw_paired_difference,
     draw_split_seeds,
     draw_widening,
-    equivalence_test,
-    measurability,
 )
 from tagrpo.report.claims import (
     ALPHA,

@@ -54,11 +54,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tagrpo.metrics.compare import (
-    draw_paired_difference,
-    draw_score_with_interval,
-    estimate_half_width,
-)
+from tagrpo.metrics.compare import estimate_half_width
+from tagrpo.metrics.draws import draw_paired_difference, draw_score_with_interval
 from tagrpo.plumbing.markdown import markdown_table
 from tagrpo.report.claims import Claim, claims_table, underpowered
 from tagrpo.report.family import (

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from tagrpo.metrics.compare import (
-    SeedRuns,
+from tagrpo.metrics.compare import SeedRuns
+from tagrpo.metrics.draws import (
     draw_difference_parts,
     draw_seed_components,
     projected_draw_half_width,
@@ -28,7 +28,7 @@ MIN_DRAWS, MAX_DRAWS, MIN_SEEDS, MAX_SEEDS = 2, 5, 2, 5
 @dataclass(frozen=True)
 class PowerInputs:
     """Part B's measured inputs at the primary endpoint: GRPO's seed-level variance and
-    between-draw components (:class:`tagrpo.metrics.compare.DrawSeedComponents`) and the
+    between-draw components (:class:`tagrpo.metrics.draws.DrawSeedComponents`) and the
     problem component of GRPO minus the base over the draws (with its degrees of freedom)."""
 
     group: str
@@ -69,7 +69,7 @@ def power_table(inputs: PowerInputs, target: float) -> tuple[pd.DataFrame, tuple
     values have the mean square ``2 x (draw + seed / S)`` (twice GRPO's between-draw variance of
     its mean score, the seeds' part scaled to S; the seed-level variance twice GRPO's); the
     problem component is GRPO minus the base's; each term with its own t quantile, in quadrature
-    (:func:`tagrpo.metrics.compare.projected_draw_half_width`, as the analysis computes it).
+    (:func:`tagrpo.metrics.draws.projected_draw_half_width`, as the analysis computes it).
 
     The cheapest design is the one with the fewest trainings per method (D x S), of equal cost
     the fewer draws (each draw adds a warm-start, a base evaluation and the diagnostics), whose
