@@ -15,16 +15,15 @@ from tagrpo.config.params import (
     ConfigError,
     Params,
     apply_overrides,
-    apply_profile,
     config_with,
     deep_merge,
     embedded,
     load_config,
-    merged_with_profile,
     read_yaml_mapping,
     repo_params,
     validate_params,
 )
+from tagrpo.config.profiles import apply_profile, merged_with_profile
 from tagrpo.pipeline.cli import main as cli
 from tagrpo.pipeline.rerun import RerunRequest, resolve_params
 from tagrpo.plumbing.config_model import ConfigModel

@@ -541,7 +541,8 @@ def test_file_and_group_of_each_benchmark() -> None:
     """The paper's Table 1 groups, as the paper and local profiles average them, and the
     in-distribution group: the MATH test split where a profile evaluates it (an empty group is
     dropped)."""
-    from tagrpo.config.params import merged_with_profile, validate_params
+    from tagrpo.config.params import validate_params
+    from tagrpo.config.profiles import merged_with_profile
     from tagrpo.plumbing.paths import project_root
 
     assert {n: s.file for n, s in SOURCES.items()} == {

@@ -233,7 +233,7 @@ def stages_with_every_profile(root: Path, tmp_path: Path) -> dict[str, tuple[str
 
     import yaml
 
-    from tagrpo.config.params import merged_with_profile
+    from tagrpo.config.profiles import merged_with_profile
 
     stages = dict(dvc_stages(root))
     for profile in sorted((root / "profiles").glob("*.yaml")):

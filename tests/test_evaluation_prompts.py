@@ -15,7 +15,8 @@ import transformers.utils.chat_template_utils as template_utils
 from tagrpo.backends.base import Completion, SamplingParams
 from tagrpo.backends.factory import make_backend
 from tagrpo.backends.vllm_backend import ChatPrompts
-from tagrpo.config.params import config_with, embedded, merged_with_profile
+from tagrpo.config.params import config_with, embedded
+from tagrpo.config.profiles import merged_with_profile
 from tagrpo.data.schema import Question
 from tagrpo.evaluation.runner import evaluate, sample_benchmarks
 from tagrpo.miniworld.tokenizer import train_tokenizer

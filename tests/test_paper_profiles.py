@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tagrpo.config.params import merged_with_profile, validate_params
+from tagrpo.config.params import validate_params
+from tagrpo.config.profiles import merged_with_profile
 from tagrpo.plumbing.paths import project_root
 from tagrpo.verl_ext.dry_run import dry_run_text
 

@@ -12,7 +12,8 @@ import re
 from pathlib import Path
 
 from tagrpo.algorithms import METHODS
-from tagrpo.config.params import merged_with_profile, validate_params
+from tagrpo.config.params import validate_params
+from tagrpo.config.profiles import merged_with_profile
 from tagrpo.report.examples import WITHHELD
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from tagrpo.config.params import config_with, merged_with_profile, validate_params
+from tagrpo.config.params import config_with, validate_params
+from tagrpo.config.profiles import merged_with_profile
 from tagrpo.report import draw_checkouts, draws
 from tagrpo.report.draws import competition_rule, confirmatory_seed, primary_endpoint_rule
 from tagrpo.report.inputs import read_passk

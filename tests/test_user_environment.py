@@ -13,12 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tagrpo.config.params import (
-    ConfigError,
-    merged_with_profile,
-    profile_base_chain,
-    read_yaml_mapping,
-)
+from tagrpo.config.params import ConfigError, read_yaml_mapping
+from tagrpo.config.profiles import merged_with_profile, profile_base_chain
 from tagrpo.pipeline.rerun import (
     RerunRequest,
     delta_profiles,

@@ -15,13 +15,8 @@ from verl_helpers import ROOT, paper_config, run_for
 
 from tagrpo.algorithms import METHODS
 from tagrpo.config.engines import VerlSettings
-from tagrpo.config.params import (
-    ConfigError,
-    Params,
-    config_with,
-    merged_with_profile,
-    validate_params,
-)
+from tagrpo.config.params import ConfigError, Params, config_with, validate_params
+from tagrpo.config.profiles import merged_with_profile
 from tagrpo.verl_ext import PLUGIN_MODULE
 from tagrpo.verl_ext.device import CPU_MODULES, LOGICAL_CPUS, run_device
 from tagrpo.verl_ext.launcher import build_command

@@ -23,7 +23,8 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 import stages.train as train_stage
-from tagrpo.config.params import embedded, merged_with_profile
+from tagrpo.config.params import embedded
+from tagrpo.config.profiles import merged_with_profile
 from tagrpo.data.schema import QUESTION_SCHEMA, Question
 from tagrpo.miniworld.tokenizer import train_tokenizer
 from tagrpo.plumbing.paths import project_root

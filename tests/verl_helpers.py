@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tagrpo.config.params import Params, merged_with_profile, validate_params
+from tagrpo.config.params import Params, validate_params
+from tagrpo.config.profiles import merged_with_profile
 from tagrpo.plumbing.paths import project_root
 from tagrpo.verl_ext.overrides import RunPaths, VerlRun
 

@@ -11,8 +11,9 @@ train        ``train`` (shared by both training backends), ``local``
 engines      ``verl``, ``hf``, ``vllm``
 evaluation   ``evaluate``, ``diagnostics``, ``report``
 runtime      ``runtime``: how runs execute (resume, checkpoints, workers); no stage's dep
-params       the whole file: :func:`load_config`, profiles, overrides, error messages, and
+params       the whole file: :func:`load_config`, overrides, error messages, and
              :func:`repo_params` (the checkout's params.yaml, for tests and notebooks)
+profiles     a profile merged over params.yaml (``base:`` chains, comments kept)
 
 Import the section you need (``from tagrpo.config.train import TrainSettings``); this package
 imports nothing itself, so components can use their section without loading the others.

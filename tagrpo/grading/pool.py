@@ -9,10 +9,10 @@ The limit is CPU time, so that a verdict does not depend on how busy the machine
 clock limit turns the same pair into ``timeout`` whenever other work steals the CPU). Three
 layers enforce it:
 
-1. In the worker, a CPU-time interval timer (``signal.setitimer(ITIMER_PROF)``, which counts
-   only this process's CPU time) raises :class:`ItemTimeout` when an item, extraction included,
-   has used ``item_timeout_s`` CPU-seconds; the item is graded incorrect with reason
-   ``timeout``. ``ItemTimeout`` is a ``BaseException`` so that the ``except Exception`` blocks
+1. In the worker (:mod:`tagrpo.grading.worker`), a CPU-time interval timer
+   (``signal.setitimer(ITIMER_PROF)``, which counts only this process's CPU time) raises
+   ``ItemTimeout`` when an item, extraction included, has used ``item_timeout_s`` CPU-seconds;
+   the item is graded incorrect with reason ``timeout``. ``ItemTimeout`` is a ``BaseException`` so that the ``except Exception`` blocks
    inside math-verify cannot swallow it.
 2. In the parent, a watchdog reads each worker's current item and CPU clock at its start from
    shared memory, and the worker's CPU clock now from ``/proc``; it SIGKILLs a worker whose item
@@ -45,170 +45,35 @@ workers.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import hashlib
 import math
 import multiprocessing as mp
 import os
 import re
-import resource
-import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from multiprocessing import forkserver
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import wait
 from typing import Any
 
-from tagrpo.grading import verify  # called through the module: a test's patch of it is seen
 from tagrpo.grading.kinds import ANSWER_KINDS
 from tagrpo.grading.types import GradeItem
 from tagrpo.grading.verify import WARM_UP_ON_IMPORT_ENV, GradeResult
+from tagrpo.grading.worker import MEMO_LIMIT, KindGrader, item_key, worker_main
 from tagrpo.plumbing.procfs import proc_stat
 
 _PRELOAD = ["tagrpo.grading.verify"]
-# A grader for an answer kind beyond ANSWER_KINDS: (response, gold) -> (correct, pred, reason).
-KindGrader = Callable[[str, str], tuple[bool, str, str]]
 _START_TIMEOUT_S = 120.0
 _MAX_WAIT_S = 0.25  # the watchdog's polling period while items are in flight
-_MEMO_LIMIT = 10_000  # remembered timeouts per worker (and in the parent)
 _ENV_LOCK = threading.Lock()
 _PLAIN_INTEGER = re.compile(r"-?\d+")
-
-
-class ItemTimeout(BaseException):
-    """Raised inside a worker when an item exceeds its CPU-time budget."""
-
-
-def _cpu_clock() -> float:
-    """This process's user + system CPU seconds, on the same clock as ``/proc/<pid>/stat``."""
-    times = os.times()
-    return times.user + times.system
 
 
 def process_cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds of a live process from ``/proc`` (Linux); None if unreadable."""
     stat = proc_stat(pid)
     return None if stat is None else stat.cpu_seconds
-
-
-def _item_key(item: tuple[str, str, str]) -> tuple[str, str, str]:
-    """A memo key for a whole item: the response hashed (it may be 100 KB), gold and kind."""
-    response, answer, kind = item
-    digest = hashlib.blake2b(response.encode("utf-8", "surrogatepass"), digest_size=16)
-    return digest.hexdigest(), answer, kind
-
-
-# --- worker side -----------------------------------------------------------------------------
-
-
-def _on_cpu_timer(signum: int, frame: object) -> None:
-    raise ItemTimeout
-
-
-class _WorkerState:
-    """What a worker remembers between items: timed-out answers and items."""
-
-    def __init__(
-        self, limit_s: float, extra_kinds: Mapping[str, KindGrader], known_items: list[Any]
-    ) -> None:
-        self.limit_s = limit_s
-        self.extra_kinds = extra_kinds
-        self.timed_out_preds: set[tuple[str | None, str, str]] = set()
-        self.timed_out_items: set[tuple[str, str, str]] = set(known_items)
-
-
-def _grade_with_limit(item: tuple[str, str, str], state: _WorkerState) -> tuple[bool, str, str]:
-    """Extract and grade one item within its CPU budget; the result as a plain tuple."""
-
-    response, answer, kind = item
-    if state.timed_out_items and _item_key(item) in state.timed_out_items:
-        return False, "", "timeout"  # the watchdog had to kill a worker for this very item
-    extracted: str | None = None
-    extraction_done = False
-    try:
-        signal.setitimer(signal.ITIMER_PROF, state.limit_s)
-        try:
-            extra = state.extra_kinds.get(kind)
-            if extra is not None:
-                return extra(response, answer)
-            extracted = verify.extract_answer(response, kind)
-            extraction_done = True
-            # Samples of one question often repeat an answer: one that ran out of time once
-            # would again, so it is not given another full budget.
-            if (extracted, answer, kind) in state.timed_out_preds:
-                return False, extracted or "", "timeout"
-            result = verify.grade_answer(extracted, answer, kind)
-        finally:
-            signal.setitimer(signal.ITIMER_PROF, 0)
-    except ItemTimeout:
-        if extraction_done:
-            memo: set[Any] = state.timed_out_preds
-            key: Any = (extracted, answer, kind)
-        else:
-            memo, key = state.timed_out_items, _item_key(item)
-        if len(memo) < _MEMO_LIMIT:
-            memo.add(key)
-        return False, extracted or "", "timeout"
-    except Exception:  # one bad item must not end the batch: record it and go on
-        return False, extracted or "", "error"
-    return result.correct, result.pred, result.reason
-
-
-def _set_parent_death_signal() -> None:
-    """Linux: get SIGKILLed when the forkserver (which exits with our parent) goes away."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def _worker_main(
-    conn: Connection,
-    slot: Any,
-    limit_s: float,
-    memory_limit_mb: int | None,
-    extra_kinds: Mapping[str, KindGrader],
-    known_items: list[tuple[str, str, str]],
-) -> None:
-    """Worker loop: receive a chunk, grade it item by item, send its results back.
-
-    ``slot[0]`` is the position of the current item in the chunk, ``slot[1]`` its start time
-    (``time.monotonic``, system-wide; 0 means idle or mid-update) and ``slot[2]`` this
-    process's CPU clock at its start. Each result carries the item's wall and CPU seconds;
-    each message, this process's CPU clock (so that the pool can account for all its CPU).
-    """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
-    signal.signal(signal.SIGPROF, _on_cpu_timer)
-    _set_parent_death_signal()
-    state = _WorkerState(limit_s, extra_kinds, known_items)
-    if memory_limit_mb:
-        limit = memory_limit_mb * 1024 * 1024
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    conn.send(("ready", os.getpid(), _cpu_clock(), time.monotonic()))
-    while True:
-        try:
-            chunk = conn.recv()
-        except (EOFError, OSError):
-            return
-        if chunk is None:
-            return
-        results = []
-        for position, item in enumerate(chunk):
-            slot[1] = 0.0
-            slot[0] = float(position)
-            cpu_start = _cpu_clock()
-            slot[2] = cpu_start
-            wall_start = time.monotonic()
-            slot[1] = wall_start
-            try:
-                outcome = _grade_with_limit(item, state)
-            except ItemTimeout:  # the budget ran out between the last step and the disarm
-                outcome = (False, "", "timeout")
-            results.append((*outcome, time.monotonic() - wall_start, _cpu_clock() - cpu_start))
-        slot[1] = 0.0
-        conn.send(("results", results, _cpu_clock()))
 
 
 # --- parent side -----------------------------------------------------------------------------
@@ -242,7 +107,7 @@ class _Worker:
         self.slot = context.RawArray("d", 3)
         self.conn, child_conn = context.Pipe(duplex=True)
         self.process = context.Process(
-            target=_worker_main,
+            target=worker_main,
             args=(
                 child_conn,
                 self.slot,
@@ -648,8 +513,8 @@ class GradingPool:
             else:
                 cpu_used = cpu_now - cpu_start if cpu_now is not None else float("nan")
                 results[index] = (False, "", reason, time.monotonic() - wall_start, cpu_used)
-                if reason == "timeout" and len(self._known_timeouts) < _MEMO_LIMIT:
-                    self._known_timeouts.add(_item_key(payload[index]))
+                if reason == "timeout" and len(self._known_timeouts) < MEMO_LIMIT:
+                    self._known_timeouts.add(item_key(payload[index]))
                 settled = 1
         pending.extendleft(reversed(chunk))
         self._pool[self._pool.index(worker)] = _Worker(self._context, self)
@@ -668,7 +533,6 @@ def grade_many(
 __all__ = [
     "GradeItem",
     "GradingPool",
-    "ItemTimeout",
     "grade_many",
     "process_cpu_seconds",
 ]

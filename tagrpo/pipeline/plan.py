@@ -395,9 +395,8 @@ def render_cost(
     training, evaluation and the diagnostics of the DAG under ``request``'s params, the host
     RAM and the API calls (:func:`cost_plan`)."""
     from tagrpo.data.rephrase_templates import load_template
+    from tagrpo.rephrase.api_usage import MATH_QUESTION_CHARS, api_usage
     from tagrpo.verl_ext.cost import (
-        MATH_QUESTION_CHARS,
-        api_usage,
         assumption_lines,
         cost_table,
         fit_problems,

@@ -31,14 +31,8 @@ from typing import Any
 
 import yaml
 
-from tagrpo.config.params import (
-    ConfigError,
-    apply_overrides,
-    merged_with_profile,
-    profile_base_chain,
-    read_yaml_mapping,
-    validate_params,
-)
+from tagrpo.config.params import ConfigError, apply_overrides, read_yaml_mapping, validate_params
+from tagrpo.config.profiles import merged_with_profile, profile_base_chain
 from tagrpo.plumbing.config_model import mask_key_shapes
 from tagrpo.plumbing.dvc_stages import pipeline_outputs
 from tagrpo.plumbing.verify import prune_lock
