@@ -12,8 +12,9 @@ layers enforce it:
 1. In the worker (:mod:`tagrpo.grading.worker`), a CPU-time interval timer
    (``signal.setitimer(ITIMER_PROF)``, which counts only this process's CPU time) raises
    ``ItemTimeout`` when an item, extraction included, has used ``item_timeout_s`` CPU-seconds;
-   the item is graded incorrect with reason ``timeout``. ``ItemTimeout`` is a ``BaseException`` so that the ``except Exception`` blocks
-   inside math-verify cannot swallow it.
+   the item is graded incorrect with reason ``timeout``. ``ItemTimeout`` is a
+   ``BaseException`` so that the ``except Exception`` blocks inside math-verify cannot
+   swallow it.
 2. In the parent, a watchdog reads each worker's current item and CPU clock at its start from
    shared memory, and the worker's CPU clock now from ``/proc``; it SIGKILLs a worker whose item
    has used ``item_timeout_s + kill_grace_s`` CPU-seconds (C code that never returns to the
