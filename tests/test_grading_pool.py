@@ -188,7 +188,7 @@ def test_start_up_deadline_still_fires_and_counts_from_the_wait(monkeypatch):
     import tagrpo.grading.pool as pool_module
 
     monkeypatch.setattr(pool_module, "_START_TIMEOUT_S", 1.5)
-    monkeypatch.setattr(pool_module, "_worker_main", never_ready)
+    monkeypatch.setattr(pool_module, "worker_main", never_ready)
     pool = GradingPool(workers=1, warm_up=False)
     pool.launch()
     pids = pool.worker_pids
