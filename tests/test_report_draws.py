@@ -401,3 +401,16 @@ def test_confirmatory_refuses_draws_that_are_not_the_registered_ones(
     with pytest.raises(ValueError, match=re.escape(message)):
         draws.confirmatory_markdown(checkouts, "CMD")
     assert fake_rows == []  # refused before any row is computed
+
+
+def test_the_command_refuses_a_draw_label_given_twice(tmp_path: Path, capsys) -> None:
+    # Two checkouts under one label used to keep the second silently: a draw judged on the
+    # wrong checkout, or one draw fewer than the command line names.
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "params.yaml").write_text("common: {}\n")
+    with pytest.raises(SystemExit):
+        draws.main(
+            ["--confirmatory", "--run", f"d0={tmp_path / 'a'}", "--run", f"d0={tmp_path / 'b'}"]
+        )
+    assert "--run d0 is given twice" in capsys.readouterr().err

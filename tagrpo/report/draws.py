@@ -51,6 +51,7 @@ from tagrpo.report.draw_checkouts import (
     load_draws,
     shown_only,
 )
+from tagrpo.report.study_checkouts import parse_runs
 
 
 def draw_rows(root: Path, harder: Sequence[str] = ()) -> pd.DataFrame:
@@ -441,14 +442,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         used = registration["confirmatory"]["used_world_seeds"]
         print(confirmatory_seed(args.seed_from_commit, used))
         return
-    if not args.run:
-        parser.error("--run LABEL=PATH is required (one per draw)")
-    checkouts = {}
-    for item in args.run:
-        label, sep, path = item.partition("=")
-        if not sep or not label or not path:
-            parser.error(f"--run {item!r}: expected LABEL=PATH")
-        checkouts[label] = Path(path)
+    try:  # a label given twice is refused, not silently the last one's draw
+        checkouts = parse_runs(args.run)
+    except (ValueError, FileNotFoundError) as error:
+        parser.error(str(error))
     if args.calibration or args.confirmatory:
         flag = "--calibration" if args.calibration else "--confirmatory"
         command = f"python -m tagrpo.report.draws {flag} " + " ".join(
