@@ -265,26 +265,31 @@ def test_draws_that_are_not_one_experiment_are_refused() -> None:
     assert problems == ["train.learning_rate differs between draws (draw0: 0.0003, draw1: 0.0001)"]
 
 
-def test_the_committed_pre_registration_is_not_yet_a_study_to_run(
+def test_the_committed_pre_registration_sizes_a_study_these_runs_are_not(
     checkouts: dict[str, Path],
 ) -> None:
-    """Against world-v3.yaml as committed (frozen: the confirmatory seed and the primary
-    endpoint registered; Part B not yet): the study command refuses without --exploratory, and
-    names every difference from the fixture's runs."""
+    """Against world-v3.yaml as committed (frozen, accepted, Part B filled: 5 draws of 5
+    seeds): the fixture's two draws of fewer seeds on another world are refused without
+    --exploratory, and every difference is named, the size first."""
     from tagrpo.report.study_checkouts import read_study
 
     study = read_study(checkouts)
     committed = yaml.safe_load((ROOT / "preregistration/world-v3.yaml").read_text())
+    registered = committed["study"]
     deviations = registration_deviations(committed, study.configs, study.provenances)
     seed = committed["confirmatory"]["world_seed"]
-    endpoint = committed["study"]["primary_endpoint"]
-    assert deviations[:3] == [
-        "Part B is not filled in (study.base_draws and study.seeds_per_draw are null): the "
-        "study's size is not fixed",
+    endpoint = registered["primary_endpoint"]
+    assert deviations[:2] == [
+        f"base draws [0, 1] run, {sorted(registered['base_draws'])} registered",
         f"data.synthetic.seed is 424242, the confirmatory world {seed}",
-        f"primary endpoint (in_distribution, 2) run, ({endpoint['group']}, {endpoint['k']}) "
-        "registered",
     ]
+    assert f"grpo has {len(SEEDS)} seeds per draw, {registered['seeds_per_draw']} registered" in (
+        deviations
+    )
+    assert (
+        f"primary endpoint (in_distribution, 2) run, ({endpoint['group']}, {endpoint['k']}) "
+        "registered"
+    ) in deviations
     assert registration_deviations(study.registration, study.configs, study.provenances) == []
 
 
