@@ -136,9 +136,16 @@ class VLLMServer:
     whatever the exit (an exception or KeyboardInterrupt included), and by the kernel if the
     test process dies (PR_SET_PDEATHSIG)."""
 
-    def __init__(self, log: Path, served_name: str = "policy", port: int | None = None) -> None:
+    def __init__(
+        self,
+        log: Path,
+        served_name: str = "policy",
+        port: int | None = None,
+        dtype: str = "float32",
+    ) -> None:
         self.log = log
         self.served_name = served_name
+        self.dtype = dtype
         self.port = port or free_port()
         self.process: subprocess.Popen | None = None
         self.pids: list[int] = []  # the server and its engine processes, once ready
@@ -162,9 +169,9 @@ class VLLMServer:
             # same-seed reruns (tests/test_vllm_engine_server.py) need the fresh computation
             "--no-enable-prefix-caching",
             # float32, not the checkpoint's bf16: a CPU without avx512_bf16 (this one, and CI)
-            # emulates bf16 matmuls; measured here, 8 samples x 48 tokens took 23.2 s in bf16
-            # and 5.9 s in float32 (16.6 vs 65.3 tokens/s; one sample: 11.6 vs 15.5)
-            "--dtype", "float32",
+            # emulates bf16 matmuls (benchmarks/vllm_cpu_dtype.py: 8 samples x 48 tokens
+            # 16.6 tokens/s in bf16, 65.3 in float32)
+            "--dtype", self.dtype,
         ]  # fmt: skip
         with self.log.open("a") as output:
             self.process = subprocess.Popen(
