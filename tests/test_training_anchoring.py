@@ -1,7 +1,8 @@
 """Anchoring (Eq. 4): what token ids the model is given when it scores each response.
 
 TA-GRPO scores a neighbour's response as q0's prompt followed by the response; TA-GRPO* (and
-every other method) as the prompt it was sampled from followed by the response. Checked by
+every other method) as the prompt it was sampled from followed by the response (each distinct
+prompt read once and shared through the KV cache; the response's last token is only predicted). Checked by
 recording the model's inputs, during scoring and during a full training step, and by
 comparing log-probabilities with single-sequence forward passes.
 """
@@ -14,6 +15,8 @@ import pytest
 import torch
 from tiny_policy import boxed_grade, tiny_questions
 
+from transformers import DynamicCache
+
 from tagrpo.algorithms import get_method
 from tagrpo.backends.hf import HFBackend
 from tagrpo.training.scoring import (
@@ -25,33 +28,58 @@ from tagrpo.training.trainer import TrainConfig, Trainer
 
 
 def _record_inputs(model) -> tuple[list[list[int]], Callable[[], None]]:
-    """Rows (right padding stripped) of every forward call outside sampling: ``generate`` and
-    the sampler's prompt prefill (the only forward that fills a KV cache; scoring never does)."""
+    """Every scored row (padding stripped) as the model received it: the prompt prefix it was
+    given through the KV cache (the prefix pass, then the cache's row selection) followed by the
+    tokens of the row's own pass. Sampling (``HFBackend.generate``) is not recorded."""
     seen: list[list[int]] = []
-    state = {"generating": False}
+    state: dict = {"generating": False, "prefixes": None, "select": None}
+
+    def kept(ids, mask) -> list[list[int]]:
+        return [
+            [token for token, flag in zip(row, keep, strict=True) if flag]
+            for row, keep in zip(ids.tolist(), mask.tolist(), strict=True)
+        ]
 
     def hook(module, args, kwargs):
-        if state["generating"] or kwargs.get("past_key_values") is not None:
+        if state["generating"]:
             return
         ids, mask = kwargs["input_ids"], kwargs["attention_mask"]
-        for row, keep in zip(ids.tolist(), mask.tolist(), strict=True):
-            seen.append([token for token, flag in zip(row, keep, strict=True) if flag])
+        cache = kwargs.get("past_key_values")
+        if cache is not None and cache.get_seq_length() == 0:  # the prefix pass
+            state["prefixes"], state["select"] = kept(ids, mask), None
+            return
+        prefixes = state["prefixes"] if cache is not None else None
+        if prefixes is None:
+            seen.extend(kept(ids, mask))  # no cache: the whole row in one pass
+            return
+        own = kept(ids, mask[:, -ids.shape[1] :])
+        select = state["select"] if state["select"] is not None else range(len(own))
+        seen.extend(prefixes[i] + row for i, row in zip(select, own, strict=True))
+        state["prefixes"] = None
 
-    handle = model.register_forward_pre_hook(hook, with_kwargs=True)
-    original = model.generate
+    original_select = DynamicCache.batch_select_indices
 
-    def generate(*args, **kwargs):
+    def batch_select_indices(cache, indices):
+        state["select"] = indices.tolist()
+        return original_select(cache, indices)
+
+    original_generate = HFBackend.generate
+
+    def generate(self, *args, **kwargs):
         state["generating"] = True
         try:
-            return original(*args, **kwargs)
+            return original_generate(self, *args, **kwargs)
         finally:
             state["generating"] = False
 
-    model.generate = generate
+    handle = model.register_forward_pre_hook(hook, with_kwargs=True)
+    DynamicCache.batch_select_indices = batch_select_indices
+    HFBackend.generate = generate
 
     def undo() -> None:
         handle.remove()
-        del model.generate
+        DynamicCache.batch_select_indices = original_select
+        HFBackend.generate = original_generate
 
     return seen, undo
 
@@ -75,9 +103,12 @@ def test_scoring_inputs_and_log_probs_follow_the_anchor(tiny_lm) -> None:
     assert q0 != q2
 
     owners, variants = [question, question], [0, 2]  # a response to q0 and one to q2
+    # The model reads the anchor prompt and the response but its last token, which is only
+    # predicted (the logits after it are never used).
+    read = response[:-1]
     expected = {
-        "ta_grpo": [q0 + response, q0 + response],
-        "ta_grpo_star": [q0 + response, q2 + response],
+        "ta_grpo": [q0 + read, q0 + read],
+        "ta_grpo_star": [q0 + read, q2 + read],
     }
     values = {}
     for method, rows in expected.items():
@@ -148,11 +179,11 @@ def test_a_training_step_feeds_the_anchor_prompt_to_policy_and_reference(tiny_lm
         ):
             anchor = 0 if method == "ta_grpo" else int(variant)
             prompt = backend.prompt_ids(rollout.question.messages(anchor))
-            expected.append(prompt + list(completion.token_ids))
+            expected.append(prompt + list(completion.token_ids)[:-1])
             if variant > 0:  # the anchoring pass: the prompt the method does not score with
                 other = int(variant) if method == "ta_grpo" else 0
                 other_prompt = backend.prompt_ids(rollout.question.messages(other))
-                counterpart.append(other_prompt + list(completion.token_ids))
+                counterpart.append(other_prompt + list(completion.token_ids)[:-1])
     assert len(expected) == 2 * 4 * 2  # 2 questions x (q0 + 3 neighbours) x G=2
     assert len(counterpart) == 2 * 3 * 2
     assert any(rollout.variant_of_response.max() == 3 for rollout in generated)

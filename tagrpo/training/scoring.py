@@ -3,8 +3,9 @@
 Every response is scored as ``anchor prompt + response``: the anchor is q0's prompt for
 TA-GRPO (``anchor="original"``: old, reference and current log-probabilities of a neighbour's
 response are conditioned on the *original* question) and the prompt the response was sampled
-from for every other method (``anchor="own"``). Sequences are right-padded, so positions run
-0..L-1 for every row without position-id bookkeeping.
+from for every other method (``anchor="own"``). A step scores G or (N+1)G responses per prompt,
+so each distinct prompt is read once per pass and shares its keys and values with its responses
+(measured with ``benchmarks/local_train_step.py``: the prompt was more than half of the tokens).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from transformers import DynamicCache
 
 from tagrpo.algorithms.loss import token_log_probs
 from tagrpo.algorithms.methods import MethodSpec
@@ -46,73 +48,127 @@ def scoring_prompts(
 
 @dataclass
 class ScoringBatch:
-    """Right-padded ``prompt + response`` rows; ``target_mask[b, t]`` marks positions whose
-    next token ``input_ids[b, t + 1]`` is a response token (the tokens that get a loss)."""
+    """Responses with their prompts, each distinct prompt stored once.
 
-    input_ids: torch.Tensor  # [B, W]
-    attention_mask: torch.Tensor  # [B, W]
-    target_mask: torch.Tensor  # [B, W - 1], bool
-    lengths: torch.Tensor  # [B] prompt + response length per row
+    ``response_ids`` is right-padded ``[B, R]``; ``target_mask[b, j]`` marks the response's
+    tokens (``j < lengths[b]``), the positions that get a loss; ``prompt_of_row[b]`` indexes
+    ``prompts``. The G responses to one prompt share it: a forward pass reads each distinct
+    prompt once (:func:`forward_log_probs`).
+    """
+
+    prompts: list[tuple[int, ...]]
+    prompt_of_row: torch.Tensor  # [B], long
+    response_ids: torch.Tensor  # [B, R]
+    target_mask: torch.Tensor  # [B, R], bool
+    lengths: torch.Tensor  # [B] response length per row
+    pad_id: int
 
     def __len__(self) -> int:
-        return int(self.input_ids.shape[0])
+        return int(self.response_ids.shape[0])
 
     def rows(self, index: torch.Tensor | slice) -> ScoringBatch:
-        """A sub-batch trimmed to its longest row."""
+        """A sub-batch trimmed to its longest response."""
         lengths = self.lengths[index]
         width = int(lengths.max())
         return ScoringBatch(
-            self.input_ids[index][:, :width],
-            self.attention_mask[index][:, :width],
-            self.target_mask[index][:, : width - 1],
+            self.prompts,
+            self.prompt_of_row[index],
+            self.response_ids[index][:, :width],
+            self.target_mask[index][:, :width],
             lengths,
+            self.pad_id,
         )
 
 
 def build_scoring_batch(
     prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int
 ) -> ScoringBatch:
-    """Concatenate each prompt with its response, right-pad, and mark response targets."""
+    """Pair each response with its prompt (identical prompts stored once); right-pad."""
     if len(prompts) != len(responses):
         raise ValueError("one prompt per response")
     if any(len(r) == 0 for r in responses):
         raise ValueError("empty response: nothing to score")
-    lengths = [len(p) + len(r) for p, r in zip(prompts, responses, strict=True)]
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("empty prompt: the first response token has nothing to follow")
+    distinct: dict[tuple[int, ...], int] = {}
+    prompt_of_row = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+    lengths = [len(r) for r in responses]
     width = max(lengths)
-    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(prompts), width), dtype=torch.long)
-    targets = torch.zeros((len(prompts), max(width - 1, 1)), dtype=torch.bool)
-    for row, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
-        ids = list(prompt) + list(response)
-        input_ids[row, : len(ids)] = torch.tensor(ids)
-        attention[row, : len(ids)] = 1
-        # Logits at position t predict token t + 1: response tokens sit at
-        # len(prompt) .. len(ids) - 1, so their predictions come from t = len(prompt) - 1 ...
-        targets[row, len(prompt) - 1 : len(ids) - 1] = True
-    return ScoringBatch(input_ids, attention, targets, torch.tensor(lengths))
+    response_ids = torch.full((len(responses), width), pad_id, dtype=torch.long)
+    for row, response in enumerate(responses):
+        response_ids[row, : len(response)] = torch.tensor(list(response), dtype=torch.long)
+    lengths_t = torch.tensor(lengths)
+    target_mask = torch.arange(width)[None, :] < lengths_t[:, None]
+    return ScoringBatch(
+        list(distinct),
+        torch.tensor(prompt_of_row, dtype=torch.long),
+        response_ids,
+        target_mask,
+        lengths_t,
+        pad_id,
+    )
 
 
 def forward_log_probs(model, batch: ScoringBatch, temperature: float = 1.0) -> torch.Tensor:
-    """Log-probability of each next token, ``[B, W - 1]`` (masked positions are garbage).
+    """Log-probability of each response token under its prompt, ``[B, R]`` (masked positions
+    are garbage).
 
-    Logits are divided by the sampling ``temperature`` first: the distribution the responses
-    were sampled from, and what verl's actor scores (``logits.div_(temperature)``).
+    Each distinct prompt of the batch but its last token is read once (left-padded, positions
+    as ``generate`` numbers them) and its keys and values are given to each of its responses;
+    then every row reads its prompt's last token and its response, so position ``j`` predicts
+    response token ``j``. The same log-probabilities as a pass over ``prompt + response`` per
+    row, without recomputing a prompt for each of its G responses or padding every row to the
+    longest prompt plus the longest response; gradients flow through the shared keys and
+    values. Logits are divided by the sampling ``temperature`` first: the distribution the
+    responses were sampled from, and what verl's actor scores (``logits.div_(temperature)``).
     """
     device = next(model.parameters()).device
+    used, local = torch.unique(batch.prompt_of_row, return_inverse=True)
+    prompts = [batch.prompts[i] for i in used.tolist()]
+    widest = max(len(p) for p in prompts) - 1
+    prefix_ids = torch.full((len(prompts), widest), batch.pad_id, dtype=torch.long)
+    prefix_mask = torch.zeros((len(prompts), widest), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        if len(prompt) > 1:
+            prefix_ids[row, widest - len(prompt) + 1 :] = torch.tensor(prompt[:-1])
+            prefix_mask[row, widest - len(prompt) + 1 :] = 1
+    cache = DynamicCache(config=model.config)
+    if widest > 0:
+        positions = (prefix_mask.cumsum(-1) - 1).clamp(min=0)
+        model(
+            input_ids=prefix_ids.to(device),
+            attention_mask=prefix_mask.to(device),
+            position_ids=positions.to(device),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache.batch_select_indices(local.to(device))
+    last = torch.tensor([p[-1] for p in prompts], dtype=torch.long)[local]
+    width = batch.response_ids.shape[1]
+    step_ids = torch.cat([last[:, None], batch.response_ids[:, :-1]], dim=1)
+    step_mask = batch.target_mask.long()
+    mask = torch.cat([prefix_mask[local], step_mask], dim=1)
+    start = torch.tensor([len(p) - 1 for p in prompts], dtype=torch.long)[local]
+    positions = start[:, None] + torch.arange(width)[None, :]
     logits = model(
-        input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device)
+        input_ids=step_ids.to(device),
+        attention_mask=mask.to(device),
+        position_ids=positions.to(device),
+        past_key_values=cache,
+        use_cache=True,
     ).logits
     if temperature != 1.0:
         logits = logits / temperature
-    return token_log_probs(logits[:, :-1], batch.input_ids[:, 1:].to(device))
+    return token_log_probs(logits, batch.response_ids.to(device))
 
 
 @torch.no_grad()
 def score_log_probs(
     model, batch: ScoringBatch, micro_batch: int, temperature: float = 1.0
 ) -> torch.Tensor:
-    """:func:`forward_log_probs` without gradients, in micro-batches, padded to ``[B, W-1]``."""
-    width = batch.input_ids.shape[1] - 1
+    """:func:`forward_log_probs` without gradients, in micro-batches, padded to ``[B, R]``."""
+    width = batch.response_ids.shape[1]
     out = torch.zeros((len(batch), width), dtype=torch.float32)
     for start in range(0, len(batch), micro_batch):
         rows = slice(start, start + micro_batch)
