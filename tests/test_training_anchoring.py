@@ -2,7 +2,8 @@
 
 TA-GRPO scores a neighbour's response as q0's prompt followed by the response; TA-GRPO* (and
 every other method) as the prompt it was sampled from followed by the response (each distinct
-prompt read once and shared through the KV cache; the response's last token is only predicted). Checked by
+prompt read once and shared through the KV cache; the response's last token is only
+predicted). Checked by
 recording the model's inputs, during scoring and during a full training step, and by
 comparing log-probabilities with single-sequence forward passes.
 """
@@ -14,7 +15,6 @@ from collections.abc import Callable
 import pytest
 import torch
 from tiny_policy import boxed_grade, tiny_questions
-
 from transformers import DynamicCache
 
 from tagrpo.algorithms import get_method

@@ -48,7 +48,8 @@ class HFBackend:
         if max_batch_sequences < 1:
             raise ValueError("max_batch_sequences must be >= 1")
         self.model = model
-        self.compact_finished = compact_finished  # False: the tokens of `generate` (tests)
+        # False: the tokens of `generate` (tests): its multinomial draw, no row dropped.
+        self.compact_finished = compact_finished
         self.tokenizer = tokenizer
         self.max_batch_sequences = max_batch_sequences
         self.tokenizer.padding_side = "left"
@@ -150,6 +151,7 @@ class HFBackend:
             eos_token_id=self.tokenizer.eos_token_id,
             pad_token_id=pad_id,
             compact_share=COMPACT_SHARE if self.compact_finished else None,
+            sampler="inverse_cdf" if self.compact_finished else "multinomial",
         ).cpu()
         # The id read once: the tokenizer's attribute lookup (``convert_tokens_to_ids`` behind
         # ``__getattr__``) inside the scan cost 14% of an evaluation's sampling (profiled).
