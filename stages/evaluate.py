@@ -1,6 +1,7 @@
 """DVC stage ``evaluate``: pass@k of one policy on every benchmark.
 
-Samples ``evaluate.n`` responses per problem with the configured engine, grades them in worker
+Samples ``evaluate.n`` responses per problem (a trained policy: ``evaluate.n_trained``, when
+set) with the configured engine, grades them in worker
 processes, and estimates pass@k (unbiased estimator, bootstrap CIs over problems) per benchmark
 and per benchmark group (:func:`tagrpo.evaluation.runner.evaluate_policy`).
 
@@ -86,7 +87,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         log_datasets(sorted(benchmarks.glob("*.parquet")), "evaluation")
         # The training run and logged model evaluated; the metrics are that model's too.
         ctx.model_id = link_evaluated_policy(model, policy).get(EVALUATED_MODEL_TAG) or None
-        result = evaluate_policy(config, model, benchmarks, store, scope=f"evaluate@{policy}")
+        result = evaluate_policy(
+            config, model, benchmarks, store, scope=f"evaluate@{policy}", trained=policy != "base"
+        )
         log_passk_intervals(result.passk)
         result.responses.to_parquet(ctx.path("responses"), index=False)
         result.passk.assign(policy=policy).to_csv(ctx.path("passk"), index=False)

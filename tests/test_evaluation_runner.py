@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -154,3 +155,34 @@ def test_phrasing_probe_group_rates_and_spread() -> None:
     assert summary["joint/mixed_rate"] == pytest.approx(1.0)
     assert summary["joint/zero_gradient_rate"] == pytest.approx(0.0)
     assert set(by_phrasing["phrasing"]) == {"expr", "words"}
+
+
+@pytest.mark.parametrize(
+    ("trained", "n_trained", "expected"), [(True, 32, 32), (False, 32, 64), (True, None, 64)]
+)
+def test_a_trained_policy_takes_n_trained_samples_and_the_base_n(
+    monkeypatch, two_benchmarks, trained, n_trained, expected
+) -> None:
+    """world-v3.md, amendment 2: the trained policies may be evaluated with fewer samples per
+    problem; the base keeps evaluate.n (V3 and the edges are judged on it)."""
+    import contextlib
+
+    from tagrpo.config.params import load_config
+    from tagrpo.evaluation import runner
+
+    backend, benchmarks = two_benchmarks
+    config = load_config()
+    config = config.model_copy(
+        update={
+            "evaluate": config.evaluate.model_copy(
+                update={"n": 64, "n_trained": n_trained, "groups": {}}
+            )
+        }
+    )
+    monkeypatch.setattr(runner, "load_benchmarks", lambda *a, **k: benchmarks)
+    monkeypatch.setattr(runner, "make_stored_backend", lambda *a, **k: backend)
+    monkeypatch.setattr(
+        runner, "grade_fn_for", lambda *a, **k: contextlib.nullcontext(substring_grade)
+    )
+    result = runner.evaluate_policy(config, Path("m"), Path("b"), trained=trained)
+    assert set(result.responses.groupby("question_id").size()) == {expected}

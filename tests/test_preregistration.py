@@ -1,8 +1,9 @@
-"""The pre-registrations and the code that runs them agree, value by value. World v2
-(preregistration/world-v2.yaml): the world in params.yaml, the base-draw profile, the default's
-runs, the report's settings (the committed default still runs v2's last candidate). World v3
-(preregistration/world-v3.yaml): the calibration profile is the candidate in force, on the
-registered calibration world, with the registered runs and competition lengths."""
+"""The pre-registrations and the code that runs them agree, value by value. World v3
+(preregistration/world-v3.yaml): params.yaml is its embedded default (the frozen candidate on
+the confirmatory world, the registered runs and endpoint), the calibration profile is the
+candidate in force on the calibration world, the confirmatory profile the frozen candidate on
+the confirmatory seed. World v2 (preregistration/world-v2.yaml): its base-draw profile still
+runs v2's world, budget and report settings on top of v3's params.yaml."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from tagrpo.config.params import deep_merge, read_yaml_mapping, validate_params
 ROOT = Path(__file__).resolve().parents[1]
 PREREGISTRATION = yaml.safe_load((ROOT / "preregistration/world-v2.yaml").read_text())
 PARAMS = read_yaml_mapping(ROOT / "params.yaml")
+V2_PROFILE = deep_merge(PARAMS, read_yaml_mapping(ROOT / "profiles/base-draws.yaml"))
 
 
 def _at(mapping: dict, dotted: str):
@@ -33,31 +35,28 @@ def _at(mapping: dict, dotted: str):
         "base_model.warmstart.training",
     ],
 )
-def test_the_world_in_params_is_the_registered_one(dotted):
-    assert _at(PARAMS, dotted) == PREREGISTRATION["world"][dotted]
+def test_the_v2_base_draws_profile_runs_v2s_world(dotted):
+    assert _at(V2_PROFILE, dotted) == PREREGISTRATION["world"][dotted]
 
 
-def test_benchmarks_groups_and_the_confirmatory_draw():
+def test_the_v2_profile_has_v2s_benchmarks_draw_budget_and_report():
     world = PREREGISTRATION["world"]
-    assert PARAMS["data"]["synthetic"]["benchmarks"] == world["benchmarks"]
-    assert PARAMS["evaluate"]["groups"] == world["groups"]
-    assert PARAMS["data"]["synthetic"]["seed"] == PREREGISTRATION["confirmatory"]["world_seed"]
-    assert PARAMS["report"]["preregistration"] == "preregistration/world-v2.yaml"
-    assert PARAMS["report"]["primary_group"] == "in_distribution"
-    assert PARAMS["report"]["in_distribution"] == "in_distribution"
-    assert PARAMS["report"]["equivalence_margin"] == PREREGISTRATION["study"]["tost_margin"]
-
-
-def test_the_default_trains_what_was_registered():
-    default = PREREGISTRATION["default"]
-    runs = PARAMS["runs"]
-    assert runs["methods"] == default["methods_three_seeds"] and runs["seeds"] == [0, 1, 2]
-    assert runs["one_seed_methods"] == default["methods_one_seed"]
+    profile = V2_PROFILE
+    assert profile["data"]["synthetic"]["benchmarks"] == world["benchmarks"]
+    assert profile["evaluate"]["groups"] == world["groups"]
+    assert profile["data"]["synthetic"]["seed"] == PREREGISTRATION["confirmatory"]["world_seed"]
+    assert profile["report"]["preregistration"] == "preregistration/world-v2.yaml"
+    assert profile["report"]["primary_group"] == "in_distribution"
+    assert profile["report"]["primary_k"] is None  # v2's endpoint: pass@32, the largest k
+    assert profile["report"]["in_distribution"] == "in_distribution"
+    assert profile["report"]["equivalence_margin"] == PREREGISTRATION["study"]["tost_margin"]
+    # v2's default budget: one epoch at 3e-4, the cosine to zero
+    assert (profile["train"]["epochs"], profile["train"]["learning_rate"]) == (1, 3.0e-4)
+    assert profile["train"]["min_lr_ratio"] == 0.0
 
 
 def test_the_base_draws_profile_runs_grpo_and_the_control_with_the_registered_seeds():
-    profile = read_yaml_mapping(ROOT / "profiles/base-draws.yaml")
-    merged = validate_params(deep_merge(PARAMS, profile), "base-draws")
+    merged = validate_params(V2_PROFILE, "base-draws")
     acceptance = PREREGISTRATION["acceptance"]
     assert merged.runs.seeds_of("grpo") == list(range(acceptance["V1"]["grpo_seeds"]))
     assert merged.runs.seeds_of("grpo_flipped") == list(range(acceptance["V4"]["control_seeds"]))
@@ -142,3 +141,27 @@ def test_the_v3_confirmatory_profile_is_the_frozen_candidate_on_the_confirmatory
     assert _at(merged, "report.preregistration") == "preregistration/world-v3.yaml"
     runs = validate_params(merged, "confirmatory").runs
     assert {m: runs.seeds_of(m) for m in runs.all_methods()} == V3["confirmatory"]["runs"]
+
+
+def test_params_yaml_is_the_registered_v3_default():
+    """World-v3.md, "The embedded default": the frozen candidate's world and budget on draw 0
+    of the confirmatory world; GRPO x 3 and the negative control x 2, every other method the
+    paper names once; the primary endpoint rule 4 chose; the report hashes world-v3.yaml."""
+    default = V3["default"]
+    (candidate,) = [c for c in V3["candidates"] if (c["outcome"] or {}).get("frozen")]
+    for dotted, value in _candidate_values(candidate).items():
+        assert _at(PARAMS, dotted) == value, dotted
+    assert default["world"] == "confirmatory"
+    assert _at(PARAMS, "data.synthetic.seed") == V3["confirmatory"]["world_seed"]
+    assert _at(PARAMS, "base_model.warmstart.seed") == default["base_draw"]
+    runs = validate_params(PARAMS, "params.yaml").runs
+    assert {m: runs.seeds_of(m) for m in runs.all_methods()} == {
+        **default["methods_seeds"],
+        **{method: [0] for method in default["methods_one_seed"]},
+    }
+    assert runs.data_scaling.multiples == []
+    endpoint = candidate["outcome"]["primary_endpoint"]
+    assert _at(PARAMS, "report.primary_group") == endpoint["group"]
+    assert _at(PARAMS, "report.primary_k") == endpoint["k"]
+    assert _at(PARAMS, "report.preregistration") == "preregistration/world-v3.yaml"
+    assert _at(PARAMS, "evaluate.n") == 64  # the base's n is never dropped

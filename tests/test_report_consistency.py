@@ -60,6 +60,9 @@ def test_the_per_policy_entropy_names_its_source() -> None:
         [{"policy": "base", "entropy_bits": 0.94, "questions_with_two_or_more": 1.0,
           "strategies": 2}]
     )  # fmt: skip
-    text = policy_entropy_table(summary, samples=64)
-    assert "the policy's 64 evaluation responses" in text.splitlines()[0]
+    text = policy_entropy_table(summary, samples=64, trained_samples=64)
+    assert "the policy's 64 evaluation responses to it):" in text.splitlines()[0]
     assert "| base | 0.94 | 100% | 2 |" in text
+    # Trained policies evaluated with fewer samples (evaluate.n_trained): the label says so.
+    first = policy_entropy_table(summary, samples=64, trained_samples=32).splitlines()[0]
+    assert "64 evaluation responses to it, a trained policy's 32: a plug-in" in first

@@ -13,6 +13,12 @@ from tagrpo.plumbing.config_model import ConfigModel, Field
 class EvaluateSettings(ConfigModel):
     backend: Literal["hf", "vllm"] = Field(description="generation engine: hf | vllm")
     n: int = Field(ge=1, le=100_000, description="samples per problem; pass@k for k <= n")
+    n_trained: int | None = Field(
+        ge=1,
+        le=100_000,
+        description="samples per problem of a trained policy (null = n); the base always takes "
+        "n (world-v3.md, amendment 2: the base's n decides V3 and the edges)",
+    )
     ks: list[int] = Field(min_length=1, description="k of pass@k")
     temperature: float = Field(gt=0, le=10, description="sampling temperature")
     top_p: float = Field(gt=0, le=1, description="nucleus sampling")
@@ -42,9 +48,17 @@ class EvaluateSettings(ConfigModel):
             raise ValueError("ks must be increasing and >= 1")
         if self.ks[-1] > self.n:
             raise ValueError(f"largest k ({self.ks[-1]}) exceeds n ({self.n}) samples")
+        if self.n_trained is not None and self.ks[-1] > self.n_trained:
+            raise ValueError(
+                f"largest k ({self.ks[-1]}) exceeds n_trained ({self.n_trained}) samples"
+            )
         if self.prompt_format == "raw" and self.backend != "vllm":
             raise ValueError("prompt_format: raw is the authors' vLLM evaluation: backend vllm")
         return self
+
+    def samples(self, trained: bool) -> int:
+        """Samples per problem for a trained policy or for the base."""
+        return self.n_trained if trained and self.n_trained is not None else self.n
 
 
 class EmbeddingSettings(ConfigModel):

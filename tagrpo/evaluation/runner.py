@@ -223,15 +223,17 @@ def evaluate_policy(
     benchmarks_dir: Path,
     store: SampleStore | None = None,
     scope: str = "evaluate",
+    trained: bool = True,
 ) -> EvaluationResult:
-    """The evaluate stage's work for one policy: ``evaluate`` settings, its engine, pass@k.
+    """The evaluate stage's work for one policy: ``evaluate`` settings, its engine, pass@k
+    (``evaluate.n_trained`` samples per problem for a ``trained`` policy, ``n`` for the base).
 
     With a ``store``, each benchmark's samples are saved as soon as they are drawn and reused
     by a rerun with the same fingerprint (a failure in grading loses no sample)."""
 
     settings = config.evaluate
     sampling = SamplingParams(
-        n=settings.n,
+        n=settings.samples(trained),
         temperature=settings.temperature,
         top_p=settings.top_p,
         max_new_tokens=settings.max_new_tokens,

@@ -81,6 +81,7 @@ KEY_PARAMS: tuple[str, ...] = (
     "train.max_new_tokens",
     "evaluate.backend",
     "evaluate.n",
+    "evaluate.n_trained",
     "evaluate.ks",
     "evaluate.temperature",
     "evaluate.top_p",

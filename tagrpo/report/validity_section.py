@@ -73,9 +73,10 @@ def base_criteria(
     return criteria, strategies
 
 
-def policy_entropy_table(strategies: pd.DataFrame, samples: int) -> str:
+def policy_entropy_table(strategies: pd.DataFrame, samples: int, trained_samples: int) -> str:
     """V3's per-policy strategy entropy, labelled with what it is read from (the evaluation's
-    ``samples`` responses per question), so it is not mistaken for the over-training table's."""
+    ``samples`` responses per question, a trained policy's ``trained_samples``), so it is not
+    mistaken for the over-training table's."""
     rows = [
         [
             r.policy,
@@ -88,7 +89,14 @@ def policy_entropy_table(strategies: pd.DataFrame, samples: int) -> str:
     return "\n".join(
         [
             "Strategy entropy per policy (bits, mean over the evaluated questions; each "
-            f"question's entropy read from the policy's {samples} evaluation responses to it):",
+            f"question's entropy read from the policy's {samples} evaluation responses to it"
+            + (
+                ""
+                if trained_samples == samples
+                else f", a trained policy's {trained_samples}: a plug-in entropy from fewer "
+                "responses reads lower"
+            )
+            + "):",
             "",
             markdown_table(
                 ["policy", "entropy (bits)", "questions with >= 2 strategies", "strategies"], rows
@@ -181,7 +189,8 @@ def validity_section(
         validity.validity_table(criteria),
     ]
     if not strategies.empty:
-        lines += ["", policy_entropy_table(strategies, config.evaluate.n)]
+        evaluate = config.evaluate
+        lines += ["", policy_entropy_table(strategies, evaluate.n, evaluate.samples(True))]
     if power:
         lines += ["", power]
     passed = sum(c.passed for c in criteria)
