@@ -143,10 +143,14 @@ def test_the_v3_confirmatory_profile_is_the_frozen_candidate_on_the_confirmatory
     assert {m: runs.seeds_of(m) for m in runs.all_methods()} == V3["confirmatory"]["runs"]
 
 
+APPLIED_DROPS = 5  # world-v3-candidates.md, "The embedded default"
+
+
 def test_params_yaml_is_the_registered_v3_default():
     """World-v3.md, "The embedded default": the frozen candidate's world and budget on draw 0
     of the confirmatory world; GRPO x 3 and the negative control x 2, every other method the
-    paper names once; the primary endpoint rule 4 chose; the report hashes world-v3.yaml."""
+    paper names once but for the registered drops; the primary endpoint rule 4 chose; the
+    report hashes world-v3.yaml."""
     default = V3["default"]
     (candidate,) = [c for c in V3["candidates"] if (c["outcome"] or {}).get("frozen")]
     for dotted, value in _candidate_values(candidate).items():
@@ -154,10 +158,19 @@ def test_params_yaml_is_the_registered_v3_default():
     assert default["world"] == "confirmatory"
     assert _at(PARAMS, "data.synthetic.seed") == V3["confirmatory"]["world_seed"]
     assert _at(PARAMS, "base_model.warmstart.seed") == default["base_draw"]
-    runs = validate_params(PARAMS, "params.yaml").runs
+    params = validate_params(PARAMS, "params.yaml")
+    runs = params.runs
+    # The registered drops, in order, as far as the cold default needed them
+    # (world-v3-candidates.md, "The embedded default": all five, each timed).
+    assert len(default["drop_order"]) == APPLIED_DROPS == 5
+    assert params.diagnostics.questions == 40
+    assert params.diagnostics.checkpoints == ["checkpoint-050", "checkpoint-100"]
+    assert params.train.anchoring_diagnostic is False
+    assert params.evaluate.n_trained == 32
+    one_seed = [m for m in default["methods_one_seed"] if m not in ("ta_grpo_star", "grpo_ds")]
     assert {m: runs.seeds_of(m) for m in runs.all_methods()} == {
         **default["methods_seeds"],
-        **{method: [0] for method in default["methods_one_seed"]},
+        **{method: [0] for method in one_seed},
     }
     assert runs.data_scaling.multiples == []
     endpoint = candidate["outcome"]["primary_endpoint"]

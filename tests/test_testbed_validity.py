@@ -362,13 +362,15 @@ def test_bands_come_from_the_pre_registration(tmp_path) -> None:
 
     root = Path(__file__).resolve().parents[1] / "preregistration"
     assert validity.bands_from_preregistration(root / "world-v2.yaml") == validity.Bands(
-        source="`world-v2.yaml`"
+        path_group="in_distribution", source="`world-v2.yaml`"
     )
     v3 = validity.bands_from_preregistration(root / "world-v3.yaml")
     assert (v3.min_rl_gain, v3.min_path_gain, v3.max_half_width) == (0.05, 0.03, 0.02)
     assert (v3.base_ceiling, v3.chance_margin) == (0.90, 0.05)
     assert v3.harder_pass_at_1 == (0.02, 1.0) and v3.harder_pass_at_k == (0.25, 0.85)
     assert v3.identical_band == (0.30, 0.85)
+    # V3 on the in-distribution group, whatever report.primary_group is (v3's: competition).
+    assert v3.path_group == "in_distribution"
 
     gain = validity.rl_gain(_constant([0.20, 0.24, 0.22]), _constant([0.10]), "c", ["x", "y"], v3)
     assert gain.passed and gain.requirement.endswith(">= +5 points")  # +7.03: passes v3 only

@@ -48,6 +48,11 @@ class EvaluateSettings(ConfigModel):
             raise ValueError("ks must be increasing and >= 1")
         if self.ks[-1] > self.n:
             raise ValueError(f"largest k ({self.ks[-1]}) exceeds n ({self.n}) samples")
+        if self.n_trained is not None and self.n_trained > self.n:
+            raise ValueError(
+                f"n_trained ({self.n_trained}) exceeds n ({self.n}): the base is never evaluated "
+                "with fewer samples than a trained policy (null: n for both)"
+            )
         if self.n_trained is not None and self.ks[-1] > self.n_trained:
             raise ValueError(
                 f"largest k ({self.ks[-1]}) exceeds n_trained ({self.n_trained}) samples"

@@ -81,6 +81,9 @@ class Bands:
     harder_pass_at_1: tuple[float, float] = (0.05, 0.30)  # harder group: the base's pass@1
     harder_pass_at_k: tuple[float, float] = (0.40, 0.85)  # harder group: base pass@k_large
     identical_band: tuple[float, float] = (0.40, 0.80)  # regime: identical q0 groups
+    # V3's group (acceptance.V3.group); None: report.primary_group's. World v3 reads V3 on the
+    # in-distribution group and its primary endpoint on the competition group.
+    path_group: str | None = None
     source: str = "world v2's bands"
 
 
@@ -109,6 +112,7 @@ def bands_from_preregistration(path: Path) -> Bands:
             harder_pass_at_1=harder_1,  # type: ignore[arg-type]
             harder_pass_at_k=tuple(float(v) for v in competition["pass_at_k"]),  # type: ignore[arg-type]
             identical_band=tuple(float(v) for v in acceptance["regime_identical_q0_groups"]),  # type: ignore[arg-type]
+            path_group=str(acceptance["V3"]["group"]),
             source=f"`{path.name}`",
         )
     except (KeyError, TypeError) as error:

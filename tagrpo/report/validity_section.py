@@ -43,9 +43,18 @@ def base_criteria(
         if probe is not None and not probe.empty
         else None
     )
+    path_group = bands.path_group
+    if path_group is not None and path_group not in config.evaluate.groups:
+        raise ValueError(
+            f"{bands.source} reads V3 on the group {path_group!r}, which evaluate.groups lacks"
+        )
     strategy, strategies = validity.strategy_criterion(
         strategy_responses(root, [BASE_POLICY, *policies]),
-        primary_benchmarks(config),
+        (
+            primary_benchmarks(config)
+            if path_group is None
+            else (path_group, list(config.evaluate.groups[path_group]))
+        ),
         ks[-1],
         config.evaluate.bootstrap_resamples,
         config.common.seed,
