@@ -88,6 +88,7 @@ def _config(method: str) -> TrainConfig:
         micro_batch_sequences=64,
         learning_rate=1e-3,
         seed=7,
+        anchoring_diagnostic=True,  # the default switches it off (world v3's drop 2)
     )
 
 

@@ -158,7 +158,8 @@ def test_phrasing_probe_group_rates_and_spread() -> None:
 
 
 @pytest.mark.parametrize(
-    ("trained", "n_trained", "expected"), [(True, 32, 32), (False, 32, 64), (True, None, 64)]
+    ("trained", "n_trained", "expected"),
+    [(True, 32, 32), (False, 32, 64), (True, None, 64), (True, 128, 64)],
 )
 def test_a_trained_policy_takes_n_trained_samples_and_the_base_n(
     monkeypatch, two_benchmarks, trained, n_trained, expected

@@ -83,12 +83,13 @@ def test_dvc_repro_runs_every_stage_and_reconciles(smoke_run: SmokeRun) -> None:
     assert "## The paper's claims, as this run measures them" in report
     claims = (checkout / "reports" / "claims.md").read_text()
     assert claims.splitlines()[0].startswith("| claim (paper) |") and claims.strip() in report
-    # Issue 21: the validity table first, the controls open the claims (the smoke profile
+    # Issue 21: the validity table first (V1, the positive control, is its row under world
+    # v3's family), the negative control and the A/A null open the claims (the smoke profile
     # trains the negative control and the 2.5x data-scaling run, so neither row is "not run").
     assert report.index("## Testbed validity") < report.index("## The paper's claims")
     rows = claims.splitlines()[2:]
-    assert rows[0].startswith("| Positive control") and rows[1].startswith("| Negative control")
-    assert "grpo_flipped" in rows[1] and not rows[1].endswith("| not run |")
+    assert rows[0].startswith("| Negative control") and rows[1].startswith("| A/A null")
+    assert "grpo_flipped" in rows[0] and not rows[0].endswith("| not run |")
     assert "section 5.5" in rows[-1] and not rows[-1].endswith("| not run |")
     for figure in ("training_reward", "passk_intervals"):
         assert (checkout / "reports" / "figures" / f"{figure}.png").stat().st_size > 1000

@@ -93,6 +93,10 @@ def _write_small_dag(root: Path, dvc_yaml: str = DVC_YAML) -> dict[str, Any]:
             overrides=["diagnostics.policies=[grpo-s0]"],
         ),
     )
+    # The small DAG's matrices read runs.methods only: the negative control (a control method
+    # of the default, with its own seeds) joins them.
+    runs = params["runs"]
+    runs["methods"], runs["control_methods"] = [*runs["methods"], *runs["control_methods"]], []
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (root / "dvc.yaml").write_text(dvc_yaml)
     return params
@@ -159,7 +163,7 @@ def test_a_learning_rate_reruns_training_and_everything_after_it(reproduced: Pat
         "evaluate@grpo_flipped-0",
     ]
     assert [s.name for s in plan.runs] == [*expected, "report"]
-    assert plan.changed_params == {"train.learning_rate": (0.0003, 0.0002)}
+    assert plan.changed_params == {"train.learning_rate": (0.0006, 0.0002)}
     by_name = {stage.name: stage for stage in plan.runs}
     assert by_name["train@grpo-0"].reasons == ("params: train.learning_rate",)
     assert by_name["evaluate@grpo-0"].reasons == ()
@@ -207,11 +211,11 @@ def test_params_are_compared_with_the_last_run_not_with_params_yaml(reproduced: 
     compares with dvc.lock); YAML 1.2 numbers such as train.epsilon: 1e-6 compare equal."""
     original = (reproduced / "params.yaml").read_text()
     edited = yaml.safe_load(original)
-    edited["train"]["learning_rate"] = 0.0005
+    edited["train"]["learning_rate"] = 0.0005  # the default: 6e-4
     (reproduced / "params.yaml").write_text(yaml.safe_dump(edited, sort_keys=False))
     try:
         assert _names(reproduced, RerunRequest())[:2] == ["train@grpo-0", "train@grpo_flipped-0"]
-        assert _names(reproduced, RerunRequest(overrides=["train.learning_rate=3e-4"])) == []
+        assert _names(reproduced, RerunRequest(overrides=["train.learning_rate=6e-4"])) == []
     finally:
         (reproduced / "params.yaml").write_text(original)
 

@@ -189,6 +189,7 @@ def plots_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "runs.methods": ["grpo", "ta_grpo"],
             "runs.seeds": [0],
             "runs.one_seed_methods": [],
+            "runs.control_methods": [],
             "runs.data_scaling.methods": ["grpo"],
             "runs.data_scaling.multiples": [2.0],
             **WITH_MINI_CHOICE,  # world v2 has no multiple choice; the chance floor needs one

@@ -102,6 +102,14 @@ def _sections(root: Path, overrides: dict) -> tuple[str, str, dict]:
         {
             "runs.methods": ["grpo", "ta_grpo"],
             "runs.seeds": list(GRPO_SEEDS),
+            # The design these numbers were written for (world v2's default): no control or
+            # one-seed method unless a test adds it, every policy with n samples, the primary
+            # endpoint at the largest k of the in-distribution group.
+            "runs.control_methods": [],
+            "runs.one_seed_methods": [],
+            "evaluate.n_trained": None,
+            "report.primary_group": "in_distribution",
+            "report.primary_k": None,
             "diagnostics.policies": ["ta_grpo-s0"],
             "evaluate.n": N,
             "evaluate.ks": [1, 2],

@@ -70,7 +70,7 @@ def test_a_report_names_its_profile() -> None:
     from tagrpo.config.params import config_with
     from tagrpo.report.build import report_title
 
-    default = "TA-GRPO pipeline report (embedded default: mini world)"
+    default = "TA-GRPO pipeline report (embedded default: mini world v3, confirmatory draw 0)"
     assert report_title(config_with()) == default
     assert report_title(config_with({"common.profile": "smoke"})) == (
         f"{default} [profile 'smoke']"

@@ -61,6 +61,7 @@ def config(**overrides):
             "evaluate.backend": "hf",
             "evaluate.n": N,
             "evaluate.ks": [1, 2],
+            "report.primary_k": None,  # the largest of these ks (the default registers 16)
             "evaluate.max_new_tokens": 6,
             "evaluate.groups": {},
             "report.in_distribution": None,  # no groups: V1 over every benchmark

@@ -153,7 +153,7 @@ def one_step_trainer(tiny_lm, method: str, **settings) -> Trainer:
         group_size=2,
         max_new_tokens=6,
         micro_batch_sequences=64,
-        **settings,
+        **{"anchoring_diagnostic": True, **settings},  # the default's is off (v3's drop 2)
     )
     questions = tiny_questions()[:2]
     return Trainer(config, model, tokenizer, questions, boxed_grade, ref_model=reference)

@@ -277,7 +277,8 @@ def test_params_apply_prunes_the_entries_of_stages_the_profile_drops(
     profile = tmp_path / "moved.yaml"
     profile.write_text(
         "common: {profile: custom}\n"
-        f"runs: {{methods: [grpo, grpo_flipped, grpo_x4], one_seed_methods: {MOVED}}}\n"
+        f"runs: {{methods: [grpo, grpo_flipped, grpo_x4], control_methods: [], "
+        f"one_seed_methods: {MOVED}}}\n"
     )
     monkeypatch.chdir(tmp_path)
     assert cli(["params", "apply", str(profile)]) == 0

@@ -341,6 +341,7 @@ def test_evaluate_refuses_another_served_model_before_sampling_and_saves_nothing
                 "evaluate.backend": "vllm",
                 "evaluate.n": 2,
                 "evaluate.ks": [1],
+                "report.primary_k": None,  # the largest of these ks (the default registers 16)
                 "evaluate.groups": {},
                 "report.in_distribution": None,  # no groups: V1 over every benchmark
                 "report.primary_group": None,  # no groups: every free-form benchmark

@@ -125,6 +125,7 @@ def test_evaluate_policy_offline_with_the_sample_store(backend, tmp_path, monkey
         **{
             "evaluate.n": 4,
             "evaluate.ks": [1, 2, 4],
+            "report.primary_k": None,  # the largest of these ks (the default registers 16)
             "evaluate.groups": {},
             "report.in_distribution": None,  # no groups: V1 over every benchmark
             "report.primary_group": None,  # no groups: every free-form benchmark

@@ -149,6 +149,7 @@ def test_server_evaluation_saves_samples_before_grading(served, tmp_path, monkey
             "evaluate.backend": "vllm",
             "evaluate.n": 2,
             "evaluate.ks": [1],
+            "report.primary_k": None,  # the largest of these ks (the default registers 16)
             "evaluate.groups": {},
             "report.in_distribution": None,  # no groups: V1 over every benchmark
             "report.primary_group": None,  # no groups: every free-form benchmark

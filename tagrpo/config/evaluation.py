@@ -16,8 +16,9 @@ class EvaluateSettings(ConfigModel):
     n_trained: int | None = Field(
         ge=1,
         le=100_000,
-        description="samples per problem of a trained policy (null = n); the base always takes "
-        "n (world-v3.md, amendment 2: the base's n decides V3 and the edges)",
+        description="at most this many samples per problem for a trained policy: it takes "
+        "min(n, n_trained) (null = n); the base always takes n (world-v3.md, amendment 2: the "
+        "base's n decides V3 and the edges)",
     )
     ks: list[int] = Field(min_length=1, description="k of pass@k")
     temperature: float = Field(gt=0, le=10, description="sampling temperature")
@@ -48,22 +49,20 @@ class EvaluateSettings(ConfigModel):
             raise ValueError("ks must be increasing and >= 1")
         if self.ks[-1] > self.n:
             raise ValueError(f"largest k ({self.ks[-1]}) exceeds n ({self.n}) samples")
-        if self.n_trained is not None and self.n_trained > self.n:
+        if self.ks[-1] > self.samples(trained=True):
             raise ValueError(
-                f"n_trained ({self.n_trained}) exceeds n ({self.n}): the base is never evaluated "
-                "with fewer samples than a trained policy (null: n for both)"
-            )
-        if self.n_trained is not None and self.ks[-1] > self.n_trained:
-            raise ValueError(
-                f"largest k ({self.ks[-1]}) exceeds n_trained ({self.n_trained}) samples"
+                f"largest k ({self.ks[-1]}) exceeds a trained policy's "
+                f"{self.samples(trained=True)} samples (n_trained)"
             )
         if self.prompt_format == "raw" and self.backend != "vllm":
             raise ValueError("prompt_format: raw is the authors' vLLM evaluation: backend vllm")
         return self
 
     def samples(self, trained: bool) -> int:
-        """Samples per problem for a trained policy or for the base."""
-        return self.n_trained if trained and self.n_trained is not None else self.n
+        """Samples per problem for a trained policy (``min(n, n_trained)``) or for the base."""
+        if trained and self.n_trained is not None:
+            return min(self.n, self.n_trained)
+        return self.n
 
 
 class EmbeddingSettings(ConfigModel):
