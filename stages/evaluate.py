@@ -24,6 +24,7 @@ from tagrpo.config.params import load_config
 from tagrpo.evaluation.runner import evaluate_policy
 from tagrpo.pipeline.runtime import run_main, running_stage
 from tagrpo.plumbing.layout import (
+    BASE_POLICY,
     data_outputs,
     dvc_stage_name,
     evaluate_outputs,
@@ -88,7 +89,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         # The training run and logged model evaluated; the metrics are that model's too.
         ctx.model_id = link_evaluated_policy(model, policy).get(EVALUATED_MODEL_TAG) or None
         result = evaluate_policy(
-            config, model, benchmarks, store, scope=f"evaluate@{policy}", trained=policy != "base"
+            config,
+            model,
+            benchmarks,
+            store,
+            scope=f"evaluate@{policy}",
+            trained=policy != BASE_POLICY,
         )
         log_passk_intervals(result.passk)
         result.responses.to_parquet(ctx.path("responses"), index=False)

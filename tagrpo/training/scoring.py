@@ -18,6 +18,7 @@ from transformers import DynamicCache
 
 from tagrpo.algorithms.loss import token_log_probs
 from tagrpo.algorithms.methods import MethodSpec
+from tagrpo.backends.hf import left_padded
 from tagrpo.splits.training_set import TrainQuestion
 
 
@@ -125,15 +126,9 @@ def forward_log_probs(model, batch: ScoringBatch, temperature: float = 1.0) -> t
     device = next(model.parameters()).device
     used, local = torch.unique(batch.prompt_of_row, return_inverse=True)
     prompts = [batch.prompts[i] for i in used.tolist()]
-    widest = max(len(p) for p in prompts) - 1
-    prefix_ids = torch.full((len(prompts), widest), batch.pad_id, dtype=torch.long)
-    prefix_mask = torch.zeros((len(prompts), widest), dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        if len(prompt) > 1:
-            prefix_ids[row, widest - len(prompt) + 1 :] = torch.tensor(prompt[:-1])
-            prefix_mask[row, widest - len(prompt) + 1 :] = 1
+    prefix_ids, prefix_mask = left_padded([p[:-1] for p in prompts], batch.pad_id)
     cache = DynamicCache(config=model.config)
-    if widest > 0:
+    if prefix_ids.shape[1] > 0:
         positions = (prefix_mask.cumsum(-1) - 1).clamp(min=0)
         model(
             input_ids=prefix_ids.to(device),
