@@ -225,3 +225,29 @@ def test_timings_prints_each_tier_and_its_costliest_modules(
     assert [line.split()[-1] for line in lines[2:4]] == ["tests/test_b.py", "tests/test_a.py"]
     assert lines[4].split()[-1] == "tests/test_b.py::test_two"
     assert lines[-1].startswith("2-alone.xml: unreadable")
+
+
+def test_timings_lists_the_slowest_tests_over_all_tiers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tests/timings.py DIR --slowest N`: one table over every tier, costliest first."""
+    import timings
+
+    (tmp_path / "1-alone.xml").write_text(
+        '<testsuites><testsuite name="pytest" time="50">'
+        '<testcase classname="tests.test_v" name="test_serve" time="40.0"/>'
+        "</testsuite></testsuites>"
+    )
+    (tmp_path / "2-xdist.xml").write_text(
+        '<testsuites><testsuite name="pytest" time="130.5">'
+        '<testcase classname="tests.test_a" name="test_one" time="10.0"/>'
+        '<testcase classname="tests.test_b" name="test_two" time="90.0"/>'
+        "</testsuite></testsuites>"
+    )
+    assert timings.main(str(tmp_path), count=2) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "| # | seconds | test | tier |",
+        "|---|---|---|---|",
+        "| 1 | 90 | `tests/test_b.py::test_two` | 2-xdist |",
+        "| 2 | 40 | `tests/test_v.py::test_serve` | 1-alone |",
+    ]

@@ -2,7 +2,9 @@
 
 ``python tests/timings.py DIR`` reads the JUnit XML files the test tiers wrote into DIR
 (``pytest --junitxml``; each test's time is its setup, call and teardown together) and prints,
-per tier, its wall seconds and the seconds of its costliest modules and tests. On the xdist tier
+per tier, its wall seconds and the seconds of its costliest modules and tests;
+``--slowest N`` prints instead the N costliest tests over all tiers, one table (the lists in
+docs/performance.md). On the xdist tier
 a module's tests run on one worker in their order (tests/harness.py), so the costliest module
 bounds the tier from below. Printed last, after the tiers, so that the tail of a CI log shows it
 whether or not a test failed.
@@ -29,16 +31,22 @@ def module_of(case: ET.Element) -> str:
     return classname or "?"
 
 
+def test_seconds(root: ET.Element) -> list[tuple[float, str]]:
+    """(seconds, ``module::test``) of every testcase under ``root``."""
+    return [
+        (float(case.get("time", 0.0)), f"{module_of(case)}::{case.get('name')}")
+        for case in root.iter("testcase")
+    ]
+
+
 def summarise(path: Path) -> list[str]:
     root = ET.parse(path).getroot()
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
     wall = sum(float(suite.get("time", 0.0)) for suite in suites)
     by_module: dict[str, float] = defaultdict(float)
-    tests: list[tuple[float, str]] = []
-    for case in root.iter("testcase"):
-        seconds = float(case.get("time", 0.0))
-        by_module[module_of(case)] += seconds
-        tests.append((seconds, f"{module_of(case)}::{case.get('name')}"))
+    tests = test_seconds(root)
+    for seconds, name in tests:
+        by_module[name.partition("::")[0]] += seconds
     in_tests = sum(by_module.values())
     lines = [f"{path.stem}: {wall:,.0f} s wall, {len(tests)} tests, {in_tests:,.0f} s in tests"]
     for module, seconds in sorted(by_module.items(), key=lambda item: -item[1])[:MODULES_SHOWN]:
@@ -48,8 +56,24 @@ def summarise(path: Path) -> list[str]:
     return lines
 
 
-def main(folder: str) -> int:
+def slowest(files: list[Path], count: int) -> list[str]:
+    """A Markdown table of the ``count`` costliest tests of all ``files`` (tier = file stem)."""
+    rows = [
+        (seconds, name, path.stem)
+        for path in files
+        for seconds, name in test_seconds(ET.parse(path).getroot())
+    ]
+    lines = ["| # | seconds | test | tier |", "|---|---|---|---|"]
+    for rank, (seconds, name, tier) in enumerate(sorted(rows, reverse=True)[:count], start=1):
+        lines.append(f"| {rank} | {seconds:,.0f} | `{name}` | {tier} |")
+    return lines
+
+
+def main(folder: str, count: int | None = None) -> int:
     files = sorted(Path(folder).glob("*.xml"))
+    if count is not None:
+        print("\n".join(slowest(files, count)))
+        return 0
     print("=== make test: seconds per tier, module and test (tests/timings.py) ===")
     if not files:
         print(f"no JUnit XML files in {folder}")
@@ -62,4 +86,10 @@ def main(folder: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else ".test-times"))
+    arguments = sys.argv[1:]
+    count = None
+    if "--slowest" in arguments:
+        at = arguments.index("--slowest")
+        count = int(arguments[at + 1])
+        del arguments[at : at + 2]
+    sys.exit(main(arguments[0] if arguments else ".test-times", count))
