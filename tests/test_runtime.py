@@ -19,6 +19,7 @@ from scratch_project import EMPTY_PROJECT_EXPERIMENT
 
 from tagrpo.config.params import Params, config_with
 from tagrpo.pipeline.runtime import StageBusyError, StageLock, running_stage
+from tagrpo.plumbing.device import describe_device
 from tagrpo.plumbing.layout import Outputs
 from tagrpo.plumbing.paths import project_root
 from tagrpo.plumbing.procfs import proc_stat
@@ -61,8 +62,10 @@ def test_outputs_appear_only_when_the_stage_succeeds(empty_project: Path) -> Non
         assert (empty_project / "out/table.csv").read_text() == "stale\n"  # staged until the end
     assert (empty_project / "out/table.csv").read_text() == "a,b\n"
     assert (empty_project / "models/p/weights.bin").read_bytes() == b"w"
-    assert json.loads((empty_project / "m/p.json").read_text())["rows"] == 1
-    assert "nan" not in json.loads((empty_project / "m/p.json").read_text())
+    written = json.loads((empty_project / "m/p.json").read_text())
+    assert written["rows"] == 1
+    assert "nan" not in written
+    assert written["device"] == describe_device()  # which device made the run, in its metrics
 
 
 def test_a_stage_that_forgets_an_output_fails(empty_project: Path) -> None:

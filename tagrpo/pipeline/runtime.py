@@ -44,6 +44,7 @@ from typing import Any
 from tagrpo.config.params import Params
 from tagrpo.pipeline.parent_run import dvc_arguments
 from tagrpo.pipeline.stage_run import stage_run
+from tagrpo.plumbing.device import describe_device
 from tagrpo.plumbing.layout import Outputs
 from tagrpo.plumbing.paths import project_root
 from tagrpo.plumbing.procfs import pid_alive, proc_stat, process_alive, started_at
@@ -457,13 +458,14 @@ def running_stage(
         remove_path(staging)
         staging.mkdir(parents=True)
         context = StageContext(name, config, root, outputs, staging)
+        device = describe_device()  # in the metrics file and the run's tags: results are a device's
         try:
             with stage_run(
                 stage,
                 config,
                 key=key,
                 run_name=run_name or stage_run_name(stage, key),
-                tags=tags,
+                tags={**(tags or {}), "device": device},
                 log_sections=log_sections,
                 run_params=run_params,
                 dvc_name=dvc_name,
@@ -473,6 +475,7 @@ def running_stage(
                 yield context
                 context.metrics.setdefault("seconds", time.perf_counter() - started)
                 context.log({f"{metrics_prefix}{k}": v for k, v in context.metrics.items()})
+                context.metrics["device"] = device
                 _commit(context)
         except TrackingError as error:
             # One line, not MLflow's and SQLAlchemy's tracebacks: the cause names the store.
