@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
 import pytest
 
-from tagrpo.metrics.diversity import group_distances, mean_pairwise_cosine_distance
+from tagrpo.metrics.diversity import mean_pairwise_cosine_distance
 
 pytestmark = pytest.mark.core
 
@@ -31,29 +30,3 @@ def test_fewer_than_two_responses_is_nan_and_bad_input_raises() -> None:
         mean_pairwise_cosine_distance(np.ones(3))
     with pytest.raises(ValueError, match="zero norm"):
         mean_pairwise_cosine_distance(np.array([[0.0, 0.0], [1.0, 0.0]]))
-
-
-def test_group_distances_embeds_once_and_splits_by_group() -> None:
-    table = {"a": [1.0, 0.0], "b": [0.0, 1.0], "c": [1.0, 0.0]}
-    calls = []
-
-    def embed(texts):
-        calls.append(list(texts))
-        return np.array([table[t] for t in texts])
-
-    samples = pd.DataFrame(
-        {
-            "question_id": ["q1", "q1", "q2", "q2", "q2"],
-            "is_original": [True, True, False, False, True],
-            "response": ["a", "c", "a", "b", "b"],
-        }
-    )
-    result = group_distances(samples, embed, ["question_id", "is_original"])
-    assert len(calls) == 1 and len(calls[0]) == 5
-    rows = {(r.question_id, r.is_original): r for r in result.itertuples()}
-    assert rows[("q1", True)].mean_distance == pytest.approx(0.0)
-    assert rows[("q2", False)].mean_distance == pytest.approx(1.0)
-    assert rows[("q2", False)].responses == 2
-    assert math.isnan(rows[("q2", True)].mean_distance)
-    with pytest.raises(KeyError, match="lack columns"):
-        group_distances(samples, embed, ["missing"])

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import pandas as pd
 
 EmbedFn = Callable[[Sequence[str]], np.ndarray]
 
@@ -34,37 +33,3 @@ def mean_pairwise_cosine_distance(embeddings: np.ndarray) -> float:
     off_diagonal = similarity.sum() - np.trace(similarity)
     mean_similarity = off_diagonal / (count * (count - 1))
     return float(1.0 - mean_similarity)
-
-
-def group_distances(
-    samples: pd.DataFrame,
-    embed: EmbedFn,
-    group_columns: Sequence[str],
-    text_column: str = "response",
-) -> pd.DataFrame:
-    """One row per group: its size and mean pairwise cosine distance of ``text_column``.
-
-    All texts are embedded in one call (batched), then split by group.
-    """
-    missing = [c for c in (*group_columns, text_column) if c not in samples.columns]
-    if missing:
-        raise KeyError(f"samples lack columns {missing}")
-    if samples.empty:
-        return pd.DataFrame(columns=[*group_columns, "responses", "mean_distance"])
-    embeddings = np.asarray(embed(samples[text_column].tolist()))
-    if len(embeddings) != len(samples):
-        raise ValueError(f"embed returned {len(embeddings)} vectors for {len(samples)} texts")
-    rows = []
-    positions = np.arange(len(samples))
-    for key, group in samples.assign(_position=positions).groupby(list(group_columns), sort=True):
-        keys = key if isinstance(key, tuple) else (key,)
-        rows.append(
-            {
-                **dict(zip(group_columns, keys, strict=True)),
-                "responses": len(group),
-                "mean_distance": mean_pairwise_cosine_distance(
-                    embeddings[group["_position"].to_numpy()]
-                ),
-            }
-        )
-    return pd.DataFrame(rows)

@@ -38,7 +38,6 @@ seeds a side.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -135,12 +134,6 @@ class Claim:
         else:
             verdict = "supported" if self.estimate.value > 0 else "reversed"
         return f"{verdict} (underpowered: not evidence)" if self.underpowered else verdict
-
-    @property
-    def verdict_key(self) -> str:
-        """The verdict without its reason, for a metric name (MLflow allows no ``:`` or
-        parentheses): ``not measurable``, ``not run``, ``covers 0``, ``supported``..."""
-        return re.split(r"[:(]", self.verdict, maxsplit=1)[0].strip()
 
     def row(self) -> list[str]:
         if self.estimate is None or self.refusal:
