@@ -205,18 +205,29 @@ def test_the_longest_groups_come_first_and_each_module_is_one_group(
     ]
 
 
+def _junit(path: Path, wall: float, *cases: tuple[str, str, float]) -> None:
+    """A tier's JUnit XML as pytest writes it: (module, test, seconds) per testcase."""
+    rows = "".join(
+        f'<testcase classname="tests.{module}" name="{name}" time="{seconds}"/>'
+        for module, name, seconds in cases
+    )
+    path.write_text(
+        f'<testsuites><testsuite name="pytest" time="{wall}">{rows}</testsuite></testsuites>'
+    )
+
+
 def test_timings_prints_each_tier_and_its_costliest_modules(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`make test`'s last lines (tests/timings.py): a tier's wall seconds, then modules by cost."""
     import timings
 
-    (tmp_path / "1-xdist.xml").write_text(
-        '<testsuites><testsuite name="pytest" time="130.5">'
-        '<testcase classname="tests.test_a" name="test_one" time="10.0"/>'
-        '<testcase classname="tests.test_b" name="test_two" time="90.0"/>'
-        '<testcase classname="tests.test_a" name="test_three" time="15.0"/>'
-        "</testsuite></testsuites>"
+    _junit(
+        tmp_path / "1-xdist.xml",
+        130.5,
+        ("test_a", "test_one", 10.0),
+        ("test_b", "test_two", 90.0),
+        ("test_a", "test_three", 15.0),
     )
     (tmp_path / "2-alone.xml").write_text("<testsuites><testsuite")  # killed mid-write
     assert timings.main(str(tmp_path)) == 0
@@ -233,16 +244,9 @@ def test_timings_lists_the_slowest_tests_over_all_tiers(
     """`tests/timings.py DIR --slowest N`: one table over every tier, costliest first."""
     import timings
 
-    (tmp_path / "1-alone.xml").write_text(
-        '<testsuites><testsuite name="pytest" time="50">'
-        '<testcase classname="tests.test_v" name="test_serve" time="40.0"/>'
-        "</testsuite></testsuites>"
-    )
-    (tmp_path / "2-xdist.xml").write_text(
-        '<testsuites><testsuite name="pytest" time="130.5">'
-        '<testcase classname="tests.test_a" name="test_one" time="10.0"/>'
-        '<testcase classname="tests.test_b" name="test_two" time="90.0"/>'
-        "</testsuite></testsuites>"
+    _junit(tmp_path / "1-alone.xml", 50, ("test_v", "test_serve", 40.0))
+    _junit(
+        tmp_path / "2-xdist.xml", 130.5, ("test_a", "test_one", 10.0), ("test_b", "test_two", 90.0)
     )
     assert timings.main(str(tmp_path), count=2) == 0
     assert capsys.readouterr().out.splitlines() == [
