@@ -27,6 +27,7 @@ from tagrpo.config.params import embedded
 from tagrpo.config.profiles import merged_with_profile
 from tagrpo.data.schema import QUESTION_SCHEMA, Question
 from tagrpo.miniworld.tokenizer import train_tokenizer
+from tagrpo.plumbing.device import describe_device
 from tagrpo.plumbing.paths import project_root
 from tagrpo.training.warmstart import TinyModelConfig, build_model
 from tagrpo.verl_ext import launcher
@@ -138,7 +139,8 @@ def test_verl_run_leaves_the_local_backends_outputs_in_one_mlflow_run(scratch, m
     assert summary["reward_first_quarter"] == 0.25 and summary["reward_last_quarter"] == 0.5
     assert summary["original/zero_gradient_rate_mean"] == 0.75
     assert summary["kl_last"] == 0.002
-    assert json.loads((root / "metrics" / "train" / "ta_grpo-s0.json").read_text()) == summary
+    written = json.loads((root / "metrics" / "train" / "ta_grpo-s0.json").read_text())
+    assert written == {**summary, "device": describe_device()}  # which device made the run
     assert (root / "models" / "ta_grpo-s0" / "config.json").exists()  # moved into place
     plot = pd.read_csv(root / "plots" / "train" / "ta_grpo-s0.csv")
     assert plot["step"].tolist() == [1, 2] and plot["actor/pg_loss"].tolist() == [-0.1, -0.2]
@@ -165,6 +167,7 @@ def test_verl_run_leaves_the_local_backends_outputs_in_one_mlflow_run(scratch, m
         "verl",
     )
     assert tags["stage"] == "train" and tags["profile"] == "paper"
+    assert tags["device"] == describe_device()
     assert run.data.metrics["actor/pg_loss"] == -0.2  # logged by "verl" into the same run
     assert run.data.metrics["summary/steps"] == 2.0
     assert run.data.metrics["verl_data/rephrasings_too_long"] == 1.0
