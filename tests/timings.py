@@ -12,6 +12,7 @@ whether or not a test failed.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -31,7 +32,7 @@ def module_of(case: ET.Element) -> str:
     return classname or "?"
 
 
-def test_seconds(root: ET.Element) -> list[tuple[float, str]]:
+def case_seconds(root: ET.Element) -> list[tuple[float, str]]:
     """(seconds, ``module::test``) of every testcase under ``root``."""
     return [
         (float(case.get("time", 0.0)), f"{module_of(case)}::{case.get('name')}")
@@ -44,7 +45,7 @@ def summarise(path: Path) -> list[str]:
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
     wall = sum(float(suite.get("time", 0.0)) for suite in suites)
     by_module: dict[str, float] = defaultdict(float)
-    tests = test_seconds(root)
+    tests = case_seconds(root)
     for seconds, name in tests:
         by_module[name.partition("::")[0]] += seconds
     in_tests = sum(by_module.values())
@@ -61,7 +62,7 @@ def slowest(files: list[Path], count: int) -> list[str]:
     rows = [
         (seconds, name, path.stem)
         for path in files
-        for seconds, name in test_seconds(ET.parse(path).getroot())
+        for seconds, name in case_seconds(ET.parse(path).getroot())
     ]
     lines = ["| # | seconds | test | tier |", "|---|---|---|---|"]
     for rank, (seconds, name, tier) in enumerate(sorted(rows, reverse=True)[:count], start=1):
@@ -86,10 +87,8 @@ def main(folder: str, count: int | None = None) -> int:
 
 
 if __name__ == "__main__":
-    arguments = sys.argv[1:]
-    count = None
-    if "--slowest" in arguments:
-        at = arguments.index("--slowest")
-        count = int(arguments[at + 1])
-        del arguments[at : at + 2]
-    sys.exit(main(arguments[0] if arguments else ".test-times", count))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", nargs="?", default=".test-times", help="the tiers' JUnit XML")
+    parser.add_argument("--slowest", type=int, default=None, help="the N costliest tests only")
+    arguments = parser.parse_args()
+    sys.exit(main(arguments.folder, arguments.slowest))
