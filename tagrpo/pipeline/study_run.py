@@ -168,9 +168,10 @@ def git(root: Path, *args: str, check: bool = True) -> str:
     return done.stdout.strip()
 
 
-def commit_paths(root: Path, paths: list[Path], message: str, attempts: int = 30) -> None:
+def commit_paths(root: Path, paths: list[Path], message: str, attempts: int = 300) -> None:
     """Commit exactly ``paths`` (``git commit -- paths``: whatever else is staged stays staged),
-    retrying while another git command holds the index lock."""
+    retrying (2 s apart) while another git command holds the index lock or a merge is under
+    way in the checkout."""
     relative = [str(p.relative_to(root)) for p in paths]
     for attempt in range(attempts):
         added = subprocess.run(
@@ -186,7 +187,8 @@ def commit_paths(root: Path, paths: list[Path], message: str, attempts: int = 30
             )
             if done.returncode == 0:
                 return
-        if "index.lock" not in done.stderr or attempt == attempts - 1:
+        busy = "index.lock" in done.stderr or "merge" in done.stderr.lower()
+        if not busy or attempt == attempts - 1:
             raise StudyError(f"committing {relative}: {done.stderr.strip() or done.stdout.strip()}")
         time.sleep(2)
 
