@@ -195,3 +195,27 @@ def test_main_runs_match_the_registered_seed_counts() -> None:
             for m, rule in registered.items()
         }
         assert counts == expected, seeds
+
+
+def test_a_started_phase_keeps_its_commit_and_refuses_a_changed_design(tmp_path: Path) -> None:
+    from tagrpo.pipeline.study_run import phase_commit
+
+    folder = _tiny_project(tmp_path / "project")
+    commit = phase_commit(folder, "pilot")
+    path = folder / "preregistration/study-v3.yaml"
+
+    def commit_registration(change: dict) -> None:
+        document = yaml.safe_load(path.read_text())
+        document.update(change)
+        path.write_text(yaml.safe_dump(document))
+        subprocess.run(["git", "commit", "-qam", "change"], cwd=folder, check=True)
+
+    # What the registration may gain later (the main study's size) leaves the pilot as it was.
+    commit_registration({"size": {"draws": 2, "seeds_per_draw": 2}})
+    assert phase_commit(folder, "pilot") == commit
+    commit_registration({"pilot": {"profile": "profiles/tiny.yaml", "base_draws": [5, 7]}})
+    with pytest.raises(StudyError, match="differ from those it started with"):
+        phase_commit(folder, "pilot")
+    path.write_text(path.read_text() + "# uncommitted\n")
+    with pytest.raises(StudyError, match="uncommitted changes"):
+        phase_commit(folder, "main")

@@ -227,22 +227,26 @@ def environment(checkout: Path) -> dict[str, str]:
 
 def phase_commit(root: Path, phase: str, registration_path: Path = REGISTRATION) -> str:
     """The commit every draw of ``phase`` runs: recorded (and committed) when the phase first
-    starts, read back on every later start; the registration must be committed and unchanged."""
+    starts, read back on every later start. The registration must be committed; it may gain
+    what it allows later (the main study's size, amendments) but the phase's draws, as planned
+    from it, must be what they were when the phase started."""
     started = root / RECORDS / phase / "STARTED.json"
-    digest = hashlib.sha256((root / registration_path).read_bytes()).hexdigest()
     if started.exists():
         record = json.loads(started.read_text())
-        if record["registration_sha256"] != digest:
+        commit = str(record["commit"])
+        then = yaml.safe_load(git(root, "show", f"{commit}:{registration_path}"))
+        if plan_phase(then, phase) != plan_phase(read_registration(root, registration_path), phase):
             raise StudyError(
-                f"{registration_path} changed since the {phase} started at {record['commit'][:12]} "
-                "(sha256 differs): a changed registration is a new study"
+                f"{registration_path}: the {phase}'s draws differ from those it started with at "
+                f"{commit[:12]}: a changed design is a new study"
             )
-        return str(record["commit"])
+        return commit
     if git(root, "status", "--porcelain", "--", str(registration_path)):
         raise StudyError(
             f"{registration_path} has uncommitted changes: commit it before a study run"
         )
     commit = git(root, "rev-parse", "HEAD")
+    digest = hashlib.sha256((root / registration_path).read_bytes()).hexdigest()
     started.parent.mkdir(parents=True, exist_ok=True)
     started.write_text(
         json.dumps(
