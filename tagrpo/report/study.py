@@ -494,7 +494,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="the study folder (default reports/profiles/study); with --power a markdown file "
         "(default: print)",
     )  # fmt: skip
+    parser.add_argument(
+        "--size", action="store_true",
+        help="study-v3's size rule: the main study's D and S from the pilot's committed records "
+        "(reports/study/pilot/draw*/; default out reports/study/size.md)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.size:
+        _size(args.out or Path("reports/study/size.md"))
+        return
     try:
         checkouts = parse_runs(args.run)
     except (ValueError, FileNotFoundError) as error:
@@ -521,6 +529,31 @@ def main(argv: Sequence[str] | None = None) -> None:
         study, result, args.out or Path("reports/profiles/study"), command, deviations
     )
     print(f"{report}: V5 over the draws {result.v5['verdict']}")
+
+
+def _size(out: Path) -> None:
+    """study-v3's size rule on the pilot's records; the ``size`` section it chooses, printed."""
+    import yaml
+
+    from tagrpo.report.study_size import size_markdown
+
+    registration = yaml.safe_load(Path("preregistration/study-v3.yaml").read_text())
+    records = [
+        Path("reports/study/pilot") / f"draw{seed}" for seed in registration["pilot"]["base_draws"]
+    ]
+    missing = [str(r) for r in records if not (r / "DRAW.json").exists()]
+    if missing:
+        raise SystemExit(
+            f"the pilot is not finished: no record in {', '.join(missing)} (make study)"
+        )
+    text, chosen = size_markdown(
+        records, registration, Path("."), "python -m tagrpo.report.study --size"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n", encoding="utf-8")
+    print(text)
+    print("\nstudy-v3.yaml's `size`, to commit before any main draw:")
+    print(yaml.safe_dump({"size": {**chosen, "table": str(out)}}, sort_keys=False))
 
 
 if __name__ == "__main__":
