@@ -64,8 +64,8 @@ from tagrpo.report.family import (
     FamilySettings,
     build_v3_claims,
     family_settings,
-    load_draw_inputs,
 )
+from tagrpo.report.family_inputs import load_draw_inputs
 from tagrpo.report.study_checkouts import Study, parse_runs, read_study, registration_deviations
 from tagrpo.report.study_power import power_markdown
 
