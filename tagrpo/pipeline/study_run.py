@@ -53,6 +53,8 @@ OUTCOME_COLUMNS = ("benchmark", "question_id", "correct", "strategy")
 # What a record copies from a built checkout (folders walked, files up to the size limit).
 RECORD_FOLDERS = ("metrics", "plots", "probes", "diagnostics")
 RECORD_REPORT = ("reports/report.md", "reports/claims.md", "reports/tables", "reports/sections")
+# The 1x training questions (the report's strategy section reads their phrasings).
+RECORD_FILES = ("params.yaml", "dvc.lock", "data/processed/train.parquet")
 DRAW_FILE = "DRAW.json"
 _PR_SET_PDEATHSIG = 1
 
@@ -361,8 +363,9 @@ def collect_record(checkout: Path, record: Path) -> list[str]:
         (record / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, record / relative)
 
-    for name in ("params.yaml", "dvc.lock"):
-        copy(checkout / name)
+    for name in RECORD_FILES:
+        if (checkout / name).exists():
+            copy(checkout / name)
     for folder in RECORD_FOLDERS:
         for source in sorted((checkout / folder).rglob("*")):
             if source.is_file() and source.name != ".gitignore":
