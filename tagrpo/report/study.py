@@ -499,7 +499,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="study-v3's size rule: the main study's D and S from the pilot's committed records "
         "(reports/study/pilot/draw*/; default out reports/study/size.md)",
     )  # fmt: skip
+    parser.add_argument(
+        "--pilot", action="store_true",
+        help="the study's internal pilot from its committed records (reports/study/pilot/draw*/; "
+        "default out reports/study/pilot.md)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.pilot:
+        _pilot(args.out or Path("reports/study/pilot.md"))
+        return
     if args.size:
         _size(args.out or Path("reports/study/size.md"))
         return
@@ -531,16 +539,34 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"{report}: V5 over the draws {result.v5['verdict']}")
 
 
+def _pilot_records() -> tuple[dict[str, Any], list[Path]]:
+    import yaml
+
+    registration = yaml.safe_load(Path("preregistration/study-v3.yaml").read_text())
+    records = [
+        Path("reports/study/pilot") / f"draw{seed}" for seed in registration["pilot"]["base_draws"]
+    ]
+    return registration, records
+
+
+def _pilot(out: Path) -> None:
+    """The pilot's report from the records committed so far."""
+    from tagrpo.report.study_pilot import pilot_markdown
+
+    registration, records = _pilot_records()
+    text = pilot_markdown(records, registration, "python -m tagrpo.report.study --pilot")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n", encoding="utf-8")
+    print(f"{out}: {sum((r / 'DRAW.json').exists() for r in records)} of {len(records)} draws")
+
+
 def _size(out: Path) -> None:
     """study-v3's size rule on the pilot's records; the ``size`` section it chooses, printed."""
     import yaml
 
     from tagrpo.report.study_size import size_markdown
 
-    registration = yaml.safe_load(Path("preregistration/study-v3.yaml").read_text())
-    records = [
-        Path("reports/study/pilot") / f"draw{seed}" for seed in registration["pilot"]["base_draws"]
-    ]
+    registration, records = _pilot_records()
     missing = [str(r) for r in records if not (r / "DRAW.json").exists()]
     if missing:
         raise SystemExit(
