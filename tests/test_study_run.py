@@ -219,3 +219,36 @@ def test_a_started_phase_keeps_its_commit_and_refuses_a_changed_design(tmp_path:
     path.write_text(path.read_text() + "# uncommitted\n")
     with pytest.raises(StudyError, match="uncommitted changes"):
         phase_commit(folder, "main")
+
+
+def _main_draw_config(tmp_path: Path, seed: int, seeds_per_draw: int):
+    from tagrpo.config.params import load_config
+
+    params = tmp_path / f"params-{seed}.yaml"
+    params.write_text((ROOT / "params.yaml").read_text())
+    overrides = tmp_path / f"draw-{seed}.yaml"
+    plan = {"base_model": {"warmstart": {"seed": seed}}, **main_runs(seeds_per_draw)}
+    overrides.write_text(yaml.safe_dump(plan))
+    tagrpo = str(Path(sys.executable).parent / "tagrpo")
+    for profile in ("profiles/study-main.yaml", str(overrides)):
+        subprocess.run([tagrpo, "params", "apply", profile, "--params", str(params)],
+                       cwd=ROOT, check=True, capture_output=True)  # fmt: skip
+    return load_config(params)
+
+
+def test_the_main_records_are_checked_against_the_registered_size(tmp_path: Path) -> None:
+    from tagrpo.report.study_checkouts import study_v3_deviations, study_v3_seed_counts
+
+    registration = read_registration(ROOT)
+    assert study_v3_seed_counts(registration["main"]["runs"], 2)["grpo"] == 3
+    assert study_v3_seed_counts(registration["main"]["runs"], 4)["grpo_data2.5x"] == 4
+    sized = {**registration, "size": {"draws": 2, "seeds_per_draw": 2}}
+    configs = {f"draw{s}": _main_draw_config(tmp_path, s, 2) for s in (100, 101)}
+    assert study_v3_deviations(sized, configs) == []
+    assert study_v3_deviations({**registration, "size": None}, configs) == [
+        "study-v3.yaml has no size: the main study's D and S are not fixed"
+    ]
+    wrong = {"draw100": configs["draw100"], "draw5": _main_draw_config(tmp_path, 5, 3)}
+    found = study_v3_deviations(sized, wrong)
+    assert "base draws [5, 100] recorded, [100, 101] registered" in found
+    assert "draw5: ta_grpo has 3 seeds, 2 registered" in found
