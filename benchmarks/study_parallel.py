@@ -27,30 +27,12 @@ def work(method: str, steps: int) -> float:
     """``steps`` training steps of ``method`` from the checkout's base (cwd), as the train stage
     plans them; the seconds (the model loads and a warm-up step not counted)."""
     import torch
+    from local_train_step import method_trainer  # this folder's step profiler
 
-    from tagrpo.backends.models import load_causal_lm
     from tagrpo.config.params import load_config
-    from tagrpo.grading.grade_fn import grade_fn_for
-    from tagrpo.plumbing.paths import project_root
-    from tagrpo.training.train_stage import plan_training
-    from tagrpo.training.trainer import TrainConfig, Trainer
 
-    config = load_config()
-    torch.set_num_threads(config.common.torch_threads)
-    plan = plan_training(config, method, seed=0)
-    run = TrainConfig(
-        method=method,
-        steps=plan.steps,
-        seed=0,
-        settings=config.train,
-        engine=config.local,
-        torch_threads=config.common.torch_threads,
-    )
-    start_from = project_root() / config.train.model
-    with grade_fn_for(config.common.grading) as grade:
-        model, tokenizer = load_causal_lm(start_from)
-        reference, _ = load_causal_lm(start_from)
-        trainer = Trainer(run, model, tokenizer, plan.questions, grade, ref_model=reference)
+    torch.set_num_threads(load_config().common.torch_threads)
+    with method_trainer(method) as (trainer, _):
         trainer.step(1)
         started = time.perf_counter()
         for step in range(2, steps + 2):
