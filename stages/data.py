@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from tagrpo.config.data import table_provenance
 from tagrpo.config.params import load_config
 from tagrpo.pipeline.runtime import run_main, running_stage
 from tagrpo.plumbing.layout import data_outputs
@@ -35,7 +36,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         reasons = Counter(r.reason for result in results for r in result.rejections)
         if reasons:
             print(f"[data] rejections by reason: {dict(sorted(reasons.items()))}")
-        train_questions = write_processed(ctx.path("processed"), sources, config.data.extra_seed)
+        made = {table: table_provenance(config, table) for table in ["train", *sources.benchmarks]}
+        train_questions = write_processed(
+            ctx.path("processed"), sources, config.data.extra_seed, made
+        )
         staged, final = ctx.path("processed"), ctx.final("processed")
         benchmark_files = sorted((staged / "benchmarks").glob("*.parquet"))
         splits = [Path("train.parquet"), *(p.relative_to(staged) for p in benchmark_files)]
