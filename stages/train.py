@@ -57,24 +57,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         planned = run_training(args.method, seed, policy, config, dry_run=True, model=model)
         print("\n".join(evaluation_lines(config)))  # what the evaluate stage will sample with
         # The preflight: memory per card (refused when it does not fit), GPU-hours, disk.
-        from tagrpo.verl_ext.cost import (
-            check_fits,
-            run_lines,
-            scaled_questions,
-            training_questions,
-        )
+        from tagrpo.verl_ext.cost import check_fits
+        from tagrpo.verl_ext.dry_run import preflight_lines
         from tagrpo.verl_ext.launcher import resolve_model
 
         root = project_root()
         model = model or resolve_model(config, root)
-        try:  # this profile's training set, never a table another profile built
-            questions = training_questions(config, root)
-        except ValueError as error:
-            print(f"# cost: not estimated: {error}")
-            questions = None
-        if questions is not None:
-            questions = scaled_questions(questions, args.data_multiple)
-        print("\n".join(run_lines(config, args.method, policy, model, questions)))
+        print(
+            "\n".join(preflight_lines(config, args.method, policy, model, root, args.data_multiple))
+        )
         try:
             check_fits(config, model)
         except ValueError as error:

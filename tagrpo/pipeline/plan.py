@@ -416,6 +416,7 @@ def render_cost(
         f"problems x evaluate.n {config.evaluate.n}, {planned.gpus} GPUs",
         *cost_table(planned.cost, planned.gpus, planned.vllm_gpus),
         scaling_line(planned),
+        diagnostics_line(config),
     ]
     if planned.model in KNOWN_MODELS:
         models = list(KNOWN_MODELS)
@@ -459,6 +460,25 @@ def scaling_line(planned: CostPlan) -> str:
         f"{sum(t.gpu_hours for t in planned.cost.trainings):.0f}; -S "
         "runs.data_scaling.multiples=[] drops them"
         + (f" (not in runs.methods, so no 1x run: {', '.join(alone)})" if alone else "")
+    )
+
+
+def diagnostics_line(config: Any) -> str:
+    """What the diagnostics stage samples, as the preflight prices it: the counts of
+    :func:`tagrpo.config.evaluation.diagnostics_sampling`."""
+    from tagrpo.config.evaluation import diagnostics_sampling
+    from tagrpo.verl_ext.cost import diagnostics_responses
+
+    settings = config.diagnostics
+    (_, first), *rest = diagnostics_sampling(settings.group_size, settings.n_neighbours)
+    per_checkpoint = settings.questions * settings.responses_per_question
+    total = diagnostics_responses(config)
+    return (
+        f"diagnostics: {settings.questions:,} questions x ({first} responses from q0 + "
+        f"{sum(count for _, count in rest)} from its {len(rest)} neighbours: (N+1) x G and G "
+        f"each, N = {settings.n_neighbours}, G = {settings.group_size}) = {per_checkpoint:,} "
+        f"responses per checkpoint, {total // per_checkpoint} checkpoints (diagnostics.policies "
+        f"x .checkpoints, and the base): {total:,} responses"
     )
 
 
