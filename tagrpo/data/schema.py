@@ -107,7 +107,7 @@ class LoadResult:
 # A table's provenance, in its parquet schema's metadata (it travels with the file): the
 # profile and the params keys, with their values, that decided its rows
 # (tagrpo.config.data.table_provenance); readers check a table is the one their params build.
-PROVENANCE_KEY = b"tagrpo.provenance"
+PROVENANCE_KEY = b"tagrpo-provenance"
 
 
 def with_provenance(schema: pa.Schema, provenance: dict[str, Any] | None) -> pa.Schema:

@@ -2,14 +2,15 @@
 rendered by the same functions, never typed (its GPU-hours, response counts and disk change
 with the params and the cost model).
 
-A block in Markdown (the syntax of the docs' quoted blocks, tagrpo/pipeline/doc_quotes.py)::
+A block in Markdown (the syntax of the docs' other quoted blocks)::
 
     <!-- quote: plan-cost --profile paper --questions 7498 --problems 1245 -->
     (rendered text)
     <!-- end quote -->
 
-:data:`COST_SOURCES` maps the source's name to its renderer; ``tests/test_verl_cost.py`` keeps
-every ``plan-cost`` block of docs/paper-scale.md equal to it.
+:data:`COST_SOURCES` maps the source's name to its renderer (the docs' registry of sources
+takes it whole); ``tests/test_verl_cost.py`` keeps every ``plan-cost`` block of
+docs/paper-scale.md equal to it.
 """
 
 from __future__ import annotations
