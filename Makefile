@@ -266,9 +266,11 @@ exp-show:
 
 # The decisive study (preregistration/study-v3.md): the pilot's draws, then the main study's
 # once its size is committed, STUDY_JOBS draws side by side, each in its own checkout under
-# .tagrpo/study/; resumable (run it again after a kill), each finished draw's record committed
+# TAGRPO_STUDY_DIR (a folder outside the work tree keeps in-flight draws when the work tree is
+# laid anew); resumable (run it again after a kill), each finished draw's record committed
 # under reports/study/. Niced: it holds the cores, foreground work keeps priority.
 STUDY_JOBS ?= 2
+export TAGRPO_STUDY_DIR ?= .tagrpo/study
 study: install
 	nice -n 19 $(BIN)/python -m flows.study --jobs $(STUDY_JOBS)
 

@@ -37,7 +37,6 @@ from flows.interrupts import (
 from tagrpo.pipeline.study_run import (
     PHASES,
     REGISTRATION,
-    STUDY_DIR,
     DrawPlan,
     StudyError,
     environment,
@@ -47,16 +46,17 @@ from tagrpo.pipeline.study_run import (
     progress_line,
     read_registration,
     stage_progress,
+    study_dir,
     tool,
 )
 from tagrpo.plumbing.paths import project_root
 
 
-def _build(checkout: Path, log: Path) -> int:
+def _build(checkout: Path, log: Path, root: Path) -> int:
     """``dvc repro`` in the draw's checkout as a child of the flow (its own process group, dying
     with the flow), its output appended to ``log``."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    process = start_child([tool("dvc"), "repro"], checkout, environment(checkout))
+    process = start_child([tool("dvc"), "repro"], checkout, environment(checkout, root))
     try:
         with log.open("ab") as out:
             out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} dvc repro\n".encode())
@@ -102,7 +102,7 @@ def study(phases: list[str], every: float = 60.0) -> dict[str, Any]:
             outcome[phase] = f"not started: {error}"
             continue
         commit = phase_commit(root, phase)
-        cache = root / STUDY_DIR / "cache"
+        cache = study_dir(root) / "cache"
         started = {}
         for plan in plans:
             checkout = plan.checkout(root)

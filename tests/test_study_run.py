@@ -1,5 +1,5 @@
 """The study command (``flows/study.py``, ``tagrpo/pipeline/study_run.py``) on a tiny project:
-two pilot draws side by side, each a worktree built by a real ``dvc repro``; a ``kill -9`` of
+two pilot draws side by side, each a clone built by a real ``dvc repro``; a ``kill -9`` of
 the command mid-draw leaves nothing running, and the next start resumes without rerunning a
 finished stage or a committed draw; every finished draw's record is committed as it finishes."""
 
@@ -81,6 +81,7 @@ def _tiny_project(folder: Path) -> Path:
 def _study(folder: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_HOME": str(folder / ".prefect")}
     env.pop("PREFECT_API_URL", None)
+    env.pop("TAGRPO_STUDY_DIR", None)  # the default: .tagrpo/study in the project
     return subprocess.Popen(
         [sys.executable, "-m", "flows.study", "--phase", "pilot", "--jobs", "2", "--every", "2"],
         cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

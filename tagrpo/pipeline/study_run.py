@@ -1,12 +1,14 @@
 """The study command's work, one base draw at a time (``preregistration/study-v3.md``,
 "Execution"; the Prefect flow ``flows/study.py`` runs the draws side by side).
 
-A draw is a checkout of its own: a git worktree of the project under ``.tagrpo/study/<phase>-
-draw<seed>`` at the commit its phase started from (recorded and committed in
-``reports/study/<phase>/STARTED.json`` before the first draw, so a resumed or restarted draw
-runs the same code), the phase's profile applied and the SFT seed (and, for the main study, the
-seeds S gives) set, built by ``dvc repro``. All draws share one DVC cache, so a stage whose
-inputs and params are the same in every draw (the data stage) comes from DVC's run cache.
+A draw is a checkout of its own: a clone of the project under ``<study dir>/<phase>-draw<seed>``
+(:func:`study_dir`: ``.tagrpo/study`` or ``$TAGRPO_STUDY_DIR``; a self-contained clone, so a
+draw's checkout outlives a work tree laid anew) at the commit its phase started from
+(recorded and committed in ``reports/study/<phase>/STARTED.json`` before the first draw, so a
+resumed or restarted draw runs the same code), the phase's profile applied and the SFT seed
+(and, for the main study, the seeds S gives) set, built by ``dvc repro``. All draws share one
+DVC cache, so a stage whose inputs and params are the same in every draw (the data stage) comes
+from DVC's run cache.
 
 **Resuming** is DVC's: a killed draw's checkout keeps its ``dvc.lock``, and ``dvc repro`` there
 runs only the stages not yet recorded (a stage killed mid-way left its old outputs or none:
@@ -44,6 +46,7 @@ import yaml
 
 REGISTRATION = Path("preregistration/study-v3.yaml")
 STUDY_DIR = Path(".tagrpo/study")
+STUDY_DIR_ENV = "TAGRPO_STUDY_DIR"
 RECORDS = Path("reports/study")
 PHASES = ("pilot", "main")
 RECORD_LIMIT_BYTES = 10 * 2**20
@@ -77,10 +80,16 @@ class DrawPlan:
         return f"{self.phase}-draw{self.seed}"
 
     def checkout(self, root: Path) -> Path:
-        return root / STUDY_DIR / self.label
+        return study_dir(root) / self.label
 
     def record(self, root: Path) -> Path:
         return root / RECORDS / self.phase / f"draw{self.seed}"
+
+
+def study_dir(root: Path) -> Path:
+    """Where the draws' checkouts, their DVC cache and their logs live: ``$TAGRPO_STUDY_DIR``
+    (absolute, or relative to the project) or ``.tagrpo/study`` in the project."""
+    return root / os.environ.get(STUDY_DIR_ENV, str(STUDY_DIR))
 
 
 def read_registration(root: Path, path: Path = REGISTRATION) -> dict[str, Any]:
@@ -208,19 +217,18 @@ def tool(name: str) -> str:
     return str(found) if found.exists() else name
 
 
-def environment(checkout: Path) -> dict[str, str]:
+def environment(checkout: Path, root: Path) -> dict[str, str]:
     """The draw's stage environment: its own code first on the path (never the editable
     install's working tree), this environment's tools, and the benchmark folder of the project
     the checkout lives in (``common.data_dir`` is relative to a checkout, and a draw's checkout
-    sits under ``.tagrpo/study/``)."""
+    is elsewhere)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(checkout)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    project = checkout.parents[2]  # <project>/.tagrpo/study/<label>
-    if "TAGRPO_DATA_DIR" not in env and (project / "params.yaml").exists():
-        data_dir = yaml.safe_load((project / "params.yaml").read_text())["common"]["data_dir"]
-        env["TAGRPO_DATA_DIR"] = str((project / data_dir).resolve())
+    if "TAGRPO_DATA_DIR" not in env and (root / "params.yaml").exists():
+        data_dir = yaml.safe_load((root / "params.yaml").read_text())["common"]["data_dir"]
+        env["TAGRPO_DATA_DIR"] = str((root / data_dir).resolve())
     return env
 
 
@@ -268,7 +276,7 @@ def phase_commit(root: Path, phase: str, registration_path: Path = REGISTRATION)
 
 
 def prepare_checkout(root: Path, plan: DrawPlan, commit: str, cache: Path) -> Path:
-    """The draw's checkout, made once (worktree at ``commit``, the shared cache, the profile and
+    """The draw's checkout, made once (a clone at ``commit``, the shared cache, the profile and
     the draw's params applied, the default's dvc.lock removed: none of its entries is this
     draw's) and afterwards checked against the plan."""
     checkout = plan.checkout(root)
@@ -279,16 +287,15 @@ def prepare_checkout(root: Path, plan: DrawPlan, commit: str, cache: Path) -> Pa
         if found != wanted:
             raise StudyError(
                 f"{checkout} was made for another plan or commit ({found['commit'][:12]}): "
-                f"remove it (git worktree remove --force {checkout}) to start the draw again"
+                f"remove it (rm -r {checkout}) to start the draw again"
             )
         return checkout
     if checkout.exists():  # a checkout whose set-up was interrupted: made again
-        git(root, "worktree", "remove", "--force", str(checkout), check=False)
-        shutil.rmtree(checkout, ignore_errors=True)
-    git(root, "worktree", "prune")
+        shutil.rmtree(checkout)
     checkout.parent.mkdir(parents=True, exist_ok=True)
-    git(root, "worktree", "add", "--detach", str(checkout), commit)
-    env = environment(checkout)
+    git(root, "clone", "--quiet", "--no-checkout", str(root), str(checkout))
+    git(checkout, "checkout", "--quiet", "--detach", commit)
+    env = environment(checkout, root)
     cache.mkdir(parents=True, exist_ok=True)
     for command in (
         [tool("dvc"), "cache", "dir", "--local", str(cache)],
@@ -320,7 +327,7 @@ def stage_progress(checkout: Path) -> tuple[int, int]:
     return min(done, total), total
 
 
-def build_draw(checkout: Path, log: Path) -> int:
+def build_draw(checkout: Path, log: Path, root: Path) -> int:
     """``dvc repro`` in the draw's checkout (output to ``log``), dying with this process (one
     draw at a time: ``preexec_fn`` is not for threads; the flow uses its own children's
     launcher)."""
@@ -331,7 +338,7 @@ def build_draw(checkout: Path, log: Path) -> int:
         process = subprocess.Popen(
             [tool("dvc"), "repro"],
             cwd=checkout,
-            env=environment(checkout),
+            env=environment(checkout, root),
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -391,9 +398,9 @@ def execute_draw(
     commit: str,
     cache: Path,
     say: Callable[[str], None] = print,
-    build: Callable[[Path, Path], int] | None = None,
+    build: Callable[[Path, Path, Path], int] | None = None,
 ) -> dict[str, Any]:
-    """Build one draw to its end (``build(checkout, log)`` -> exit status; default
+    """Build one draw to its end (``build(checkout, log, root)`` -> exit status; default
     :func:`build_draw`) and commit its record; a draw already recorded is skipped."""
     record = plan.record(root)
     if (record / DRAW_FILE).exists():
@@ -401,18 +408,15 @@ def execute_draw(
         return json.loads((record / DRAW_FILE).read_text())
     checkout = prepare_checkout(root, plan, commit, cache)
     done, total = stage_progress(checkout)
-    say(
-        f"{plan.label}: building in {checkout.relative_to(root)} "
-        f"({done} of {total} stages recorded)"
-    )
-    log = root / STUDY_DIR / "logs" / f"{plan.label}.log"
+    say(f"{plan.label}: building in {checkout} ({done} of {total} stages recorded)")
+    log = study_dir(root) / "logs" / f"{plan.label}.log"
     started = time.monotonic()
-    status = (build or build_draw)(checkout, log)
+    status = (build or build_draw)(checkout, log, root)
     seconds = time.monotonic() - started
     if status != 0:
         raise StudyError(
             f"{plan.label}: dvc repro exited with {status} after {seconds:.0f} s (log: "
-            f"{log.relative_to(root)}); `make study` resumes it"
+            f"{log}); `make study` resumes it"
         )
     from tagrpo.plumbing.device import describe_device
 
