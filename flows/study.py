@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
 import sys
 import threading
 import time
@@ -27,6 +28,7 @@ from prefect import flow, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.interrupts import (
+    chain_sigterm,
     drain_prefect,
     forget_child,
     install_handlers,
@@ -91,6 +93,7 @@ def _report_progress(
 
 @flow(name="study", log_prints=True)
 def study(phases: list[str], every: float = 60.0) -> dict[str, Any]:
+    chain_sigterm()  # a SIGTERM stops the dvc children before Prefect's engine handles it
     root = project_root()
     registration = read_registration(root)
     outcome: dict[str, Any] = {}
@@ -153,6 +156,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _run(phases: list[str], jobs: int, every: float) -> int:
     from prefect import tags
+    from prefect.exceptions import TerminationSignal
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from flows.interrupts import OwnedServer, interrupted
@@ -174,9 +178,16 @@ def _run(phases: list[str], jobs: int, every: float) -> int:
     except StudyError as error:
         print(f"python -m flows.study: {error}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, TerminationSignal):
         signum = interrupted()
-        return 128 + signum if signum else 130
+        if signum is None:
+            raise
+        print(
+            f"python -m flows.study: stopped by {signal.Signals(signum).name}; `make study` "
+            "resumes every draw where it stands",
+            file=sys.stderr,
+        )
+        return 128 + signum
     finally:
         drain_prefect()
         if server is not None:

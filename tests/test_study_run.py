@@ -253,3 +253,32 @@ def test_the_main_records_are_checked_against_the_registered_size(tmp_path: Path
     found = study_v3_deviations(sized, wrong)
     assert "base draws [5, 100] recorded, [100, 101] registered" in found
     assert "draw5: ta_grpo has 3 seeds, 2 registered" in found
+
+
+@pytest.mark.timeout(600)
+def test_a_sigterm_stops_the_study_promptly_and_leaves_nothing_running(tmp_path: Path) -> None:
+    """The deadline is measured from the signal: the flow must be gone within its exit
+    deadline (flows.interrupts.EXIT_DEADLINE_S) plus a margin, however long the stage would
+    have run (a slow stage: the draws' own)."""
+    from flows.interrupts import EXIT_DEADLINE_S
+
+    folder = _tiny_project(tmp_path / "project")
+    stage = yaml.safe_load((folder / "dvc.yaml").read_text())
+    stage["stages"]["slow"]["cmd"] = stage["stages"]["slow"]["cmd"].replace(
+        "time.sleep(6)", "time.sleep(600)"
+    )
+    (folder / "dvc.yaml").write_text(yaml.safe_dump(stage, sort_keys=False))
+    subprocess.run(["git", "commit", "-qam", "a slow stage"], cwd=folder, check=True)
+    study = _study(folder)
+    deadline = time.monotonic() + 300
+    while not all(_runs(folder, s)[-1:] == ["slow"] for s in (5, 6)):
+        assert time.monotonic() < deadline and study.poll() is None
+        time.sleep(0.2)
+    signalled = time.monotonic()
+    study.send_signal(signal.SIGTERM)
+    out, _ = study.communicate(timeout=EXIT_DEADLINE_S + 60)
+    assert time.monotonic() - signalled <= EXIT_DEADLINE_S + 15, out
+    assert study.returncode == 128 + signal.SIGTERM, out
+    time.sleep(2)
+    assert _dvc_processes(folder) == [], "dvc or a stage outlived the stopped study"
+    assert "make study` resumes every draw" in out
