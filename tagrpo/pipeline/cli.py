@@ -216,10 +216,35 @@ def _cmd_plots(args: argparse.Namespace) -> int:
 # --- verify ----------------------------------------------------------------------------------
 
 
+def _end_dead_runs() -> None:
+    """End the runs of the checkout's MLflow store left RUNNING by a process that is gone
+    (``kill -9``): a store that does not exist is not created, one that fails is named and
+    verify goes on (its answer is about the outputs)."""
+    from tagrpo.pipeline.parent_run import reap_dead_runs
+    from tagrpo.plumbing.tracking import open_store, sqlite_path, store_failure, tracking_uri
+
+    config = _checkout_config()
+    settings = config.common.tracking if config is not None else None
+    if settings is not None and not settings.enabled:
+        return
+    uri = tracking_uri(settings.uri if settings is not None else None)
+    database = sqlite_path(uri)
+    if database is not None and not database.is_file():
+        return
+    try:
+        ended = reap_dead_runs(open_store(uri), "tagrpo verify")
+    except Exception as error:  # the store's failure must not hide the outputs' check
+        print(f"tagrpo verify: MLflow runs not checked ({uri}): {store_failure(error)}")
+        return
+    for line in ended:
+        print(f"MLflow: {line}")
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     from tagrpo.plumbing.dvc_stages import load_stages
 
     root = project_root()
+    _end_dead_runs()
     # The pipeline under the current params: dvc.lock keeps the entries of stages the params
     # dropped (another profile's matrix items), whose outputs are rightly absent.
     stages = set(load_stages(root))
