@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -141,7 +142,9 @@ def test_the_documented_way_back_restores_params_lock_and_outputs(
         "warning: the next `dvc repro` rewrites 4 file(s) git tracks, the committed run's "
         f"outputs: {summarise(tracked)}"
     ) in applied, applied
-    assert summarise(tracked) == "metrics/ (3), reports/report.md"
+    assert summarise(tracked) == ", ".join(tracked)  # a few files: each named
+    grouped = summarise(["dvc.lock", "plots/a.csv", "plots/b/c.csv", "reports/r.md"], limit=3)
+    assert grouped == "dvc.lock, plots/ (2), reports/r.md"  # more: by top-level folder
 
     _run(repro, root, env)
     staged = _git(root, "diff", "--cached", "--name-only").split()
@@ -165,7 +168,8 @@ def test_the_documented_way_back_restores_params_lock_and_outputs(
     added = ["evals/grpo-s1/.gitignore", "evals/grpo_flipped-s1/.gitignore"]
     assert restored.splitlines()[:2] == [
         "restored from git HEAD, in the index and the work tree: 8 file(s) that differed: "
-        f"dvc.lock, {', '.join(added)}, metrics/ (3), models/.gitignore, reports/report.md",
+        f"dvc.lock, {', '.join(added)}, {', '.join(tracked[:3])}, models/.gitignore, "
+        "reports/report.md",
         f"removed 2 file(s) the run added that HEAD does not have: {', '.join(added)}",
     ]
     assert "dvc checkout: 4 cached output(s) back as HEAD's dvc.lock records them: " in restored
@@ -177,6 +181,34 @@ def test_the_documented_way_back_restores_params_lock_and_outputs(
     ) in restored, restored
     assert not any((root / path).exists() for path in own)
     assert _git(root, "status", "--porcelain") == ""  # nothing left over, tracked or not
+
+
+@pytest.mark.timeout(600)
+def test_restore_in_a_clone_without_the_committed_runs_cache_says_what_is_missing(
+    project: tuple[Path, dict[str, str]],
+) -> None:
+    """A fresh clone holds the committed run's tracked outputs, not its cached ones (no DVC
+    remote): the tracked files come back, dvc checkout cannot, and the exit status says so."""
+    root, env = project
+    shutil.rmtree(root / ".dvc" / "cache")
+    _run(f"tagrpo params apply {PROFILE}", root, env)
+    _run("dvc repro", root, env)
+    result = subprocess.run(
+        [sys.executable, "-m", "tagrpo.pipeline.cli", "params", "restore"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1, result.stderr
+    for path in ("params.yaml", "dvc.lock", "metrics/report.json", "reports/report.md"):
+        assert (root / path).read_text() == _committed(root, path), path
+    assert _git(root, "status", "--porcelain", "--untracked-files=no") == ""
+    said = result.stdout
+    assert "dvc checkout did not restore every cached output" in said, said
+    assert "`dvc repro` makes it:" in said
+    for missing in ("models/grpo-s0.txt", "evals/grpo_flipped-s0/answers.txt"):
+        assert f"\n  {missing}\n" in said, said
 
 
 def test_restore_without_git_head_is_one_line(tmp_path: Path) -> None:

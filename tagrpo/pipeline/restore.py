@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from tagrpo.pipeline.plan import plan_rerun
-from tagrpo.pipeline.rerun import RerunRequest, dvc_binary
+from tagrpo.pipeline.rerun import RerunRequest, dvc_binary, resolve_params
 from tagrpo.plumbing.dvc_stages import ExpandedStage, expand_stages, load_stages, safe_load
 
 # What the restore takes from HEAD besides the outputs.
@@ -108,30 +108,33 @@ def files_under(files: Iterable[str], outputs: set[str]) -> set[str]:
     return found
 
 
-def tracked_outputs_rewritten(root: Path) -> list[str]:
+def tracked_outputs_rewritten(root: Path, request: RerunRequest | None = None) -> list[str]:
     """HEAD's files among the outputs of the stages the next ``dvc repro`` runs with
-    params.yaml as it is (:func:`tagrpo.pipeline.plan.plan_rerun`, from the params and
-    dvc.lock: what the params change reruns, and everything downstream)."""
-    plan = plan_rerun(root, RerunRequest(), status={})
-    stages = load_stages(root)
+    params.yaml as it is, or as ``request`` changes it (:func:`tagrpo.pipeline.plan.plan_rerun`
+    from the params and dvc.lock: what the params change reruns, and everything downstream)."""
+    request = request or RerunRequest()
+    plan = plan_rerun(root, request, status={})
+    dvc_yaml = safe_load((root / "dvc.yaml").read_text(encoding="utf-8")) or {}
+    stages = expand_stages(dvc_yaml, resolve_params(root, request))
     rerun = _outputs(stages[stage.name] for stage in plan.runs)
-    return sorted(
-        files_under(_names(_git(root, "ls-tree", "-r", "-z", "--name-only", "HEAD")), rerun)
-    )
+    head = _names(_git(root, "ls-tree", "-r", "-z", "--name-only", "HEAD"))
+    return sorted(files_under(head, rerun))
 
 
 def summarise(files: list[str], limit: int = 8) -> str:
-    """``files`` by folder: a folder holding several as ``metrics/eval/ (8)``, a lone file by
-    its name; at most ``limit`` entries, then how many more."""
+    """``files`` by name, or past ``limit`` of them by top-level folder with counts
+    (``metrics/ (15), plots/ (9), reports/report.md``; a folder's lone file by its name)."""
+    names = sorted(files)
+    if len(names) <= limit:
+        return ", ".join(names)
     folders: dict[str, list[str]] = {}
-    for name in sorted(files):
-        folders.setdefault(PurePosixPath(name).parent.as_posix(), []).append(name)
-    shown = [
-        f"{folder}/ ({len(names)})" if len(names) > 1 else names[0]
-        for folder, names in folders.items()
-    ]
-    more = f" and {len(shown) - limit} more" if len(shown) > limit else ""
-    return ", ".join(shown[:limit]) + more
+    for name in names:
+        parts = PurePosixPath(name).parts
+        folders.setdefault(parts[0] if len(parts) > 1 else name, []).append(name)
+    return ", ".join(
+        f"{folder}/ ({len(inside)})" if len(inside) > 1 else inside[0]
+        for folder, inside in folders.items()
+    )
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,7 @@ class Restored:
     checkout_ok: bool  # dvc checkout succeeded
     checked_out: list[str]  # outputs dvc checkout restored from the cache (M, A)
     checkout_removed: list[str]  # outputs dvc checkout removed: not in HEAD's dvc.lock (D)
-    checkout_tail: list[str]  # the last lines dvc checkout printed
+    checkout_tail: list[str]  # the last lines dvc checkout printed besides M, A and D
     kept: list[str]  # the run's outputs the committed pipeline lacks, still in the work tree
 
 
@@ -174,7 +177,7 @@ def restore_committed(root: Path) -> Restored:
         checkout_ok=checkout.returncode == 0,
         checked_out=sorted(path for kind, path in changes if kind in "MA"),
         checkout_removed=sorted(path for kind, path in changes if kind == "D"),
-        checkout_tail=lines[-_TAIL_LINES:],
+        checkout_tail=[line for line in lines if not _CHECKOUT_LINE.match(line)][-_TAIL_LINES:],
         kept=sorted(out for out in made - committed if (root / out).exists()),
     )
 
@@ -203,8 +206,9 @@ def report_lines(restored: Restored) -> list[str]:
         )
     if not restored.checkout_ok:
         lines.append(
-            "dvc checkout did not restore every cached output (its last lines below); an output "
-            "in no DVC cache here (this clone never made it) comes back with `dvc repro`:"
+            "dvc checkout did not restore every cached output (its last lines below): one in no "
+            "DVC cache here (this clone never made it) holds what the profile's run left there "
+            "or nothing, and `dvc repro` makes it:"
         )
         lines += [f"  {line}" for line in restored.checkout_tail]
     if restored.kept:
