@@ -8,7 +8,7 @@
     tagrpo params explain [KEY] [--file params.yaml]
     tagrpo plan [-S key=value ...] [--profile P]   (what dvc repro would rerun, and why)
     tagrpo plots show|diff [DVC PLOTS ARGS]   (offline page: dvc_plots/index.html)
-    tagrpo verify [PATH ...]   (outputs rehashed and compared with dvc.lock)
+    tagrpo verify [PATH ...]   (outputs rehashed and compared with dvc.lock; dead runs ended)
     tagrpo compare [--method M ...] [--k K ...] [--benchmark B ...] [--profile P]
                    [--checkout all|HOST:PATH] [--experiment NAME] [--tracking-uri URI]
                    [--format text|markdown|csv]
@@ -98,9 +98,13 @@ def _say_rewritten(root: Path) -> None:
     """Which of the committed run's outputs (files git tracks) the next dvc repro rewrites."""
     from tagrpo.pipeline.restore import RestoreError, summarise, tracked_outputs_rewritten
 
+    if not (root / "dvc.yaml").is_file():
+        return  # params of no pipeline here: nothing reruns
     try:
         files = tracked_outputs_rewritten(root)
-    except (RestoreError, OSError, KeyError, ValueError) as error:  # no git HEAD, no dvc.yaml
+    except RestoreError:  # not a git work tree, or no commit yet: no tracked output to rewrite
+        return
+    except (OSError, KeyError, ValueError) as error:
         print(f"note: not known which committed outputs the next dvc repro rewrites: {error}")
         return
     if files:
@@ -493,7 +497,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="rehash outputs and compare with dvc.lock (finds changes DVC's mtime cache misses)",
         description="Hashes each output dvc.lock lists (or those at or under PATH) as DVC does "
         "and compares: exit 1 naming every output (and, from DVC's cache, every file) that "
-        "differs or is missing.",
+        "differs or is missing. First ends the MLflow runs of the checkout's store left RUNNING "
+        "by a process of this host that is gone (KILLED, the reason in tagrpo.killed_reason).",
     )
     verify.add_argument("paths", nargs="*", help="outputs or folders, e.g. models/grpo-s0")
     verify.set_defaults(handler=_cmd_verify)

@@ -112,12 +112,12 @@ def tracked_outputs_rewritten(root: Path, request: RerunRequest | None = None) -
     """HEAD's files among the outputs of the stages the next ``dvc repro`` runs with
     params.yaml as it is, or as ``request`` changes it (:func:`tagrpo.pipeline.plan.plan_rerun`
     from the params and dvc.lock: what the params change reruns, and everything downstream)."""
+    head = _names(_git(root, "ls-tree", "-r", "-z", "--name-only", "HEAD"))  # first: no commit
     request = request or RerunRequest()
     plan = plan_rerun(root, request, status={})
     dvc_yaml = safe_load((root / "dvc.yaml").read_text(encoding="utf-8")) or {}
     stages = expand_stages(dvc_yaml, resolve_params(root, request))
     rerun = _outputs(stages[stage.name] for stage in plan.runs)
-    head = _names(_git(root, "ls-tree", "-r", "-z", "--name-only", "HEAD"))
     return sorted(files_under(head, rerun))
 
 
