@@ -387,9 +387,9 @@ def build_parser() -> argparse.ArgumentParser:
         "outputs of the committed pipeline and of the current params' pipeline (metrics, plots, "
         "the report, DVC's .gitignore files) from git HEAD, in the index and the work tree (a "
         "file the run added and DVC staged is removed), then runs `dvc checkout` for the cached "
-        "outputs. Outputs only the profile has are left in place and listed. Exit 1 when dvc "
-        "checkout could not restore every cached output (an output this clone never made: `dvc "
-        "repro` makes it).",
+        "outputs; dvc checkout also deletes the outputs of the profile's own stages, each "
+        "named. Exit 1 when dvc checkout could not restore every cached output (one this clone "
+        "never made: `dvc repro` makes it).",
     )
     restore.set_defaults(handler=_cmd_params_restore)
     check = params_commands.add_parser(

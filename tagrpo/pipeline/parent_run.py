@@ -418,8 +418,8 @@ def finish_orphaned_runs(client: Any, experiment_id: str, found_by: str = "a lat
             client.set_tag(
                 run.info.run_id,
                 KILLED_REASON_TAG,
-                f"the dvc process {pid} on {host} and its watcher are gone, a stage run with "
-                f"them (found by {found_by})",
+                f"the dvc process {pid} on {host} that ran it is gone, and so is its watcher; "
+                f"a stage it ran did not finish (found by {found_by})",
             )
         finished += 1
     return finished

@@ -36,17 +36,22 @@ _CHECKOUT_LINE = re.compile(r"^([MAD])\s+(\S.*)$")
 
 
 class RestoreError(RuntimeError):
-    """A git or dvc step of the way back failed; the message names it and its error."""
+    """A git step of the way back failed, or dvc could not start; the message names it."""
 
 
 def _git(root: Path, *args: str) -> str:
-    result = subprocess.run(
-        ["git", "--literal-pathspecs", *args],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    """``git ARGS`` in ``root`` (paths relative to it, also when it is a subfolder of the
+    repository); its output, or :class:`RestoreError` with git's error line."""
+    try:
+        result = subprocess.run(
+            ["git", "--literal-pathspecs", *args],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError as error:
+        raise RestoreError(f"git {args[0]} could not start in {root}: {error}") from error
     if result.returncode != 0:
         lines = result.stderr.strip().splitlines() or ["no message"]
         error = next((line for line in lines if line.startswith(("fatal:", "error:"))), lines[0])
@@ -60,8 +65,8 @@ def _names(output: str) -> set[str]:
 
 def head_stages(root: Path) -> dict[str, ExpandedStage]:
     """The stages of HEAD's dvc.yaml under HEAD's params.yaml (the committed pipeline)."""
-    dvc_yaml = safe_load(_git(root, "show", "HEAD:dvc.yaml")) or {}
-    params = safe_load(_git(root, "show", "HEAD:params.yaml")) or {}
+    dvc_yaml = safe_load(_git(root, "show", "HEAD:./dvc.yaml")) or {}
+    params = safe_load(_git(root, "show", "HEAD:./params.yaml")) or {}
     return expand_stages(dvc_yaml, params)
 
 
@@ -89,7 +94,7 @@ def run_outputs(root: Path) -> set[str]:
     if lock.is_file():
         found |= _locked_outputs(lock.read_text(encoding="utf-8"))
     if "dvc.lock" in _names(_git(root, "ls-files", "-z", "--", "dvc.lock")):
-        found |= _locked_outputs(_git(root, "show", ":dvc.lock"))
+        found |= _locked_outputs(_git(root, "show", ":./dvc.lock"))
     return found
 
 
@@ -163,12 +168,20 @@ def restore_committed(root: Path) -> Restored:
     differing: set[str] = set()
     if candidates:
         paths = sorted(candidates)
-        differing = _names(_git(root, "diff", "--name-only", "-z", "HEAD", "--", *paths))
+        differing = _names(
+            _git(root, "diff", "--relative", "--name-only", "-z", "HEAD", "--", *paths)
+        )
         # No-overlay (git restore's default): a file the index has and HEAD lacks is removed.
         _git(root, "restore", "--source=HEAD", "--staged", "--worktree", "--", *paths)
-    checkout = subprocess.run(
-        [dvc_binary(), "checkout"], cwd=root, capture_output=True, text=True, check=False
-    )
+    try:
+        checkout = subprocess.run(
+            [dvc_binary(), "checkout"], cwd=root, capture_output=True, text=True, check=False
+        )
+    except OSError as error:
+        raise RestoreError(
+            f"dvc checkout could not start in {root} ({error}); the files from git HEAD are "
+            "restored: run `dvc checkout` there"
+        ) from error
     lines = [line for line in (checkout.stdout + checkout.stderr).splitlines() if line.strip()]
     changes = [match.groups() for match in map(_CHECKOUT_LINE.match, lines) if match]
     return Restored(
