@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 from scratch_project import write_empty_project
+from test_tracking_params import tracking_store  # noqa: F401  (a fixture: the store)
 
 from tagrpo.pipeline.parent_run import DVC_EXIT_TAG, ORIGIN_TAG, PIPELINE_KEY_TAG, reap_dead_runs
 from tagrpo.plumbing.procfs import proc_stat
 from tagrpo.plumbing.tracking import (
     HOST_TAG,
     KILLED_REASON_TAG,
-    PARENT_RUN_ENV,
     PID_START_TAG,
     PID_TAG,
     dead_owner_runs,
@@ -34,16 +34,11 @@ from tagrpo.plumbing.tracking import (
     owner_tags,
 )
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc"),
+    pytest.mark.usefixtures("tracking_store"),  # a SQLite store per test, as MLFLOW_TRACKING_URI
+]
 EXPERIMENT = "dead-runs"
-
-
-@pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.delenv(PARENT_RUN_ENV, raising=False)
-    return uri
 
 
 def _exited_pid() -> int:
@@ -67,10 +62,10 @@ def test_owner_tags_name_this_process() -> None:
     assert owner_gone(owner_tags()) is None
 
 
-def test_the_reaper_ends_only_runs_whose_owner_is_gone(store: str) -> None:
+def test_the_reaper_ends_only_runs_whose_owner_is_gone() -> None:
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(store)
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     experiment = client.create_experiment(EXPERIMENT)
     host = socket.gethostname()
     dead = _exited_pid()
@@ -167,14 +162,14 @@ def _killed_flow(project: Path, env: dict[str, str]) -> tuple[str, str, int]:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("next_run", ["flow", "stage", "verify"])
 def test_a_sigkilled_flows_runs_are_killed_by_the_next_run(
-    tmp_path: Path, store: str, monkeypatch: pytest.MonkeyPatch, next_run: str, capsys
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, next_run: str, capsys
 ) -> None:
     from mlflow.tracking import MlflowClient
 
     project = write_empty_project(tmp_path / "project", EXPERIMENT)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     parent, stage, pid = _killed_flow(project, env)
-    client = MlflowClient(store)
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     for run_id in (parent, stage):  # nothing of the killed process could end them
         run = client.get_run(run_id)
         assert run.info.status == "RUNNING"
