@@ -159,6 +159,7 @@ def _killed_flow(project: Path, env: dict[str, str]) -> tuple[str, str, int]:
     return parent, stage, owner.pid
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("next_run", ["flow", "stage", "verify"])
 def test_a_sigkilled_flows_runs_are_killed_by_the_next_run(

@@ -123,6 +123,7 @@ def project(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return root, env
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_documented_way_back_restores_params_lock_and_outputs(
     project: tuple[Path, dict[str, str]],
@@ -183,6 +184,7 @@ def test_the_documented_way_back_restores_params_lock_and_outputs(
     assert _git(root, "status", "--porcelain") == ""  # nothing left over, tracked or not
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_restore_in_a_clone_without_the_committed_runs_cache_says_what_is_missing(
     project: tuple[Path, dict[str, str]],
