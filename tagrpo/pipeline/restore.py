@@ -33,6 +33,7 @@ RESTORED_FILES = ("params.yaml", "dvc.lock")
 _TAIL_LINES = 15
 # A line of dvc checkout's summary: M (modified), A (added) or D (deleted), then the path.
 _CHECKOUT_LINE = re.compile(r"^([MAD])\s+(\S.*)$")
+_FAILED_TARGETS = "Checkout failed for following targets:"
 
 
 class RestoreError(RuntimeError):
@@ -151,6 +152,7 @@ class Restored:
     checkout_ok: bool  # dvc checkout succeeded
     checked_out: list[str]  # outputs dvc checkout restored from the cache (M, A)
     checkout_removed: list[str]  # outputs dvc checkout removed: not in HEAD's dvc.lock (D)
+    not_in_cache: list[str]  # outputs dvc checkout could not restore: in no DVC cache here
     checkout_tail: list[str]  # the last lines dvc checkout printed besides M, A and D
     kept: list[str]  # the run's outputs the committed pipeline lacks, still in the work tree
 
@@ -190,9 +192,23 @@ def restore_committed(root: Path) -> Restored:
         checkout_ok=checkout.returncode == 0,
         checked_out=sorted(path for kind, path in changes if kind in "MA"),
         checkout_removed=sorted(path for kind, path in changes if kind == "D"),
+        not_in_cache=_failed_targets(lines),
         checkout_tail=[line for line in lines if not _CHECKOUT_LINE.match(line)][-_TAIL_LINES:],
         kept=sorted(out for out in made - committed if (root / out).exists()),
     )
+
+
+def _failed_targets(lines: list[str]) -> list[str]:
+    """The outputs dvc checkout lists after "Checkout failed for following targets:"."""
+    start = next((i for i, line in enumerate(lines) if _FAILED_TARGETS in line), None)
+    if start is None:
+        return []
+    targets = []
+    for line in lines[start + 1 :]:
+        if not line.strip() or " " in line.strip() or line.startswith("<"):
+            break  # "Is your cache up to date?" and DVC's link close the list
+        targets.append(line.strip())
+    return sorted(targets)
 
 
 def report_lines(restored: Restored) -> list[str]:
@@ -217,12 +233,14 @@ def report_lines(restored: Restored) -> list[str]:
             f"does not have (the profile's own stages): {summarise(restored.checkout_removed)}; "
             "the cached ones come back with the profile (apply it, then dvc checkout)"
         )
-    if not restored.checkout_ok:
+    if restored.not_in_cache:
         lines.append(
-            "dvc checkout did not restore every cached output (its last lines below): one in no "
-            "DVC cache here (this clone never made it) holds what the profile's run left there "
-            "or nothing, and `dvc repro` makes it:"
+            f"dvc checkout could not restore {len(restored.not_in_cache)} cached output(s), in "
+            f"no DVC cache here (this clone never made them): {summarise(restored.not_in_cache)}"
+            "; each holds what the profile's run left there, or nothing: `dvc repro` makes them"
         )
+    elif not restored.checkout_ok:
+        lines.append("dvc checkout failed; its last lines:")
         lines += [f"  {line}" for line in restored.checkout_tail]
     if restored.kept:
         lines.append(
