@@ -34,6 +34,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -85,6 +86,7 @@ from tagrpo.plumbing.tracking import (
     PARENT_RUN_ENV,
     checkout_experiment,
     open_store,
+    owner_tags,
     redact_tree,
     safe_tags,
     tracking_uri,
@@ -317,18 +319,28 @@ def _yaml(params: dict[str, Any]) -> str:
 
 
 def _open_parent_run(
-    request: RerunRequest, mode: str, resolved: dict[str, Any], changes: dict[str, Any]
+    request: RerunRequest,
+    mode: str,
+    resolved: dict[str, Any],
+    changes: dict[str, Any],
+    log: Callable[[str], None],
 ) -> tuple[Any, str]:
-    """The flow's MLflow parent run, with the request and the exact resolved params."""
-    from tagrpo.pipeline.parent_run import pipeline_tags
+    """The flow's MLflow parent run, with the request and the exact resolved params; first,
+    runs left RUNNING by processes that are gone are ended (each said to ``log``)."""
+    from tagrpo.pipeline.parent_run import pipeline_tags, reap_dead_runs
 
     config = validate_params(resolved, "resolved params")
     settings = config.common.tracking
     client = open_store(tracking_uri(settings.uri))
+    # Runs an earlier flow or stage left RUNNING when it was killed outright (SIGKILL): KILLED,
+    # as mark_orphans_crashed does for its Prefect flow run.
+    for line in reap_dead_runs(client, "the next Prefect flow run"):
+        log(f"MLflow: {line}")
     experiment_id = checkout_experiment(client, settings.experiment).experiment_id
     name = flow_run.get_name() or "pipeline"
     tags = {
         **pipeline_tags(config, "prefect"),
+        **owner_tags(),  # this flow process: the next run ends this run KILLED if it is gone
         "prefect.flow_run_id": str(flow_run.get_id() or ""),
         "prefect.flow_run_name": name,
         "tagrpo.mode": mode,
@@ -419,7 +431,7 @@ def pipeline(
         key="params",
         description="The exact params this run used (secrets masked)",
     )
-    client, parent = _open_parent_run(request, mode, resolved, changes)
+    client, parent = _open_parent_run(request, mode, resolved, changes, logger.warning)
     # Stages in a copy would otherwise open the copy's own store (the default is a SQLite file
     # in the checkout they run in): every run of this flow goes to the checkout's store. Put
     # back when the flow ends: a process that runs flows of several checkouts (tests, a served

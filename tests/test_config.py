@@ -490,7 +490,7 @@ def test_stacking_a_profile_says_what_it_keeps_from_the_earlier_one(tmp_path: Pa
     ]
     assert "  data.source = 'local'" in out and "  base_model.kind = 'gguf_package'" in out
     assert not any(line.startswith(("  runs.seeds ", "  runs.methods ")) for line in out)
-    assert out[-1].endswith("git checkout params.yaml, then apply it again")
+    assert out[-1].endswith("git checkout HEAD -- params.yaml, then apply it again")
     assert load_config(params).data.source == "local"
     # On the embedded default: no note.
     shutil.copy(ROOT / "params.yaml", params)

@@ -75,6 +75,8 @@ def test_profile_applies_and_plans_on_a_fresh_clone(
     assert tagrpo(["params", "apply", f"profiles/{profile}.yaml"]) == 0
     applied = capsys.readouterr().out
     assert f"profile is now {profile!r}" in applied
+    # Every profile reruns stages whose outputs the commit holds: said before any run.
+    assert "warning: the next `dvc repro` rewrites " in applied, applied
 
     stages = load_stages(checkout)
     lock = yaml.safe_load((checkout / "dvc.lock").read_text())["stages"]

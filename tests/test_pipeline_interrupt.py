@@ -7,14 +7,15 @@ small DVC project of test_plan.py with a stage that sleeps (issue 33, items 4 an
   KILLED, and no process of the run (dvc, the stage, the server) is left behind. Before the
   fix the temporary server died with the group and the flow hung in Prefect's exit-time event
   flush for more than 3 minutes, its runs "Running" for good;
-* a flow SIGKILLed mid-stage leaves its run Running; the next run marks it Crashed, naming
-  the gone process.
+* a flow SIGKILLed mid-stage leaves its run Running and its MLflow parent run RUNNING; the
+  next run marks the first Crashed and the second KILLED, each naming the gone process.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -182,6 +183,8 @@ def test_the_next_run_marks_a_killed_flows_runs_crashed(tmp_path: Path) -> None:
     (killed,), tasks = _prefect_runs(tmp_path)
     assert killed[2] == "RUNNING"
     assert ("slow", "RUNNING") in {(name, state) for _, name, state, _ in tasks}
+    ((parent, status, pid),) = _mlflow_parents(project)
+    assert status == "RUNNING" and pid == str(flow.pid)  # owned by the flow's process
 
     log = tmp_path / "next.log"
     flow = _start(project, env, log)
@@ -198,3 +201,26 @@ def test_the_next_run_marks_a_killed_flows_runs_crashed(tmp_path: Path) -> None:
     assert first[2] == "CRASHED"
     assert "that ran it is gone" in first[3], first
     assert all(state in FINAL for _, _, state, _ in flows + tasks), (flows, tasks)
+    # The killed flow's MLflow parent run too (issue 53): KILLED, saying why; the next run's
+    # own parent ended KILLED by its SIGINT.
+    parents = {run_id: status for run_id, status, _ in _mlflow_parents(project)}
+    assert parents == {parent: "KILLED", next(r for r in parents if r != parent): "KILLED"}
+    with sqlite3.connect(project / "mlflow.db") as db:
+        (reason,) = db.execute(
+            "select value from tags where run_uuid = ? and key = 'tagrpo.killed_reason'", (parent,)
+        ).fetchone()
+    host = socket.gethostname()
+    assert reason == (
+        f"the process {pid} on {host} that ran it is gone (found by the next Prefect flow run)"
+    )
+    assert f"MLflow: run 'pipeline {killed[1]}' ({parent}) KILLED" in output, output[-4000:]
+
+
+def _mlflow_parents(project: Path) -> list[tuple[str, str, str]]:
+    """The flow's MLflow parent runs as (run id, status, owner pid), oldest first."""
+    with sqlite3.connect(project / "mlflow.db") as db:
+        return db.execute(
+            "select r.run_uuid, r.status, t.value from runs r left join tags t on "
+            "t.run_uuid = r.run_uuid and t.key = 'tagrpo.pid' where r.name like 'pipeline %' "
+            "order by r.start_time"
+        ).fetchall()

@@ -1,4 +1,5 @@
-"""MLflow stage runs: tags, params, nesting, secret masking, stale runs marked killed."""
+"""MLflow stage runs: tags, params, nesting, secret masking (runs a dead process left RUNNING:
+tests/test_dead_runs.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from tagrpo.plumbing.tracking import (
     PARENT_RUN_ENV,
     flatten_params,
     log_metrics,
-    mark_stale_runs_killed,
     redact_tree,
 )
 
@@ -141,33 +141,6 @@ def test_a_failed_or_interrupted_stage_ends_its_run(tracking_store: str) -> None
         raise KeyboardInterrupt
     assert client.get_run(failed).info.status == "FAILED"
     assert client.get_run(killed).info.status == "KILLED"
-
-
-def test_runs_left_running_by_a_dead_process_are_marked_killed(tracking_store: str) -> None:
-    import mlflow
-
-    mlflow.set_tracking_uri(tracking_store)
-    experiment = mlflow.set_experiment("t-stale")
-    client = mlflow.tracking.MlflowClient(tracking_store)
-    finished_child = subprocess.Popen(["true"])
-    finished_child.wait()  # a pid that has exited
-
-    tags = {
-        "tagrpo.dvc_stage": "train@grpo-0",
-        "tagrpo.host": socket.gethostname(),
-        "tagrpo.pid": str(finished_child.pid),
-    }
-    orphan = client.create_run(experiment.experiment_id, tags=tags).info.run_id
-    alive = client.create_run(
-        experiment.experiment_id, tags={**tags, "tagrpo.pid": str(os.getppid())}
-    ).info.run_id
-    other_stage = client.create_run(
-        experiment.experiment_id, tags={**tags, "tagrpo.dvc_stage": "train@grpo-1"}
-    ).info.run_id
-    assert mark_stale_runs_killed(client, experiment.experiment_id, "train@grpo-0") == 1
-    assert client.get_run(orphan).info.status == "KILLED"
-    assert client.get_run(alive).info.status == "RUNNING"  # its process still runs
-    assert client.get_run(other_stage).info.status == "RUNNING"
 
 
 def test_stage_run_can_be_disabled(tracking_store: str, capsys) -> None:

@@ -2,8 +2,8 @@
 
 A profile may only override keys params.yaml has (a misspelt key is refused, naming it), may
 build on another profile (``base: NAME``), and is written into params.yaml with its comments
-and key order kept, so DVC sees ordinary param changes and ``git checkout params.yaml`` returns
-to the embedded default.
+and key order kept, so DVC sees ordinary param changes and ``tagrpo params restore`` returns
+to the embedded default (:mod:`tagrpo.pipeline.restore`).
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def apply_profile(profile_path: str | Path, params_path: str | Path | None = Non
     """Write params.yaml merged with a profile (only after the result validates).
 
     DVC then sees ordinary param changes, so only the affected stages rerun, and
-    ``git checkout params.yaml`` returns to the embedded default.
+    ``tagrpo params restore`` returns to the embedded default.
     """
     target = Path(params_path) if params_path else default_params_path()
     merged = merged_with_profile(profile_path, target)

@@ -3,11 +3,12 @@
     tagrpo grade --input IN.jsonl --output OUT.jsonl [--workers N] [--item-timeout S]
                  [--skip-invalid]
     tagrpo params apply PROFILE.yaml [--params params.yaml]
+    tagrpo params restore   (back to git HEAD's params, dvc.lock and outputs after a profile run)
     tagrpo params check [FILE]
     tagrpo params explain [KEY] [--file params.yaml]
     tagrpo plan [-S key=value ...] [--profile P]   (what dvc repro would rerun, and why)
     tagrpo plots show|diff [DVC PLOTS ARGS]   (offline page: dvc_plots/index.html)
-    tagrpo verify [PATH ...]   (outputs rehashed and compared with dvc.lock)
+    tagrpo verify [PATH ...]   (outputs rehashed and compared with dvc.lock; dead runs ended)
     tagrpo compare [--method M ...] [--k K ...] [--benchmark B ...] [--profile P]
                    [--checkout all|HOST:PATH] [--experiment NAME] [--tracking-uri URI]
                    [--format text|markdown|csv]
@@ -40,19 +41,10 @@ def _cmd_params_apply(args: argparse.Namespace) -> int:
     # only in the command that needs them, so that ``tagrpo --help`` stays fast.
     from tagrpo.config.params import ConfigError, default_params_path
     from tagrpo.config.profiles import apply_profile, kept_from_earlier_profile
-    from tagrpo.pipeline.runtime import other_dvc_runs
     from tagrpo.plumbing.verify import prune_lock
 
     target = Path(args.params) if args.params else default_params_path()
-    running = other_dvc_runs(target.resolve().parent)
-    if running:
-        pid, command = running[0]
-        print(
-            f"tagrpo params apply: a dvc process runs stages in this checkout (pid {pid}: "
-            f"{command}): changing its params mid-run would mix two experiments; wait for it "
-            "to end",
-            file=sys.stderr,
-        )
+    if _dvc_running("apply", target.resolve().parent):
         return 2
     try:
         stacked = kept_from_earlier_profile(args.profile, args.params)
@@ -68,8 +60,10 @@ def _cmd_params_apply(args: argparse.Namespace) -> int:
         shown = ", ".join(pruned[:4]) + (f" and {len(pruned) - 4} more" if len(pruned) > 4 else "")
         print(
             f"dvc.lock: removed {len(pruned)} entries of stages these params do not have "
-            f"({shown}); `git checkout params.yaml dvc.lock` restores both"
+            f"({shown}); `tagrpo params restore` restores both"
         )
+    if target.name == "params.yaml":
+        _say_rewritten(target.resolve().parent)
     if stacked:
         earlier, kept = stacked
         print(
@@ -78,10 +72,65 @@ def _cmd_params_apply(args: argparse.Namespace) -> int:
         )
         print("\n".join(f"  {line}" for line in kept))
         print(
-            f"  to apply {args.profile} on the embedded default alone: git checkout params.yaml, "
-            "then apply it again"
+            f"  to apply {args.profile} on the embedded default alone: git checkout HEAD -- "
+            "params.yaml, then apply it again"
         )
     return 0
+
+
+def _dvc_running(command: str, root: Path) -> bool:
+    """Refuse (True, with a line) while a dvc process runs stages in ``root``."""
+    from tagrpo.pipeline.runtime import other_dvc_runs
+
+    running = other_dvc_runs(root)
+    if running:
+        pid, line = running[0]
+        print(
+            f"tagrpo params {command}: a dvc process runs stages in this checkout (pid {pid}: "
+            f"{line}): changing its params mid-run would mix two experiments; wait for it "
+            "to end",
+            file=sys.stderr,
+        )
+    return bool(running)
+
+
+def _say_rewritten(root: Path) -> None:
+    """Which of the committed run's outputs (files git tracks) the next dvc repro rewrites."""
+    from tagrpo.pipeline.restore import RestoreError, summarise, tracked_outputs_rewritten
+
+    if not (root / "dvc.yaml").is_file():
+        return  # params of no pipeline here: nothing reruns
+    try:
+        files = tracked_outputs_rewritten(root)
+    except RestoreError:  # not a git work tree, or no commit yet: no tracked output to rewrite
+        return
+    except (OSError, KeyError, ValueError) as error:
+        print(f"note: not known which committed outputs the next dvc repro rewrites: {error}")
+        return
+    if files:
+        print(
+            f"warning: the next `dvc repro` rewrites {len(files)} file(s) git tracks, the "
+            f"committed run's outputs: {summarise(files)}"
+        )
+        print(
+            "  after the run, `tagrpo params restore` brings back params.yaml, dvc.lock and "
+            "these as git HEAD has them, then the cached outputs (dvc checkout)"
+        )
+
+
+def _cmd_params_restore(args: argparse.Namespace) -> int:
+    from tagrpo.pipeline.restore import RestoreError, report_lines, restore_committed
+
+    root = project_root()
+    if _dvc_running("restore", root):
+        return 2
+    try:
+        restored = restore_committed(root)
+    except RestoreError as error:
+        print(f"tagrpo params restore: {error}", file=sys.stderr)
+        return 2
+    print("\n".join(report_lines(restored)))
+    return 0 if restored.checkout_ok else 1
 
 
 def _cmd_params_check(args: argparse.Namespace) -> int:
@@ -216,10 +265,35 @@ def _cmd_plots(args: argparse.Namespace) -> int:
 # --- verify ----------------------------------------------------------------------------------
 
 
+def _end_dead_runs() -> None:
+    """End the runs of the checkout's MLflow store left RUNNING by a process that is gone
+    (``kill -9``): a store that does not exist is not created, one that fails is named and
+    verify goes on (its answer is about the outputs)."""
+    from tagrpo.pipeline.parent_run import reap_dead_runs
+    from tagrpo.plumbing.tracking import open_store, sqlite_path, store_failure, tracking_uri
+
+    config = _checkout_config()
+    settings = config.common.tracking if config is not None else None
+    if settings is not None and not settings.enabled:
+        return
+    uri = tracking_uri(settings.uri if settings is not None else None)
+    database = sqlite_path(uri)
+    if database is not None and not database.is_file():
+        return
+    try:
+        ended = reap_dead_runs(open_store(uri), "tagrpo verify")
+    except Exception as error:  # the store's failure must not hide the outputs' check
+        print(f"tagrpo verify: MLflow runs not checked ({uri}): {store_failure(error)}")
+        return
+    for line in ended:
+        print(f"MLflow: {line}")
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     from tagrpo.plumbing.dvc_stages import load_stages
 
     root = project_root()
+    _end_dead_runs()
     # The pipeline under the current params: dvc.lock keeps the entries of stages the params
     # dropped (another profile's matrix items), whose outputs are rightly absent.
     stages = set(load_stages(root))
@@ -305,6 +379,19 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("profile", help="profile override file, e.g. profiles/local.yaml")
     apply.add_argument("--params", default=None, help="params file (default: ./params.yaml)")
     apply.set_defaults(handler=_cmd_params_apply)
+    restore = params_commands.add_parser(
+        "restore",
+        help="back to the committed params after a profile run: params.yaml, dvc.lock and the "
+        "outputs git tracks as HEAD has them, then dvc checkout",
+        description="Restores params.yaml, dvc.lock and every file git tracks among the "
+        "outputs of the committed pipeline and of the current params' pipeline (metrics, plots, "
+        "the report, DVC's .gitignore files) from git HEAD, in the index and the work tree (a "
+        "file the run added and DVC staged is removed), then runs `dvc checkout` for the cached "
+        "outputs; dvc checkout also deletes the outputs of the profile's own stages, each "
+        "named. Exit 1 when dvc checkout could not restore every cached output (one this clone "
+        "never made: `dvc repro` makes it).",
+    )
+    restore.set_defaults(handler=_cmd_params_restore)
     check = params_commands.add_parser(
         "check", help="validate a params file (types, bounds, unknown keys, combinations)"
     )
@@ -412,7 +499,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="rehash outputs and compare with dvc.lock (finds changes DVC's mtime cache misses)",
         description="Hashes each output dvc.lock lists (or those at or under PATH) as DVC does "
         "and compares: exit 1 naming every output (and, from DVC's cache, every file) that "
-        "differs or is missing.",
+        "differs or is missing. First ends the MLflow runs of the checkout's store left RUNNING "
+        "by a process of this host that is gone (KILLED, the reason in tagrpo.killed_reason).",
     )
     verify.add_argument("paths", nargs="*", help="outputs or folders, e.g. models/grpo-s0")
     verify.set_defaults(handler=_cmd_verify)

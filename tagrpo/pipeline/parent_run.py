@@ -39,19 +39,24 @@ from tagrpo.plumbing.paths import home_root
 from tagrpo.plumbing.procfs import proc_stat, process_alive
 from tagrpo.plumbing.tracking import (
     CHECKOUT_TAG,
+    DVC_PIPELINE_KEY_TAG,
+    KILLED_REASON_TAG,
     PARENT_RUN_ENV,
     checkout_id,
+    dead_owner_runs,
     git_state,
     log_params_artifact,
     mark_dead_runs_killed,
+    mark_run_killed,
     model_label,
+    owner_tags,
     safe_tags,
 )
 from tagrpo.plumbing.verify import lock_entry_matches
 
 # mlflow is imported inside the functions that use it (heavy; a stage imports this module).
 
-PIPELINE_KEY_TAG = "tagrpo.pipeline_key"
+PIPELINE_KEY_TAG = DVC_PIPELINE_KEY_TAG  # "<host>:<dvc pid>:<dvc start ticks>"
 WATCHER_TAG = "tagrpo.watcher"  # "<pid>:<start ticks>" of the run's watcher process
 ORIGIN_TAG = "tagrpo.origin"
 ROOT_TAG = "tagrpo.root"
@@ -189,7 +194,7 @@ def _create_parent_run(client: Any, experiment_id: str, config: Any, dvc: DvcPro
     tags = {
         **pipeline_tags(config, "dvc"),
         PIPELINE_KEY_TAG: dvc.key,
-        "tagrpo.pid": str(dvc.pid),
+        **owner_tags(dvc.pid),  # the run's owner is dvc (its watcher ends the run)
         "tagrpo.command": command[:4000],
         ROOT_TAG: dvc.cwd,
         "mlflow.note.content": (
@@ -256,7 +261,7 @@ def finish_run(
     while True:
         children = client.search_runs([experiment_id], filter_string=query)
         running = [c for c in children if c.info.status == "RUNNING"]
-        mark_dead_runs_killed(client, running)
+        mark_dead_runs_killed(client, running, found_by="the pipeline's watcher")
         statuses = [client.get_run(c.info.run_id).info.status for c in children]
         if "RUNNING" not in statuses or time.monotonic() > deadline:
             break
@@ -389,7 +394,7 @@ def _dvc_exit(children: list[Any], statuses: list[str], unlocked: set[str], unkn
     )
 
 
-def finish_orphaned_runs(client: Any, experiment_id: str) -> int:
+def finish_orphaned_runs(client: Any, experiment_id: str, found_by: str = "a later stage") -> int:
     """Parent runs of dvc processes on this host that are gone, but still RUNNING, and whose
     watcher is gone too: ended at once, without waiting for their children (their dvc exited
     at some unknown earlier time, so any grace for its stages is the watcher's, and the stage
@@ -409,9 +414,34 @@ def finish_orphaned_runs(client: Any, experiment_id: str) -> int:
             continue
         if _watcher_alive(run.data.tags.get(WATCHER_TAG, "")):
             continue  # dvc just exited: its watcher is giving the stages their grace
-        finish_run(client, run.info.run_id, wait_until=None)
+        if finish_run(client, run.info.run_id, wait_until=None) == "KILLED":
+            client.set_tag(
+                run.info.run_id,
+                KILLED_REASON_TAG,
+                f"the dvc process {pid} on {host} that ran it is gone, and so is its watcher; "
+                f"a stage it ran did not finish (found by {found_by})",
+            )
         finished += 1
     return finished
+
+
+def reap_dead_runs(client: Any, found_by: str) -> list[str]:
+    """End every run of the store left RUNNING on this host by a process that is gone: dvc's
+    parent runs from their stages' states (:func:`finish_orphaned_runs`, under the pipeline
+    lock), every other run (a stage's, the Prefect flow's parent) KILLED with the reason in
+    ``tagrpo.killed_reason``. Returns one line per run ended. Not from inside
+    :func:`_pipeline_lock` (this takes it)."""
+    experiment_ids = [e.experiment_id for e in client.search_experiments()]
+    ended: list[str] = []
+    with _pipeline_lock(home_root()):
+        for experiment_id in experiment_ids:
+            finished = finish_orphaned_runs(client, experiment_id, found_by)
+            if finished:
+                ended.append(f"{finished} dvc pipeline run(s) whose dvc process is gone ended")
+    for run, reason in dead_owner_runs(client, experiment_ids):
+        mark_run_killed(client, run.info.run_id, f"{reason} (found by {found_by})")
+        ended.append(f"run {run.info.run_name!r} ({run.info.run_id}) KILLED: {reason}")
+    return ended
 
 
 def _watcher_alive(key: str) -> bool:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -24,12 +23,14 @@ from tagrpo.plumbing.tracking import (
     PARAMS_ARTIFACT,
     checkout_experiment,
     checkout_id,
+    dead_owner_runs,
     flatten_params,
     git_state,
     log_params_artifact,
-    mark_stale_runs_killed,
+    mark_run_killed,
     model_label,
     open_store,
+    owner_tags,
     safe_tags,
     tracking_errors,
     tracking_uri,
@@ -72,12 +73,11 @@ def stage_run(
     _ENDED_RUN.clear()
     with tracking_errors("starting the stage's run", uri):
         mlflow.set_experiment(experiment_id=experiment.experiment_id)
-        stale = mark_stale_runs_killed(client, experiment.experiment_id, dvc_key)
-        if stale:
-            print(
-                f"[tracking] marked {stale} run(s) of {dvc_key} left RUNNING by a dead process "
-                "KILLED"
-            )
+        # Any run of this host left RUNNING by a process that is gone (a SIGKILLed stage or
+        # flow); dvc's orphaned parent runs are ended by parent_run_for_stage below.
+        for dead, why in dead_owner_runs(client):
+            mark_run_killed(client, dead.info.run_id, f"{why} (found by stage {dvc_key})")
+            print(f"[tracking] run {dead.info.run_name!r} ({dead.info.run_id}) KILLED: {why}")
         run_tags = {
             "stage": stage,
             "profile": config.common.profile,
@@ -85,8 +85,7 @@ def stage_run(
             "backend": _stage_backend(stage, config),
             "tagrpo.dvc_stage": dvc_key,
             "tagrpo.deps_hash": deps_hash(dvc_key),
-            "tagrpo.host": socket.gethostname(),
-            "tagrpo.pid": str(os.getpid()),
+            **owner_tags(),
             CHECKOUT_TAG: checkout_id(),
             **git_state(),
             **(tags or {}),
@@ -215,8 +214,7 @@ def _failed_run(stage: str, exit_code: int, error: BaseException, status: str) -
         "stage": stage,
         "profile": config.common.profile if config is not None else "unknown",
         "tagrpo.dvc_stage": dvc_key,
-        "tagrpo.host": socket.gethostname(),
-        "tagrpo.pid": str(os.getpid()),
+        **owner_tags(),
         CHECKOUT_TAG: checkout_id(),
         **git_state(),
         EXIT_CODE_TAG: str(exit_code),

@@ -10,10 +10,14 @@ process and later stages nest under it (:mod:`tagrpo.pipeline.parent_run`).
 
 Each run carries what ties it to its DVC outputs (``tagrpo.dvc_stage``, the DVC name such as
 ``train@grpo-0``, and ``tagrpo.deps_hash``, a hash of the stage's dependencies and params) and
-which process ran it (``tagrpo.host``, ``tagrpo.pid``): a run left RUNNING by a killed process is
-marked KILLED the next time that stage starts. Runs are tagged ``stage``, ``profile``, ``model``
-and ``backend`` (and ``method``/``seed``/``policy`` for train and evaluate), so one filter such as
-``tags.method = 'ta_grpo' and tags.stage = 'evaluate'`` finds a method's runs across seeds.
+which process owns it (``tagrpo.host``, ``tagrpo.pid`` and ``tagrpo.pid_start``, the process's
+start time, so a reused pid is not taken for it; on the parent runs too): a run left RUNNING by a
+process that is gone (``kill -9``, a power cut) is ended KILLED, the reason in
+``tagrpo.killed_reason``, by the next stage that starts, the next Prefect flow run and ``tagrpo
+verify`` (:func:`dead_owner_runs`; another host's runs cannot be checked from here). Runs are
+tagged ``stage``, ``profile``, ``model`` and ``backend`` (and ``method``/``seed``/``policy`` for
+train and evaluate), so one filter such as ``tags.method = 'ta_grpo' and tags.stage =
+'evaluate'`` finds a method's runs across seeds.
 
 Only a short list of key params (:data:`KEY_PARAMS`) is logged as MLflow params, so the compare
 view stays readable; every value of the stage's sections is in the run's ``params.json``
@@ -51,7 +55,7 @@ from typing import Any
 from tagrpo.plumbing.config_model import looks_like_secret, mask_key_shapes
 from tagrpo.plumbing.dvc_stages import pipeline_outputs
 from tagrpo.plumbing.paths import checkout_root, home_root, resolve_path
-from tagrpo.plumbing.procfs import pid_alive
+from tagrpo.plumbing.procfs import pid_alive, proc_stat, process_alive
 
 # mlflow, requests and sqlalchemy are imported inside the functions that use them: heavy, and a
 # stage or ``tagrpo params check`` that logs nothing must not load them.
@@ -93,6 +97,15 @@ KEY_PARAMS: tuple[str, ...] = (
 )
 PASS_AT_K_PREFIX = "pass_at_k/"
 CHECKOUT_TAG = "tagrpo.checkout"
+# The process that owns a run (the stage, the Prefect flow, dvc for dvc's parent run): host,
+# pid and its start time after boot in clock ticks; a run still RUNNING whose owner is gone is
+# ended KILLED with the reason in KILLED_REASON_TAG.
+HOST_TAG = "tagrpo.host"
+PID_TAG = "tagrpo.pid"
+PID_START_TAG = "tagrpo.pid_start"
+KILLED_REASON_TAG = "tagrpo.killed_reason"
+# On dvc's parent runs (tagrpo.pipeline.parent_run.PIPELINE_KEY_TAG): ended by that module.
+DVC_PIPELINE_KEY_TAG = "tagrpo.pipeline_key"
 # What the MLflow UI shows for the experiment: runs, charts and models, not the GenAI overview.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
@@ -409,29 +422,77 @@ def flatten_numbers(values: Mapping[str, Any], prefix: str = "") -> dict[str, fl
     return flat
 
 
-def mark_stale_runs_killed(client: Any, experiment_id: str, dvc_name: str) -> int:
-    """Runs of this stage left RUNNING by a process that is gone, set to KILLED."""
-    runs = client.search_runs(
-        [experiment_id],
-        filter_string=f"tags.`tagrpo.dvc_stage` = '{dvc_name}' and attributes.status = 'RUNNING'",
-    )
-    return mark_dead_runs_killed(client, runs)
+def owner_tags(pid: int | None = None) -> dict[str, str]:
+    """The tags naming the process that owns a run (default: this one): host, pid and the
+    kernel's start time of the process (a reused pid is never taken for it)."""
+    pid = os.getpid() if pid is None else pid
+    stat = proc_stat(pid)
+    return {
+        HOST_TAG: socket.gethostname(),
+        PID_TAG: str(pid),
+        PID_START_TAG: str(stat.start_ticks) if stat is not None else "",
+    }
 
 
-def mark_dead_runs_killed(client: Any, runs: list[Any]) -> int:
-    """Of ``runs``, those whose process (tagged host and pid) is gone, set to KILLED."""
-    host = socket.gethostname()
+def owner_gone(tags: Mapping[str, str]) -> str | None:
+    """Why a run's owner is known to be gone (its process on this host no longer runs), or
+    None: alive, another host's (it cannot be checked from here), or no pid tagged.
+
+    A run tagged before the start time was (no ``tagrpo.pid_start``) is judged by its pid
+    alone; such a run tagged with this process's pid is another, earlier process's (this one
+    has not opened it)."""
+    host = tags.get(HOST_TAG, "")
+    pid_text = tags.get(PID_TAG, "")
+    if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) <= 0:
+        return None
+    pid = int(pid_text)
+    ticks = tags.get(PID_START_TAG, "")
+    if ticks.isdigit():
+        alive = process_alive(pid, int(ticks))
+    else:
+        alive = pid != os.getpid() and pid_alive(pid)
+    return None if alive else f"the process {pid} on {host} that ran it is gone"
+
+
+def mark_run_killed(client: Any, run_id: str, reason: str) -> None:
+    """End a run KILLED, saying why in ``tagrpo.killed_reason``."""
+    client.set_tag(run_id, KILLED_REASON_TAG, mask_key_shapes(reason)[:5000])
+    client.set_terminated(run_id, status="KILLED")
+
+
+def mark_dead_runs_killed(client: Any, runs: list[Any], found_by: str = "a later run") -> int:
+    """Of ``runs``, those whose owner (tagged host and pid) is gone, set to KILLED with the
+    reason; ``found_by`` says who found it (in the reason)."""
     stale = 0
     for run in runs:
-        tags = run.data.tags
-        if tags.get("tagrpo.host") != host:
-            continue  # another machine's run: its process cannot be checked from here
-        pid = int(tags.get("tagrpo.pid", "0") or 0)
-        if pid and pid != os.getpid() and pid_alive(pid):
+        why = owner_gone(run.data.tags)
+        if why is None:
             continue
-        client.set_terminated(run.info.run_id, status="KILLED")
+        mark_run_killed(client, run.info.run_id, f"{why} (found by {found_by})")
         stale += 1
     return stale
+
+
+def dead_owner_runs(client: Any, experiment_ids: list[str] | None = None) -> list[tuple[Any, str]]:
+    """The RUNNING runs of this host whose owner is gone, with why, in ``experiment_ids``
+    (default: every experiment of the store), except dvc's parent runs (ended from their
+    stages' states by :mod:`tagrpo.pipeline.parent_run`, after their watcher's grace)."""
+    if experiment_ids is None:
+        experiment_ids = [e.experiment_id for e in client.search_experiments()]
+    if not experiment_ids:
+        return []
+    runs = client.search_runs(
+        experiment_ids,
+        filter_string=(
+            f"tags.`{HOST_TAG}` = '{socket.gethostname()}' and attributes.status = 'RUNNING'"
+        ),
+    )
+    found = []
+    for run in runs:
+        why = owner_gone(run.data.tags)
+        if why is not None and DVC_PIPELINE_KEY_TAG not in run.data.tags:
+            found.append((run, why))
+    return found
 
 
 def metric_batch(
