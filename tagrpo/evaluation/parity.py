@@ -56,7 +56,9 @@ def grade_parity(
         g: [None] * len(kinds) for g in GRADERS
     }
     if reused:
-        previous = zip(responses["correct"], responses["pred"], responses["grade_reason"])
+        previous = zip(
+            responses["correct"], responses["pred"], responses["grade_reason"], strict=True
+        )
         for index, (correct, pred, reason) in enumerate(previous):
             verdict = (bool(correct), str(pred), str(reason))
             verdicts[str(graded_by)][index] = verdict

@@ -32,15 +32,13 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import logging
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from types import ModuleType
-from typing import Literal
 
 from tagrpo.grading.extract import last_boxed
+from tagrpo.grading.kinds import GRADERS, Grader
 
-Grader = Literal["tagrpo", "math_reward", "math_verify"]
-GRADERS: tuple[Grader, ...] = ("tagrpo", "math_reward", "math_verify")
 _SEPARATOR = "@"
 _VERL_FILES = {
     "math_reward": "utils/reward_score/math_reward.py",
@@ -48,7 +46,7 @@ _VERL_FILES = {
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def verl_module(grader: str) -> ModuleType:
     """verl's ``utils/reward_score/<grader>.py`` from the installed verl, loaded as a file."""
     spec = importlib.util.find_spec("verl")  # finds the package without running its __init__

@@ -3,7 +3,7 @@ grader that reads it; ``tagrpo.config.common`` puts it in the params schema."""
 
 from __future__ import annotations
 
-from tagrpo.grading.graders import Grader
+from tagrpo.grading.kinds import Grader
 from tagrpo.plumbing.config_model import ConfigModel, Field
 
 

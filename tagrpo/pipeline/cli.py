@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tagrpo.grading.graders import GRADERS
+from tagrpo.grading.kinds import GRADERS
 from tagrpo.pipeline.grade_command import cmd_grade
 from tagrpo.pipeline.plots import dvc_plots
 from tagrpo.plumbing.paths import project_root

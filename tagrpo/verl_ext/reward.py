@@ -7,9 +7,10 @@ It grades with the project's grading module (:mod:`tagrpo.grading`: last ``\\box
 normalisation, math-verify with a hard per-item time limit; option letters for multiple
 choice), exactly as evaluation does, with the math grader ``common.grading.grader`` names
 (``reward_kwargs.grader``: the project's, or verl's own ``math_reward`` or ``math_verify``
-run in the same grading workers, :mod:`tagrpo.grading.graders`), and returns ``{"score", "acc", "pred"}``: ``score`` is the
-binary reward, ``acc`` feeds ``algorithm.filter_groups.metric=acc`` (dynamic sampling) and
-``pred`` verl's majority-vote validation metrics.
+run in the same grading workers, :mod:`tagrpo.grading.graders`), and returns
+``{"score", "acc", "pred"}``: ``score`` is the binary reward, ``acc`` feeds
+``algorithm.filter_groups.metric=acc`` (dynamic sampling) and ``pred`` verl's majority-vote
+validation metrics.
 
 Why async and batched: verl's naive reward manager runs a synchronous function in a thread,
 where math-verify's signal-based timeouts cannot work. Here each reward worker process keeps
