@@ -11,7 +11,10 @@ which the graders disagree, and a few of them.
 Multiple choice is graded by option letters under every grader
 (:func:`tagrpo.grading.graders.applicable_graders`), so its chance floor is the same under each
 and its table has one row. The mini world's answers are plain integers in a box: every grader
-must agree on them, and a disagreement there is reported as a bug.
+reads a box alike, so a disagreement on a boxed answer there is reported as a bug. A response
+with no box (a chain cut at the token limit) is another matter: math-verify, as verl calls it,
+reads the last number of the prose (``15 + 8 = 23.``) where the other two find no answer; such
+disagreements are counted apart (``unboxed``).
 """
 
 from __future__ import annotations
@@ -107,13 +110,16 @@ def parity_table(
 ) -> pd.DataFrame:
     """One row per (benchmark, grader that applies): responses, ``pass_at_1``, ``pass_at_k``
     (``k``: the largest of ``ks`` every question has samples for), errors, and the benchmark's
-    disagreements (the same on each of its rows)."""
+    disagreements, those on responses without a box among them (the same on each of its
+    rows)."""
     rows = []
     for benchmark, table in responses.groupby("benchmark", sort=False):
         sizes = table.groupby("question_id", sort=False).size()
         feasible = [k for k in ks if k <= int(sizes.min())] or [1]
         largest = max(feasible)
-        disagreements = int(disagreeing(table).sum())
+        differ = disagreeing(table)
+        disagreements = int(differ.sum())
+        unboxed = int((differ & (table[verdict_columns("tagrpo")[2]] == "no_answer")).sum())
         for grader in _graders_of(table):
             correct, _, reason = verdict_columns(grader)
             sums = table.groupby("question_id", sort=False)[correct].sum()
@@ -127,6 +133,7 @@ def parity_table(
                     "pass_at_k": float(np.mean(pass_at_k_per_problem(sizes, sums, largest))),
                     "errors": int(table[reason].isin(ERROR_REASONS).sum()),
                     "disagreements": disagreements,
+                    "unboxed_disagreements": unboxed,
                     "must_agree": benchmark in must_agree,
                 }
             )
@@ -201,13 +208,15 @@ def parity_section(
     benchmarks = list(dict.fromkeys(b for t in parity.values() for b in t["benchmark"]))
     for benchmark in benchmarks:
         lines += [f"### {benchmark}", ""]
-        rows, bug, graders = [], 0, GRADERS
+        rows, bug, unboxed, graders = [], 0, 0, GRADERS
         for policy, table in parity.items():
-            for row in table[table["benchmark"] == benchmark].itertuples():
+            members = table[table["benchmark"] == benchmark]
+            graders = tuple(members["grader"]) or graders
+            for row in members.itertuples():
                 rows.append(
                     [
                         f"`{policy}`",
-                        row.grader,
+                        row.grader if len(members) > 1 else "option letters (every grader)",
                         row.responses,
                         f"{100 * row.pass_at_1:.1f}",
                         f"{100 * row.pass_at_k:.1f} (k={row.k})",
@@ -215,18 +224,24 @@ def parity_section(
                         row.disagreements,
                     ]
                 )
-                if row.must_agree:
-                    bug += row.disagreements if row.grader == "tagrpo" else 0
-            graders = tuple(table[table["benchmark"] == benchmark]["grader"]) or graders
+                if row.must_agree and row.grader == "tagrpo":  # once per policy
+                    bug += row.disagreements - row.unboxed_disagreements
+                    unboxed += row.unboxed_disagreements
         header = ["policy", "grader", "responses", "pass@1 (%)", "pass@k (%)", "errors"]
         lines += [markdown_table([*header, "disagreements"], rows), ""]
         if benchmark in must_agree:
-            lines += [
-                f"**Bug: graders disagree on {bug} of the mini world's integer answers.**"
+            verdict = (
+                f"**Bug: the graders disagree on {bug} boxed integer answer(s) of the mini "
+                "world** (every grader reads a box alike)."
                 if bug
-                else "The mini world's integer answers: every grader agrees on every response.",
-                "",
-            ]
+                else "The mini world's boxed integer answers: every grader agrees."
+            )
+            if unboxed:
+                verdict += (
+                    f" {unboxed} response(s) without a box disagree: math-verify reads the "
+                    "last number of the prose, the others find no answer."
+                )
+            lines += [verdict, ""]
         if withheld and benchmark in withheld:
             lines += [f"Examples withheld: {withheld[benchmark]}.", ""]
             continue
@@ -236,7 +251,7 @@ def parity_section(
             for example in disagreement_examples(table, benchmark)
         ][:SHOWN_EXAMPLES]
         if examples:
-            header = ["policy", "response", "gold", "extracted", *graders]
+            header = ["policy", "question #sample", "gold", "extracted", *graders]
             lines += ["Disagreeing responses:", "", markdown_table(header, examples), ""]
     return "\n".join(lines).rstrip() + "\n"
 

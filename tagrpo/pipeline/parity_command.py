@@ -52,6 +52,12 @@ def _benchmark_digests(benchmarks_dir: Path, counts: set[int]) -> dict[tuple[int
     return digests
 
 
+def _draw_order(chunk: dict[str, Any]) -> tuple[str, int]:
+    """A chunk's place in its stage run: ``scope#i`` is the scope's i-th generate call."""
+    scope, _, number = str(chunk.get("label", "")).rpartition("#")
+    return (scope, int(number)) if number.isdigit() else (str(chunk.get("label", "")), -1)
+
+
 def store_responses(store: Path, benchmarks_dir: Path) -> tuple[pd.DataFrame, set[str], int]:
     """A sample store's evaluation chunks as a responses table, the mini-world benchmarks among
     them, and how many chunks matched no benchmark."""
@@ -59,6 +65,7 @@ def store_responses(store: Path, benchmarks_dir: Path) -> tuple[pd.DataFrame, se
     if not chunks:
         raise FileNotFoundError(f"{store} holds no sample chunks (chunks/*/*.json.gz)")
     saved = [json.loads(gzip.decompress(path.read_bytes())) for path in chunks]
+    saved.sort(key=_draw_order)
     counts = {int(chunk["fingerprint"]["prompts"]["count"]) for chunk in saved}
     digests = _benchmark_digests(benchmarks_dir, counts)
     rows, mini_world, unmatched = [], set(), 0
@@ -131,11 +138,12 @@ def cmd_grade_parity(args: argparse.Namespace) -> int:
         )
         disagreements = int(rows["disagreements"].iloc[0])
         print(f"{benchmark}: pass@1 {shown}; {disagreements} disagreement(s)")
-    bugs = table[table["must_agree"] & (table["disagreements"] > 0)]
+    boxed = table["disagreements"] - table["unboxed_disagreements"]
+    bugs = table[table["must_agree"] & (boxed > 0)]
     print(f"graded {len(graded)} responses, nothing sampled{note}; wrote {args.output}")
     if not bugs.empty:
         names = sorted(set(bugs["benchmark"]))
-        print(f"tagrpo grade --parity: graders disagree on mini-world answers: {names}",
+        print(f"tagrpo grade --parity: graders disagree on boxed mini-world answers: {names}",
               file=sys.stderr)  # fmt: skip
         return 1
     return 0
