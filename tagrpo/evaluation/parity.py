@@ -140,6 +140,20 @@ def parity_table(
     return pd.DataFrame(rows)
 
 
+def parity_lines(table: pd.DataFrame) -> list[str]:
+    """One line per benchmark of a :func:`parity_table`: pass@1 and errors by grader, and the
+    disagreements (for a stage's log)."""
+    lines = []
+    for benchmark, rows in table.groupby("benchmark", sort=False):
+        shown = ", ".join(
+            f"{row.grader} {100 * row.pass_at_1:.1f}% ({row.errors} errors)"
+            for row in rows.itertuples()
+        )
+        disagreements = int(rows["disagreements"].iloc[0])
+        lines.append(f"{benchmark}: pass@1 {shown}; {disagreements} disagreement(s)")
+    return lines
+
+
 def _shown(text: object) -> str:
     value = str(text).replace("`", "'").replace("|", "\\|").replace("\n", " ")
     return value if len(value) <= _SHOWN_CHARS else value[:_SHOWN_CHARS] + "..."
@@ -263,6 +277,7 @@ __all__ = [
     "disagreement_examples",
     "grade_parity",
     "has_parity",
+    "parity_lines",
     "parity_section",
     "parity_table",
     "verdict_columns",

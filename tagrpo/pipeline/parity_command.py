@@ -25,7 +25,7 @@ import pandas as pd
 
 from tagrpo.backends.sample_store import canonical_digest
 from tagrpo.data.schema import read_questions
-from tagrpo.evaluation.parity import grade_parity, parity_section, parity_table
+from tagrpo.evaluation.parity import grade_parity, parity_lines, parity_section, parity_table
 from tagrpo.evaluation.runner import DEFAULT_KS, evaluation_messages
 from tagrpo.grading.grade_fn import make_grade_fn
 from tagrpo.miniworld.dataset import SOURCE as MINIWORLD_SOURCE
@@ -131,13 +131,8 @@ def cmd_grade_parity(args: argparse.Namespace) -> int:
         print(f"tagrpo grade --parity: cannot write {args.output}: {error}", file=sys.stderr)
         return 2
     table = parity_table(graded, ks, mini_world)
-    for benchmark, rows in table.groupby("benchmark", sort=False):
-        shown = ", ".join(
-            f"{row.grader} {100 * row.pass_at_1:.1f}% ({row.errors} errors)"
-            for row in rows.itertuples()
-        )
-        disagreements = int(rows["disagreements"].iloc[0])
-        print(f"{benchmark}: pass@1 {shown}; {disagreements} disagreement(s)")
+    for line in parity_lines(table):
+        print(line)
     boxed = table["disagreements"] - table["unboxed_disagreements"]
     bugs = table[table["must_agree"] & (boxed > 0)]
     print(f"graded {len(graded)} responses, nothing sampled{note}; wrote {args.output}")
