@@ -3,11 +3,11 @@ rollouts and verl's reward hook grade with the grader it names."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 import pytest
 from omegaconf import OmegaConf
+from test_verl_reward import score
 from verl.trainer.ppo.reward import get_custom_reward_fn
 from verl_helpers import paper_config, run_for
 
@@ -78,13 +78,6 @@ def test_the_local_trainer_grades_with_the_setting(monkeypatch) -> None:
     with pytest.raises(Stop):
         train_local(plan, None, None, None)  # type: ignore[arg-type]  # stops before any use
     assert seen == [("math_reward", "math_reward")]
-
-
-def score(fn, **kwargs):
-    async def go():
-        return await fn(**kwargs)
-
-    return asyncio.run(go())
 
 
 @pytest.mark.parametrize("grader", ["tagrpo", "math_reward", "math_verify"])
