@@ -60,6 +60,13 @@ def test_each_grader_gives_its_known_verdict(response, gold, ours, reward, verif
     assert reason == ("math_verify" if verified else "mismatch")
 
 
+def test_an_exception_math_reward_catches_is_an_error() -> None:
+    """verl's remove_boxed asserts a "\\boxed{" prefix: an \\fbox answer raises inside
+    compute_score, which prints it and returns 0; the verdict says ``error``."""
+    assert graders.grade_math_reward("So \\fbox{5}.", "5") == (False, "", "error")
+    assert grade_response("So \\fbox{5}.", "5").correct
+
+
 def test_the_workers_give_the_same_verdicts_under_each_setting() -> None:
     """The grading function of training and evaluation, one pool per setting: its verdicts are
     the functions' own, and multiple choice takes the letter rule under every grader."""

@@ -23,14 +23,17 @@ math answers differ by grader (:func:`applicable_graders`).
 A grader runs in a grading worker as an extra answer kind (``math@math_reward``), so it gets
 the project's CPU budget and watchdog: a hang is ``timeout``, an exception ``error``, never a
 silent 0 (:mod:`tagrpo.grading.worker`). verl's functions catch their own exceptions and
-return 0, as they do in verl; math-verify's own timeouts (5 s alarms inside ``parse`` and
+return 0, as they do in verl; the verdict then says ``error`` where that can be seen
+(math_reward prints what it caught); math-verify's own timeouts (5 s alarms inside ``parse`` and
 ``verify``, which it turns into "no answer") are reported as ``timeout`` here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import importlib.util
+import io
 import logging
 from functools import cache
 from pathlib import Path
@@ -119,11 +122,16 @@ def grade_tagrpo(response: str, gold: str) -> tuple[bool, str, str]:
 
 
 def grade_math_reward(response: str, gold: str) -> tuple[bool, str, str]:
-    """verl's math_reward.compute_score: correct, the box it read, and why."""
-    score = float(verl_module("math_reward").compute_score(response, gold))
+    """verl's math_reward.compute_score: correct, the box it read, and why (``error`` when
+    compute_score caught an exception of its own: it prints it and returns 0)."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        score = float(verl_module("math_reward").compute_score(response, gold))
     box = verl_box(response)
     if score == 1.0:
         return True, box or "", "math_reward"
+    if printed.getvalue():
+        return False, box or "", "error"
     return False, box or "", "no_answer" if box is None else "mismatch"
 
 

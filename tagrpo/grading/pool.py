@@ -380,7 +380,10 @@ class GradingPool:
         for index, (_, answer, kind) in enumerate(payload):
             key = first_seen.get(answer)
             if key is None:
-                cheap = kind != "math" or _PLAIN_INTEGER.fullmatch(answer.strip()) is not None
+                cheap = (
+                    kind.partition("@")[0] != "math"
+                    or _PLAIN_INTEGER.fullmatch(answer.strip()) is not None
+                )
                 key = first_seen[answer] = (int(cheap), index)
             keys.append(key)
         return deque(sorted(range(len(payload)), key=lambda index: (keys[index], index)))
