@@ -283,3 +283,30 @@ def test_the_real_tiny_report_renders_the_table(tmp_path) -> None:
         assert f"| `{policy}` | math_reward | 4 | 25.0 | 50.0 (k=2) | 0 | 2 |" in text
     assert "Examples withheld" not in text.split("### gpqa_diamond")[0]
     assert "mini world" not in text.split("### math500")[1]  # real MATH: no must-agree line
+
+
+def test_grade_command_takes_the_grader_and_parity_refuses_other_inputs(tmp_path, capsys) -> None:
+    lines = tmp_path / "in.jsonl"
+    lines.write_text(
+        '{"id": 1, "response": "So \\\\boxed{5.}", "answer": "5"}\n'
+        '{"id": 2, "response": "The answer is (B).", "answer": "B", '
+        '"answer_kind": "multiple_choice"}\n'
+    )
+    verdicts = {}
+    for grader in ("tagrpo", "math_reward"):
+        out = tmp_path / f"{grader}.jsonl"
+        argv = ["grade", "--input", str(lines), "--output", str(out), "--grader", grader]
+        assert cli_main([*argv, "--workers", "1"]) == 0
+        verdicts[grader] = out.read_text().splitlines()
+    assert verdicts["tagrpo"][0] == '{"id": 1, "correct": true, "pred": "5.", "reason": "exact"}'
+    assert verdicts["math_reward"][0] == (
+        '{"id": 1, "correct": false, "pred": "5.", "reason": "mismatch"}'
+    )
+    assert verdicts["tagrpo"][1] == verdicts["math_reward"][1]  # letters under every grader
+    capsys.readouterr()
+    argv = ["grade", "--parity", "--input", str(lines), "--output", str(tmp_path / "p.md")]
+    assert cli_main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"tagrpo grade --parity: {lines}: give a responses .parquet or a sample-store folder\n"
+    )
+    assert not (tmp_path / "p.md").exists()
