@@ -3,6 +3,7 @@ rollouts and verl's reward hook grade with the grader it names."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 import pytest
@@ -121,3 +122,46 @@ def test_verl_overrides_pass_the_grader(tmp_path) -> None:
     config = config_with({"common.grading.grader": "math_verify"}, base=paper_config())
     overrides = build_overrides(run_for("grpo", tmp_path), config)
     assert "++reward.custom_reward_function.reward_kwargs.grader=math_verify" in overrides
+
+
+class Characters:
+    """A tokenizer for verl's reward manager: token ids are character codes."""
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        return "".join(chr(int(i)) for i in ids)
+
+
+def test_verls_reward_manager_scores_with_the_grader() -> None:
+    """verl's own reward manager (the naive one, verl's default) around the hook, one response
+    at a time as verl's reward loop feeds it, under math_reward and under tagrpo."""
+    import numpy as np
+    import torch
+    from verl import DataProto
+    from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+
+    def item(text: str) -> DataProto:
+        ids = torch.tensor([[ord(c) for c in text]])
+        return DataProto.from_dict(
+            tensors={"responses": ids, "attention_mask": torch.ones_like(ids)},
+            non_tensors={
+                "data_source": np.array(["math"], dtype=object),
+                "reward_model": np.array([{"ground_truth": "5"}], dtype=object),
+                "extra_info": np.array([{"answer_kind": "math"}], dtype=object),
+            },
+        )
+
+    async def scores(grader: str) -> list[float]:
+        kwargs = {"grading_workers": 1, "item_timeout_s": 5.0, "grader": grader}
+        custom = {"path": "pkg://tagrpo.verl_ext.reward", "name": "compute_score"}
+        config = OmegaConf.create(
+            {"reward": {"custom_reward_function": {**custom, "reward_kwargs": kwargs}}}
+        )
+        manager = NaiveRewardManager(config, Characters(), get_custom_reward_fn(config))
+        results = [await manager.run_single(item(text)) for text in RESPONSES]
+        return [result["reward_score"] for result in results]
+
+    try:
+        assert asyncio.run(scores("math_reward")) == REWARDS["math_reward"]
+        assert asyncio.run(scores("tagrpo")) == REWARDS["tagrpo"]
+    finally:
+        reward_module.close_pools()
