@@ -4,6 +4,7 @@ bounded as the project's own grader is."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -141,3 +142,21 @@ def test_a_grader_that_raises_or_hangs_is_an_error_or_a_timeout() -> None:
         (False, "timeout"),
         (True, "exact"),
     ]
+
+
+def test_a_math_verify_timeout_is_a_timeout(monkeypatch) -> None:
+    """math-verify turns its own 5 s alarms into "no answer" and logs a warning (as it does
+    in verl); the verdict says ``timeout``, and the logger is left as it was."""
+    module = graders.verl_module("math_verify")
+
+    def timed_out(gold: str, response: str) -> float:
+        logging.getLogger("math_verify.parser").warning("Timeout during parsing: %s", response)
+        return 0.0
+
+    monkeypatch.setattr(module, "_verify_in_subprocess", timed_out)
+    logger = logging.getLogger("math_verify")
+    level, handlers = logger.level, list(logger.handlers)
+    assert graders.grade_math_verify(boxed("3"), "3") == (False, "3", "timeout")
+    assert (logger.level, logger.handlers) == (level, handlers)
+    monkeypatch.setattr(module, "_verify_in_subprocess", lambda gold, response: 0.0)
+    assert graders.grade_math_verify(boxed("3"), "3") == (False, "3", "mismatch")
