@@ -15,7 +15,13 @@ from tagrpo.backends.sample_store import SampleStore
 from tagrpo.config.params import validate_params
 from tagrpo.config.profiles import merged_with_profile
 from tagrpo.data.schema import Question, write_questions
-from tagrpo.evaluation.parity import grade_parity, parity_section, parity_table
+from tagrpo.evaluation.parity import (
+    GRADERS,
+    grade_parity,
+    parity_section,
+    parity_table,
+    verdict_columns,
+)
 from tagrpo.evaluation.runner import evaluate, grade_responses, sample_benchmarks
 from tagrpo.grading.grade_fn import make_grade_fn
 from tagrpo.grading.pool import GradingPool
@@ -262,26 +268,68 @@ def test_grade_parity_over_a_sample_store_and_a_responses_table(tmp_path, capsys
     assert again.replace("responses.parquet", "store") == text
 
 
+class RowsBackend:
+    """Answers each problem of ``ROWS`` (its question id as the problem) with its responses."""
+
+    prompt_format = "chat"
+
+    def prompt_text(self, messages: Messages) -> str:
+        return messages[-1]["content"]
+
+    def generate(self, conversations, sampling: SamplingParams) -> list[list[Completion]]:
+        out = []
+        for messages in conversations:
+            qid = messages[-1]["content"].split()[0]
+            texts = [row[4] for row in ROWS if row[1] == qid]
+            assert len(texts) == sampling.n
+            out.append([Completion(text=t, num_tokens=9, finished=True) for t in texts])
+        return out
+
+
 def test_the_real_tiny_report_renders_the_table(tmp_path) -> None:
-    """The report's section from the real-tiny profile's evaluation outputs (fixtures in
-    their schema): every policy's rows per benchmark; an older output is named, not dropped."""
+    """The report's section from evaluation outputs as the real-tiny profile's evaluate stage
+    writes them (its n, ks and benchmarks; :func:`evaluate` makes the tables): every policy's
+    rows per benchmark; an output from before grader parity is named, not dropped."""
     source = project_root()
     merged = merged_with_profile(source / "profiles" / "real-tiny.yaml", source / "params.yaml")
     config = validate_params(merged, "real-tiny")
+    settings = config.evaluate
+    benchmarks: dict[str, list[Question]] = {}
+    for benchmark, qid, gold, kind, _ in ROWS[:6]:
+        questions = benchmarks.setdefault(benchmark, [])
+        if all(q.id != qid for q in questions):
+            choices = ["a", "b", "c", "d"] if kind == "multiple_choice" else None
+            questions.append(
+                Question(
+                    id=qid,
+                    source=benchmark,
+                    split="test",
+                    problem=f"{qid} asks",
+                    answer=gold,
+                    answer_kind=kind,
+                    choices=choices,
+                )
+            )
+    assert set(benchmarks) <= config.benchmark_names()
     policies = [BASE_POLICY, *config.runs.policies()]
-    with make_grade_fn(workers=1) as grade:
-        graded = grade_parity(responses_frame().iloc[:6], grade)
+    sampling = SamplingParams(n=settings.n, temperature=settings.temperature)
+    with make_grade_fn(workers=1, grader=config.common.grading.grader) as grade:
+        result = evaluate(RowsBackend(), benchmarks, sampling, grade, ks=settings.ks,
+                          grader=config.common.grading.grader)  # fmt: skip
+    parity_columns = [column for g in GRADERS for column in verdict_columns(g)]
+    older = result.responses.drop(columns=parity_columns)
     for policy in policies:
         path = tmp_path / evaluate_outputs(policy)["responses"]
         path.parent.mkdir(parents=True, exist_ok=True)
-        frame = graded if policy != policies[-1] else responses_frame().iloc[:6]
-        frame.to_parquet(path, index=False)
+        (older if policy == policies[-1] else result.responses).to_parquet(path, index=False)
     text = grader_parity_section(config, tmp_path, policies)
     assert text.startswith("## Grader parity (pass@k above: `common.grading.grader: tagrpo`)")
     assert f"Not graded by every grader (evaluated before grader parity): `{policies[-1]}`" in text
     for policy in policies[:-1]:
         assert f"| `{policy}` | math_reward | 4 | 25.0 | 50.0 (k=2) | 0 | 2 |" in text
-    assert "Examples withheld" not in text.split("### gpqa_diamond")[0]
+        assert f"| `{policy}` | option letters (every grader) | 2 | 50.0 | 100.0 (k=2) |" in text
+    assert f"`{policies[-1]}` | tagrpo" not in text
+    assert "Examples withheld: its authors ask" in text.split("### gpqa_diamond")[1]
     assert "mini world" not in text.split("### math500")[1]  # real MATH: no must-agree line
 
 
