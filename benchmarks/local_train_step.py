@@ -50,7 +50,7 @@ def method_trainer(method: str) -> Iterator[tuple[Trainer, Any]]:
         torch_threads=config.common.torch_threads,
     )
     start_from = project_root() / config.train.model
-    with grade_fn_for(config.common.grading) as grade:
+    with grade_fn_for(config.common.grading, config.common.grading.grader) as grade:
         model, tokenizer = load_causal_lm(start_from)
         reference, _ = load_causal_lm(start_from)
         yield Trainer(run, model, tokenizer, plan.questions, grade, ref_model=reference), plan

@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     @contextlib.contextmanager
-    def scripted_grading(settings):
+    def scripted_grading(settings, grader):
         yield boxed_grade
 
     original_grading, original_generate = scripted_grading, HFBackend.generate
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     report("uninterrupted", store, seconds)
 
     @contextlib.contextmanager
-    def failing_grading(settings):
+    def failing_grading(settings, grader):
         def fail(responses, answers, kinds):
             raise Interrupt("grading failed")
 

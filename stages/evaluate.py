@@ -21,6 +21,7 @@ import argparse
 
 from tagrpo.backends.sample_store import SampleStore, default_store_dir
 from tagrpo.config.params import load_config
+from tagrpo.evaluation.parity import parity_lines, parity_table
 from tagrpo.evaluation.runner import evaluate_policy
 from tagrpo.pipeline.runtime import run_main, running_stage
 from tagrpo.plumbing.layout import (
@@ -108,6 +109,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                     f"[evaluate:{policy}] {row.name:>16} pass@{row.k:<2} = {row.pass_at_k:.3f}"
                     + beside
                 )
+        # Every grader on the same responses (the report's grader-parity tables).
+        for line in parity_lines(parity_table(result.responses, config.evaluate.ks)):
+            print(f"[evaluate:{policy}] {line}")
         print(
             f"[evaluate:{policy}] samples reused {store.samples_reused}, "
             f"resampled {store.samples_resampled}"

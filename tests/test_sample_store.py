@@ -82,7 +82,7 @@ class Grades:
         self.fail = fail
 
     @contextlib.contextmanager
-    def __call__(self, settings):
+    def __call__(self, settings, grader):
         if self.fail:
 
             def failing(responses, answers, kinds):

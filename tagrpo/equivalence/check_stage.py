@@ -46,7 +46,8 @@ def _grader(config: Params, needed: bool) -> Iterator[Any]:
     if not needed:
         yield None
         return
-    with grade_fn_for(config.common.grading) as grade:
+    # Whether a rephrasing keeps its answer is the project's check: the project's grader.
+    with grade_fn_for(config.common.grading, "tagrpo") as grade:
         yield grade
 
 

@@ -106,7 +106,8 @@ def run_diagnostics(
     metrics: dict[str, Any] = {"questions": float(len(questions))}
     started = time.perf_counter()
     samples, zero_rows, distances, comparisons = [], [], [], []
-    with grade_fn_for(config.common.grading) as grade:  # graders start while MiniLM loads
+    grading = config.common.grading
+    with grade_fn_for(grading, grading.grader) as grade:  # graders start while MiniLM loads
         scorer = SimilarityScorer(
             settings.embedding.model, batch_size=settings.embedding.batch_size
         )

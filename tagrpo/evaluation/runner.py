@@ -18,6 +18,7 @@ from tagrpo.backends.base import GenerationBackend, SamplingParams
 from tagrpo.backends.factory import make_stored_backend
 from tagrpo.data.prompts import authors_prompt_text, chat_messages
 from tagrpo.data.schema import Question, read_questions
+from tagrpo.evaluation.parity import grade_parity
 from tagrpo.grading.grade_fn import grade_fn_for
 from tagrpo.grading.types import GradeFn
 from tagrpo.metrics.passk import pass_at_k_table
@@ -186,12 +187,17 @@ def evaluate(
     groups: Mapping[str, Sequence[str]] | None = None,
     n_resamples: int = 1000,
     prompt_format: str = "chat",
+    grader: str = "tagrpo",
 ) -> EvaluationResult:
-    """Sample, grade and tabulate pass@k for every benchmark."""
+    """Sample, grade and tabulate pass@k for every benchmark.
+
+    ``grade`` grades with ``grader`` (``correct``, the pass@k); every response is then graded
+    by every grader as well, from the same samples (:mod:`tagrpo.evaluation.parity`)."""
     feasible = [k for k in ks if k <= sampling.n]
     if not feasible:
         raise ValueError(f"no k in {list(ks)} is <= n={sampling.n} samples per problem")
     graded = grade_responses(sample_benchmarks(backend, benchmarks, sampling, prompt_format), grade)
+    graded = grade_parity(graded, grade, graded_by=grader)
     graded = label_strategies(graded, benchmarks)
     table, summary = passk_tables(
         graded, feasible, groups or {}, n_resamples=n_resamples, seed=sampling.seed
@@ -245,7 +251,8 @@ def evaluate_policy(
     )
     if missing:
         raise ValueError(f"evaluate.groups name benchmarks the data stage did not write: {missing}")
-    with grade_fn_for(config.common.grading) as grade:  # graders start while the model loads
+    grading = config.common.grading
+    with grade_fn_for(grading, grading.grader) as grade:  # graders start while the model loads
         backend = make_stored_backend(
             settings.backend, config, model_dir, store, scope, settings.prompt_format
         )
@@ -258,4 +265,5 @@ def evaluate_policy(
             groups=settings.groups,
             n_resamples=settings.bootstrap_resamples,
             prompt_format=settings.prompt_format,
+            grader=grading.grader,
         )

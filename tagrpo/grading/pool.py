@@ -58,6 +58,7 @@ from multiprocessing import forkserver
 from multiprocessing.connection import wait
 from typing import Any
 
+from tagrpo.grading.graders import GRADER_KINDS
 from tagrpo.grading.kinds import ANSWER_KINDS
 from tagrpo.grading.types import GradeItem
 from tagrpo.grading.verify import WARM_UP_ON_IMPORT_ENV, GradeResult
@@ -157,6 +158,8 @@ class GradingPool:
     ``extra_kinds`` grades answer kinds beyond ``ANSWER_KINDS`` with the given functions, in
     the worker and under the same CPU budget; they travel to the workers by pickle, so they
     must be module-level functions (the tests use them to stand in for a hang in C code).
+    Every pool also grades the other graders' kinds (``math@math_reward``,
+    :data:`tagrpo.grading.graders.GRADER_KINDS`).
 
     After each ``grade`` call: ``last_timings`` holds ``(wall_s, cpu_s)`` per item (input
     order) and ``worker_cpu_s`` the CPU seconds the workers spent on the call.
@@ -186,7 +189,7 @@ class GradingPool:
         self.wall_timeout_s = float(wall)
         self.chunk_size = chunk_size
         self.memory_limit_mb = memory_limit_mb
-        self.extra_kinds = dict(extra_kinds or {})
+        self.extra_kinds = {**GRADER_KINDS, **(extra_kinds or {})}
         self.warm_up = warm_up
         self.restarts = 0  # workers replaced after a kill or a crash
         self.startup_s: float | None = None  # launch to the last worker ready (s)
@@ -377,7 +380,10 @@ class GradingPool:
         for index, (_, answer, kind) in enumerate(payload):
             key = first_seen.get(answer)
             if key is None:
-                cheap = kind != "math" or _PLAIN_INTEGER.fullmatch(answer.strip()) is not None
+                cheap = (
+                    kind.partition("@")[0] != "math"
+                    or _PLAIN_INTEGER.fullmatch(answer.strip()) is not None
+                )
                 key = first_seen[answer] = (int(cheap), index)
             keys.append(key)
         return deque(sorted(range(len(payload)), key=lambda index: (keys[index], index)))

@@ -1,7 +1,9 @@
 """The ``tagrpo`` command line.
 
     tagrpo grade --input IN.jsonl --output OUT.jsonl [--workers N] [--item-timeout S]
-                 [--skip-invalid]
+                 [--skip-invalid] [--grader tagrpo|math_reward|math_verify]
+    tagrpo grade --parity --input RESPONSES.parquet|SAMPLE_STORE --output OUT.md
+                 [--benchmarks DIR] [--ks 1,2,4]   (every grader, nothing sampled)
     tagrpo params apply PROFILE.yaml [--params params.yaml]
     tagrpo params restore   (back to git HEAD's params, dvc.lock and outputs after a profile run)
     tagrpo params check [FILE]
@@ -28,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tagrpo.grading.kinds import GRADERS
 from tagrpo.pipeline.grade_command import cmd_grade
 from tagrpo.pipeline.plots import dvc_plots
 from tagrpo.plumbing.paths import project_root
@@ -351,10 +354,35 @@ def build_parser() -> argparse.ArgumentParser:
         "grade",
         help="grade responses against gold answers (JSONL in, JSONL out)",
         description="Each input line: id, response, answer, optional benchmark and "
-        "answer_kind. Each output line: id, correct, pred, reason (input order).",
+        "answer_kind. Each output line: id, correct, pred, reason (input order). With "
+        "--parity: saved samples (an evaluation's responses.parquet or a sample store) graded "
+        "by every grader, the grader-parity tables written as markdown; nothing is sampled.",
     )
-    grade.add_argument("--input", required=True, help="JSONL: id, response, answer[, benchmark]")
-    grade.add_argument("--output", required=True, help="JSONL: id, correct, pred, reason")
+    grade.add_argument(
+        "--input",
+        required=True,
+        help="JSONL: id, response, answer[, benchmark]; with --parity: evals/<policy>/"
+        "responses.parquet or a sample-store folder",
+    )
+    grade.add_argument(
+        "--output", required=True, help="JSONL: id, correct, pred, reason; with --parity: .md"
+    )
+    grade.add_argument(
+        "--grader",
+        choices=GRADERS,
+        default="tagrpo",
+        help="who grades math answers (common.grading.grader; default tagrpo)",
+    )
+    grade.add_argument(
+        "--parity", action="store_true", help="grade saved samples by every grader (markdown)"
+    )
+    grade.add_argument(
+        "--benchmarks",
+        default="data/processed/benchmarks",
+        help="--parity over a sample store: the benchmark parquet files its chunks were drawn "
+        "from (default data/processed/benchmarks)",
+    )
+    grade.add_argument("--ks", default="", help="--parity: the ks of pass@k (default 1,...,32)")
     grade.add_argument(
         "--workers", type=_positive_int, default=2, help="grading processes (default 2)"
     )

@@ -19,6 +19,7 @@ from typing import Any
 
 from tagrpo.data.sources.registry import answer_kind_for
 from tagrpo.grading import pool as grading_pool
+from tagrpo.grading.graders import grader_kind
 from tagrpo.grading.kinds import ANSWER_KINDS
 
 GRADE_REQUIRED_FIELDS = ("id", "response", "answer")
@@ -169,6 +170,10 @@ def _write_jsonl_atomically(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
+    if getattr(args, "parity", False):
+        from tagrpo.pipeline.parity_command import cmd_grade_parity
+
+        return cmd_grade_parity(args)
     input_path, output_path = Path(args.input), Path(args.output)
     try:
         parsed = _read_grade_input(input_path)
@@ -195,7 +200,11 @@ def cmd_grade(args: argparse.Namespace) -> int:
     results = []
     restarts = 0
     if requests:  # the pool (and its processes) start only when there is something to grade
-        items = [grading_pool.GradeItem(r.response, r.answer, r.answer_kind) for r in requests]
+        grader = getattr(args, "grader", "tagrpo")
+        items = [
+            grading_pool.GradeItem(r.response, r.answer, grader_kind(r.answer_kind, grader))
+            for r in requests
+        ]
         with grading_pool.GradingPool(
             workers=min(args.workers, len(items)),
             item_timeout_s=args.item_timeout,

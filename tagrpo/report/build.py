@@ -33,6 +33,7 @@ from tagrpo.report.family import FAMILY_SIZE as V3_FAMILY_SIZE
 from tagrpo.report.inputs import (
     claims_family,
     draw_label,
+    parity_responses,
     preregistration_line,
     primary_benchmarks,
     read_passk,
@@ -220,6 +221,20 @@ def devices_line(root: Path, trained: list[str]) -> str:
     return "Devices (results differ across CPU kinds): " + "; ".join(parts) + "."
 
 
+def grader_parity_section(config: Params, root: Path, policies: list[str]) -> str:
+    """The grader-parity tables of every policy's evaluated responses
+    (:func:`tagrpo.evaluation.parity.parity_section`); the mini world's benchmarks must agree."""
+    from tagrpo.evaluation.parity import parity_section
+    from tagrpo.report.examples import WITHHELD
+
+    responses = parity_responses(root, policies)
+    mini_world = config.data.source == "synthetic"
+    must_agree = {b for t in responses.values() for b in t["benchmark"]} if mini_world else set()
+    grader = config.common.grading.grader
+    heading = f"## Grader parity (pass@k above: `common.grading.grader: {grader}`)"
+    return parity_section(responses, config.evaluate.ks, must_agree, WITHHELD, heading)
+
+
 def build_report(
     config: Params, root: Path, out: dict[str, Path], git: dict[str, str]
 ) -> dict[str, Any]:
@@ -340,6 +355,8 @@ def build_report(
         "## pass@k with bootstrap 95% confidence intervals over problems (percent)",
         "",
         passk_long_table(passk, options=options, groups=groups),
+        "",
+        grader_parity_section(config, root, [BASE_POLICY, *trained]),
         "",
         "## pass@k curves",
         "",

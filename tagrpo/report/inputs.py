@@ -80,6 +80,25 @@ def strategy_responses(root: Path, policies: Sequence[str]) -> dict[str, pd.Data
     return frames
 
 
+def parity_responses(root: Path, policies: Sequence[str]) -> dict[str, pd.DataFrame]:
+    """Each policy's evaluated responses with the columns the grader-parity table reads
+    (every grader's verdicts, when the evaluation graded them: older ones lack them)."""
+    import pyarrow.parquet as pq
+
+    from tagrpo.evaluation.parity import GRADERS, verdict_columns
+
+    base = ["benchmark", "question_id", "sample_index", "answer", "answer_kind"]
+    wanted = [*base, *(column for g in GRADERS for column in verdict_columns(g))]
+    frames = {}
+    for policy in policies:
+        path = root / evaluate_outputs(policy)["responses"]
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing: run the evaluate stage of {policy}")
+        names = set(pq.read_schema(path).names)
+        frames[policy] = pd.read_parquet(path, columns=[c for c in wanted if c in names])
+    return frames
+
+
 def run_bands(config: Params, root: Path) -> Any:
     """The bands this run is judged against: its pre-registration's (``report.preregistration``),
     world v2's when it names none."""

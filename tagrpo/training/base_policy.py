@@ -144,7 +144,8 @@ def probe_phrasings(
         max_new_tokens=probe.max_new_tokens,
         seed=config.common.seed,
     )
-    with grade_fn_for(config.common.grading) as grade:
+    # The probe measures the base policy for this project's checks: the project's grader.
+    with grade_fn_for(config.common.grading, "tagrpo") as grade:
         samples = sample_phrasings(backend, phrased, sampling, grade)
     summary, by_phrasing = phrasing_summary(samples)
     samples.to_parquet(samples_path, index=False)

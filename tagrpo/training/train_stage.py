@@ -210,7 +210,8 @@ def train_local(
     started = time.perf_counter()
     summary_probe: dict[str, float] = {}
     with (
-        grade_fn_for(config.common.grading) as grade,  # graders start while the models load
+        # The graders start while the models load.
+        grade_fn_for(config.common.grading, config.common.grading.grader) as grade,
         bar(plan.steps, f"train {plan.policy}", "step") as shown,
     ):
         model, tokenizer = load_causal_lm(start_from)

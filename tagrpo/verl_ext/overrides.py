@@ -302,6 +302,7 @@ def build_overrides(run: VerlRun, config: Params, execution: bool = True) -> lis
         "reward.custom_reward_function.reward_kwargs.item_timeout_s": (
             common.grading.item_timeout_s
         ),
+        "reward.custom_reward_function.reward_kwargs.grader": common.grading.grader,
     }
     if settings.estimator_config is not None:
         added.update(

@@ -5,9 +5,12 @@
 
 It grades with the project's grading module (:mod:`tagrpo.grading`: last ``\\boxed{}``,
 normalisation, math-verify with a hard per-item time limit; option letters for multiple
-choice), exactly as evaluation does, and returns ``{"score", "acc", "pred"}``: ``score`` is the
-binary reward, ``acc`` feeds ``algorithm.filter_groups.metric=acc`` (dynamic sampling) and
-``pred`` verl's majority-vote validation metrics.
+choice), exactly as evaluation does, with the math grader ``common.grading.grader`` names
+(``reward_kwargs.grader``: the project's, or verl's own ``math_reward`` or ``math_verify``
+run in the same grading workers, :mod:`tagrpo.grading.graders`), and returns
+``{"score", "acc", "pred"}``: ``score`` is the binary reward, ``acc`` feeds
+``algorithm.filter_groups.metric=acc`` (dynamic sampling) and ``pred`` verl's majority-vote
+validation metrics.
 
 Why async and batched: verl's naive reward manager runs a synchronous function in a thread,
 where math-verify's signal-based timeouts cannot work. Here each reward worker process keeps
@@ -26,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tagrpo.data.sources.registry import answer_kind_for
+from tagrpo.grading.graders import grader_kind
 from tagrpo.grading.pool import GradeItem, GradingPool
 from tagrpo.grading.verify import ANSWER_KINDS, GradeResult
 
@@ -136,14 +140,15 @@ async def compute_score(
     extra_info: Any = None,
     grading_workers: int = 2,
     item_timeout_s: float = 5.0,
+    grader: str = "tagrpo",
     **kwargs: Any,
 ) -> dict[str, Any]:
     """Binary reward of one response: ``{"score": 1.0|0.0, "acc": same, "pred": answer}``.
 
-    ``grading_workers`` and ``item_timeout_s`` come from
+    ``grading_workers``, ``item_timeout_s`` and ``grader`` come from
     ``reward.custom_reward_function.reward_kwargs``; other keywords verl may pass are ignored.
     """
-    kind = answer_kind_of(data_source, ground_truth, extra_info)
+    kind = grader_kind(answer_kind_of(data_source, ground_truth, extra_info), grader)
     item = GradeItem(solution_str or "", str(ground_truth or ""), kind)
     result = await _batcher(int(grading_workers), float(item_timeout_s)).grade(item)
     reward = 1.0 if result.correct else 0.0
