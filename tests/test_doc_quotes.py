@@ -1,0 +1,96 @@
+"""Every quoted block of README.md, docs/ and the package READMEs equals what its source renders
+now (tagrpo/pipeline/doc_quotes.py): the committed report's tables, params.yaml and the
+profiles, dvc.lock, the metrics the committed run wrote. A stale block fails with its diff;
+``python -m tagrpo.pipeline.doc_quotes --write`` re-renders it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tagrpo.pipeline import doc_quotes
+from tagrpo.pipeline.doc_quotes import QuoteError, blocks, documents, refreshed, render, stale
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_quoted_block_equals_its_source() -> None:
+    diffs = stale(ROOT)
+    assert not diffs, (
+        "stale quoted blocks (python -m tagrpo.pipeline.doc_quotes --write):\n"
+        + "\n".join(diffs.values())
+    )
+
+
+def test_the_documents_quote_the_committed_tables_and_the_defaults() -> None:
+    """The blocks are there: results.md quotes both report tables, README the controls, the
+    mini world, the methods and seeds, and the committed run's cost."""
+    specs: dict[str, set[str]] = {}
+    for doc in documents(ROOT):
+        text = doc.read_text(encoding="utf-8")
+        specs[str(doc.relative_to(ROOT))] = {b.spec for b in blocks(text, doc.name)}
+    assert {"validity", "file reports/claims.md"} <= specs["docs/results.md"]
+    assert {"controls", "mini-world", "runs", "committed-run"} <= specs["README.md"]
+
+
+def test_a_changed_source_makes_its_block_stale(tmp_path: Path) -> None:
+    """A scratch copy with one params value changed: the block quoting it no longer matches,
+    and refreshing writes the new value."""
+    for name in ("params.yaml", "dvc.yaml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    text = "before\n<!-- quote: params runs.seeds -->\n| stale |\n<!-- end quote -->\nafter\n"
+    current = refreshed(text, ROOT)
+    assert "`[0, 1, 2]`" in current or "`runs.seeds`" in current
+    params = (tmp_path / "params.yaml").read_text(encoding="utf-8")
+    seeds_line = next(line for line in params.splitlines() if line.strip().startswith("seeds:"))
+    changed = params.replace(seeds_line, seeds_line.split(":")[0] + ": [0, 7]", 1)
+    (tmp_path / "params.yaml").write_text(changed, encoding="utf-8")
+    assert refreshed(current, tmp_path) != current
+    assert "| `runs.seeds` | `[0, 7]` |" in refreshed(current, tmp_path)
+    assert refreshed(current, tmp_path).startswith("before\n<!-- quote: params runs.seeds -->\n")
+    assert refreshed(current, tmp_path).endswith("<!-- end quote -->\nafter\n")
+
+
+def test_a_stale_document_is_reported_with_its_diff(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
+    doc = tmp_path / "docs" / "page.md"
+    doc.write_text("<!-- quote: params runs.seeds -->\nold\n<!-- end quote -->\n", encoding="utf-8")
+    diffs = stale(tmp_path)
+    assert list(diffs) == [doc]
+    assert "-old\n" in diffs[doc] and "+| `runs.seeds` |" in diffs[doc]
+
+
+def test_unknown_sources_bad_keys_and_unclosed_markers_are_refused() -> None:
+    with pytest.raises(QuoteError, match="unknown source 'nope'"):
+        render("nope", ROOT)
+    with pytest.raises(QuoteError, match=r"runs\.sedes: not a params key"):
+        render("params runs.sedes", ROOT)
+    with pytest.raises(QuoteError, match="no profile 'nope'"):
+        render("runs nope", ROOT)
+    with pytest.raises(QuoteError, match="without its"):
+        list(blocks("<!-- quote: controls -->\nno end\n", "page.md"))
+
+
+def test_the_controls_sentence_follows_the_validity_verdicts(tmp_path: Path) -> None:
+    """README's status sentence: "passes" exactly where the validity table says PASS."""
+    report = (ROOT / "reports" / "report.md").read_text(encoding="utf-8")
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "report.md").write_text(report, encoding="utf-8")
+    assert render("controls", tmp_path).startswith("The positive control passes (V1:")
+    row = next(line for line in report.splitlines() if line.startswith("| V1 (policy)"))
+    failed = report.replace(row, row.rsplit("| PASS |", 1)[0] + "| FAIL |")
+    (tmp_path / "reports" / "report.md").write_text(failed, encoding="utf-8")
+    assert render("controls", tmp_path).startswith("The positive control fails (V1:")
+
+
+def test_every_source_renders_on_this_checkout() -> None:
+    """Each registered source renders something for arguments the documents use."""
+    used = {
+        b.spec.split()[0]
+        for doc in documents(ROOT)
+        for b in blocks(doc.read_text(encoding="utf-8"), doc.name)
+    }
+    assert used <= set(doc_quotes.SOURCES), used - set(doc_quotes.SOURCES)
