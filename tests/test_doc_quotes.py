@@ -32,7 +32,7 @@ def test_the_documents_quote_the_committed_tables_and_the_defaults() -> None:
         text = doc.read_text(encoding="utf-8")
         specs[str(doc.relative_to(ROOT))] = {b.spec for b in blocks(text, doc.name)}
     assert {"validity", "file reports/claims.md"} <= specs["docs/results.md"]
-    assert {"controls", "mini-world", "runs", "committed-run"} <= specs["README.md"]
+    assert {"controls", "world-summary", "runs", "committed-run"} <= specs["README.md"]
 
 
 def test_a_changed_source_makes_its_block_stale(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from tagrpo.config.data import SyntheticBenchmark
 from tagrpo.config.params import Params, load_config, validate_params
 from tagrpo.config.profiles import merged_with_profile
 from tagrpo.plumbing.paths import project_root
@@ -303,6 +304,37 @@ def mini_world(root: Path, args: list[str]) -> str:
     return _table(["what", "value"], rows)
 
 
+def world_summary(root: Path, args: list[str]) -> str:
+    """The mini world and its base model in a few sentences (params.yaml, the committed run's
+    metrics/base_model.json)."""
+    config = load_config(root / "params.yaml")
+    world, synthetic = config.common.miniworld, config.data.synthetic
+    corpus, model = config.base_model.warmstart.corpus, config.base_model.warmstart.model
+    built = json.loads(_read(root, "metrics/base_model.json"))
+    groups = {name: group for group, names in config.evaluate.groups.items() for name in names}
+    usual_families = SyntheticBenchmark.model_fields["families"].get_default(
+        call_default_factory=True
+    )
+    benchmarks = "; ".join(
+        f"`{name}`, {bench.size} problems, chains of {', '.join(map(str, bench.lengths))}"
+        f" (group `{groups.get(name, '-')}`"
+        + (f", family {', '.join(bench.families)}" if bench.families != usual_families else "")
+        + ")"
+        for name, bench in synthetic.benchmarks.items()
+    )
+    return (
+        f"A problem is a start value ({world.start_min}-{world.start_max}) and a chain of"
+        f" signed changes (+/-1-{world.max_change}), posed in the phrasing families"
+        f" {', '.join(corpus.family_weights)}; the answer is the total, in `\\boxed{{}}`."
+        f" Training: {synthetic.train_size} questions, chains of"
+        f" {', '.join(map(str, world.train_lengths))}. Benchmarks: {benchmarks}."
+        f" The primary endpoint: `{config.report.primary_group}` at pass@{config.report.primary_k}."
+        f" The base policy is a Llama of {built['parameters']:,.0f} parameters"
+        f" ({model.num_layers} layers), warm-started on"
+        f" {corpus.examples:,} worked examples that hold none of these problems."
+    )
+
+
 def scores(root: Path, args: list[str]) -> str:
     """pass@k of each method on a group (``scores GROUP K``), from reports/tables/scores.csv."""
     if len(args) != 2:
@@ -334,6 +366,7 @@ SOURCES: dict[str, Renderer] = {
     "committed-run": committed_run,
     "committed-outputs": committed_outputs,
     "mini-world": mini_world,
+    "world-summary": world_summary,
     "scores": scores,
 }
 
