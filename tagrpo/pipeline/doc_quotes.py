@@ -97,13 +97,25 @@ def controls(root: Path, args: list[str]) -> str:
     v4 = re.search(interval, negative[2])
     if not (v1 and v4):
         raise QuoteError(f"reports/report.md: V1 or V4 without an interval: {positive}, {negative}")
-    passed = {"PASS": "passes", "FAIL": "fails"}
+    positive_verdict = {"PASS": "passes", "FAIL": "fails"}[positive[3]]
+    negative_verdict = {"PASS": "is detected", "FAIL": "is not detected"}[negative[3]]
     return (
-        f"The positive control {passed[positive[3]]} (V1: GRPO minus the base, pass@1 in"
-        f" distribution, {v1.group(0)} points) and the negative control"
-        f" {passed[negative[3]]} (V4: GRPO minus the flipped-advantage control,"
-        f" {v4.group(0)} points)."
+        f"The positive control {positive_verdict} (V1: GRPO minus the base, pass@1 in"
+        f" distribution, {v1.group(0)} points) and the negative control {negative_verdict}"
+        f" (V4: GRPO minus the flipped-advantage control, {v4.group(0)} points)."
     )
+
+
+def claim(root: Path, args: list[str]) -> str:
+    """One row of reports/claims.md as a sentence (``claim "first words of the claim"``)."""
+    if len(args) != 1:
+        raise QuoteError("claim: the claim's first words")
+    for line in _read(root, "reports/claims.md").splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if cells[0].startswith(args[0]):
+            claim_text, measure, estimate, _, _, holm, verdict = cells[:7]
+            return f"{claim_text} ({measure}): {estimate} points, Holm p {holm}: **{verdict}**."
+    raise QuoteError(f"reports/claims.md: no claim starts with {args[0]!r}")
 
 
 def whole_file(root: Path, args: list[str]) -> str:
@@ -358,6 +370,7 @@ def scores(root: Path, args: list[str]) -> str:
 SOURCES: dict[str, Renderer] = {
     "validity": validity_table,
     "controls": controls,
+    "claim": claim,
     "file": whole_file,
     "paragraph": paragraph,
     "params": params_table,
