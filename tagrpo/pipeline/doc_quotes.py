@@ -243,6 +243,32 @@ def stage_seconds(root: Path, args: list[str]) -> str:
     return _table(["stage (its metrics)", "files", "seconds", "each"], rows)
 
 
+def _number(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.0f}" if value.is_integer() else f"{value:,.2f}"
+    return str(value)
+
+
+def metric_values(root: Path, args: list[str]) -> str:
+    """Values of the committed run's metrics (``metrics "metrics/train/*.json" KEY ...``): one
+    row per file, one column per key."""
+    if len(args) < 2:
+        raise QuoteError("metrics: a glob under the repository and at least one key")
+    pattern, keys = args[0], args[1:]
+    files = sorted(root.glob(pattern))
+    if not files:
+        raise QuoteError(f"{pattern}: no such files (the block's source)")
+    rows = []
+    for path in files:
+        values = json.loads(path.read_text(encoding="utf-8"))
+        missing = [key for key in keys if key not in values]
+        if missing:
+            raise QuoteError(f"{path.relative_to(root)}: no {', '.join(missing)}")
+        cells = [_number(values[key]) for key in keys]
+        rows.append([f"`{path.relative_to(root)}`", *cells])
+    return _table(["metrics file", *[f"`{key}`" for key in keys]], rows)
+
+
 def committed_run(root: Path, args: list[str]) -> str:
     """How many stages the committed run has (dvc.lock), what its stages' own seconds add up
     to (their metrics), what its outputs weigh (dvc.lock's sizes) and its device."""
@@ -377,6 +403,7 @@ SOURCES: dict[str, Renderer] = {
     "runs": runs_table,
     "stage-seconds": stage_seconds,
     "committed-run": committed_run,
+    "metrics": metric_values,
     "committed-outputs": committed_outputs,
     "mini-world": mini_world,
     "world-summary": world_summary,
