@@ -53,6 +53,11 @@ def code_files() -> list[Path]:
     return sorted(p for d in CODE_DIRS for p in (ROOT / d).rglob("*.py"))
 
 
+def params_files() -> list[Path]:
+    """params.yaml and the profiles, whose comments name files and modules too."""
+    return [ROOT / "params.yaml", *sorted((ROOT / "profiles").glob("*.yaml"))]
+
+
 def mentioned_paths(text: str) -> set[str]:
     """Repository paths named in ``text``: a file (``tagrpo/plumbing/layout.py``) anywhere, a folder
     (``tagrpo/config``) only in backticks (prose such as "benchmarks/groups" is no path)."""
@@ -90,7 +95,7 @@ def module_exists(dotted: str) -> bool:
 
 def test_documented_repository_paths_exist() -> None:
     missing = []
-    for doc in documentation_files() + code_files():
+    for doc in documentation_files() + code_files() + params_files():
         text = doc.read_text(encoding="utf-8")
         for path in sorted(mentioned_paths(text)):
             if not (ROOT / path).exists():
@@ -116,7 +121,7 @@ def test_documented_tagrpo_modules_exist() -> None:
     tags = mlflow_tag_keys()
     assert "tagrpo.checkout" in tags and "tagrpo.pid" in tags, sorted(tags)
     missing = []
-    for doc in documentation_files() + code_files():
+    for doc in documentation_files() + code_files() + params_files():
         text = doc.read_text(encoding="utf-8")
         for dotted in sorted(set(MODULE.findall(text))):
             if dotted not in tags and not module_exists(dotted.rstrip(".")):
