@@ -33,6 +33,7 @@ import yaml
 from tagrpo.config.data import SyntheticBenchmark
 from tagrpo.config.params import Params, load_config, validate_params
 from tagrpo.config.profiles import merged_with_profile
+from tagrpo.plumbing.dvc_stages import expand_stages, safe_load
 from tagrpo.plumbing.paths import project_root
 
 BLOCK = re.compile(r"<!-- quote: (?P<spec>[^\n]*?) -->\n(?P<body>.*?)<!-- end quote -->", re.DOTALL)
@@ -283,6 +284,29 @@ def committed_run(root: Path, args: list[str]) -> str:
     )
 
 
+def profile_stages(root: Path, args: list[str]) -> str:
+    """How many DVC stages, trainings and evaluations each profile's DAG has: dvc.yaml expanded
+    with params.yaml and the profile merged, as ``tagrpo plan --profile NAME`` lists them
+    (``profile-stages NAME ...``; ``embedded`` is params.yaml as committed)."""
+    if not args:
+        raise QuoteError("profile-stages: at least one profile")
+    dvc_yaml = safe_load(_read(root, "dvc.yaml"))
+    rows = []
+    for name in args:
+        if name == "embedded":
+            params = safe_load(_read(root, "params.yaml"))
+        else:
+            path = root / "profiles" / f"{name}.yaml"
+            if not path.is_file():
+                raise QuoteError(f"no profile {name!r} ({path.relative_to(root)})")
+            params = merged_with_profile(path, root / "params.yaml")
+        stages = expand_stages(dvc_yaml, params).values()
+        trainings = sum(stage.stage.startswith("train") for stage in stages)
+        evaluations = sum(stage.stage.startswith("evaluate") for stage in stages)
+        rows.append([f"`{name}`", str(len(stages)), str(trainings), str(evaluations)])
+    return _table(["profile", "DVC stages", "trainings", "evaluations"], rows)
+
+
 def committed_outputs(root: Path, args: list[str]) -> str:
     """How many files of the committed run's outputs git holds, per folder."""
     rows = []
@@ -405,6 +429,7 @@ SOURCES: dict[str, Renderer] = {
     "committed-run": committed_run,
     "metrics": metric_values,
     "committed-outputs": committed_outputs,
+    "profile-stages": profile_stages,
     "mini-world": mini_world,
     "world-summary": world_summary,
     "scores": scores,
