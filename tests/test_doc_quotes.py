@@ -105,3 +105,29 @@ def test_readme_is_a_first_screen() -> None:
     order = ["## The mini world", "## Two commands", "## The committed result", "## The GPU path"]
     assert [h for h in headings if h in order] == order, headings
     assert headings[-1] == "## Documentation", headings
+
+
+def test_the_embedded_profiles_stages_are_the_committed_runs() -> None:
+    """profile-stages expands dvc.yaml with params.yaml as DVC does: the embedded default's
+    count is dvc.lock's (the committed run ran every stage of it)."""
+    import yaml
+
+    lock = yaml.safe_load((ROOT / "dvc.lock").read_text(encoding="utf-8"))["stages"]
+    row = render("profile-stages embedded", ROOT).splitlines()[-1]
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[:2] == ["`embedded`", str(len(lock))], (cells, sorted(lock))
+    trained = sum(name.startswith("train") for name in lock)
+    evaluated = sum(name.startswith("evaluate") for name in lock)
+    assert cells[2:] == [str(trained), str(evaluated)]
+
+
+def test_metrics_and_claim_sources_name_what_is_missing() -> None:
+    with pytest.raises(QuoteError, match="no nope"):
+        render('metrics "metrics/train/*.json" nope', ROOT)
+    with pytest.raises(QuoteError, match="no such files"):
+        render('metrics "metrics/none/*.json" seconds', ROOT)
+    with pytest.raises(QuoteError, match="no claim starts with"):
+        render('claim "Nothing like this"', ROOT)
+    assert render('claim "TA-GRPO beats GRPO at pass@16"', ROOT).startswith(
+        "TA-GRPO beats GRPO at pass@16 (primary endpoint) (pass@16, TA-GRPO minus GRPO"
+    )
