@@ -62,6 +62,11 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _expect(args: list[str], count: int, usage: str) -> None:
+    if len(args) != count:
+        raise QuoteError(f"{usage} (got {args})")
+
+
 def _read(root: Path, relative: str) -> str:
     path = root / relative
     if not path.is_file():
@@ -109,8 +114,7 @@ def controls(root: Path, args: list[str]) -> str:
 
 def claim(root: Path, args: list[str]) -> str:
     """One row of reports/claims.md as a sentence (``claim "first words of the claim"``)."""
-    if len(args) != 1:
-        raise QuoteError("claim: the claim's first words")
+    _expect(args, 1, "claim: the claim's first words")
     for line in _read(root, "reports/claims.md").splitlines():
         cells = [cell.strip() for cell in line.strip("|").split("|")]
         if cells[0].startswith(args[0]):
@@ -121,16 +125,14 @@ def claim(root: Path, args: list[str]) -> str:
 
 def whole_file(root: Path, args: list[str]) -> str:
     """A generated file verbatim (``file reports/claims.md``)."""
-    if len(args) != 1:
-        raise QuoteError("file: one path")
+    _expect(args, 1, "file: one path")
     return _read(root, args[0]).strip()
 
 
 def paragraph(root: Path, args: list[str]) -> str:
     """The paragraph of a generated file that starts with the given words
     (``paragraph reports/world-v3/draws.md "**The primary endpoint's band**"``)."""
-    if len(args) != 2:
-        raise QuoteError("paragraph: a path and the paragraph's first words")
+    _expect(args, 2, "paragraph: a path and the paragraph's first words")
     for block in _read(root, args[0]).split("\n\n"):
         if block.strip().startswith(args[1]):
             return block.strip()
@@ -399,8 +401,7 @@ def world_summary(root: Path, args: list[str]) -> str:
 
 def scores(root: Path, args: list[str]) -> str:
     """pass@k of each method on a group (``scores GROUP K``), from reports/tables/scores.csv."""
-    if len(args) != 2:
-        raise QuoteError("scores: a group and k")
+    _expect(args, 2, "scores: a group and k")
     group, k = args
     rows = [
         [
