@@ -10,6 +10,7 @@ A quoted thing is inside backticks or a fenced code block. Checked:
 * ``make <target>``: the Makefile has a rule for it with a recipe or prerequisites (and every
   ``.PHONY`` name has one);
 * ``dvc repro <stage>`` / ``dvc repro -s <stage>``: the stage (before ``@``) is in dvc.yaml;
+* not read: a ```text block, which is what a command prints;
 * a repository path (``reports/report.md``, ``preregistration/world-v2.md``): it is in git, or
   a DVC output of dvc.yaml (or under or above one), or under a location the tools create
   (:data:`GENERATED`, each with what creates it);
@@ -64,6 +65,8 @@ GENERATED = {
 }
 FILE_SUFFIX = re.compile(r"\.(md|py|ya?ml|json|toml|txt|lock|parquet|csv|png|html|jsonl|sh|cfg)$")
 FENCE = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
+# A ```text block is what a command prints (README's "a good run ends with"), not commands.
+OUTPUT_FENCE = re.compile(r"```text\n.*?```", re.DOTALL)
 SPAN = re.compile(r"`([^`\n]+)`")
 COMMAND = re.compile(
     r"(?:^|(?<=[\s(]))(?P<cmd>python -m [\w.<>]+|(?:[\w./-]*/)?tagrpo(?= )|make|dvc repro)"
@@ -85,7 +88,7 @@ NOT_PARAMS_KEYS = {
 def quoted_texts(markdown: str) -> list[str]:
     """The fenced blocks' lines (``\\``-continued lines joined) and the inline code spans."""
     quoted = []
-    for block in FENCE.findall(markdown):
+    for block in FENCE.findall(OUTPUT_FENCE.sub("", markdown)):
         # A shell comment is prose, not a command.
         lines = block.replace("\\\n", " ").splitlines()
         quoted += [re.split(r"(?:^|\s)#", line, maxsplit=1)[0] for line in lines]

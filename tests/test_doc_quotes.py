@@ -5,6 +5,7 @@ profiles, dvc.lock, the metrics the committed run wrote. A stale block fails wit
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -130,4 +131,23 @@ def test_metrics_and_claim_sources_name_what_is_missing() -> None:
         render('claim "Nothing like this"', ROOT)
     assert render('claim "TA-GRPO beats GRPO at pass@16"', ROOT).startswith(
         "TA-GRPO beats GRPO at pass@16 (primary endpoint) (pass@16, TA-GRPO minus GRPO"
+    )
+
+
+def test_readmes_good_run_tails_are_what_the_code_prints() -> None:
+    """The lines README says a good `make run` and `make test` end with are printed by the
+    report stage and tests/timings.py."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    fences = re.findall(r"```text\n(.*?)```", readme, re.DOTALL)
+    shown = {line for fence in fences for line in fence.splitlines()}
+    from tagrpo.plumbing.layout import report_outputs
+
+    report_line = f"[report] wrote {report_outputs()['report']}"
+    assert report_line in shown
+    assert 'print(f"[report] wrote {report_outputs()' in (ROOT / "stages" / "report.py").read_text(
+        encoding="utf-8"
+    )
+    timings_header = next(line for line in shown if line.startswith("=== make test:"))
+    assert f'print("{timings_header}")' in (ROOT / "tests" / "timings.py").read_text(
+        encoding="utf-8"
     )
