@@ -151,3 +151,27 @@ def test_readmes_good_run_tails_are_what_the_code_prints() -> None:
     assert f'print("{timings_header}")' in (ROOT / "tests" / "timings.py").read_text(
         encoding="utf-8"
     )
+
+
+# Numbers that are names, not measurements or settings: the paper's sections, figures and
+# tables, its arXiv id, the Python release, world and criterion names, the draw a run is of,
+# model names.
+NAMES = re.compile(
+    r"arXiv:\d+\.\d+|Python \d+\.\d+|(?:Table|Figures?|section|Eq\.) \d+(?:[.-]\d+)*"
+    r"|\b[vV]\d(?:-[vV]?\d)?\b|\b[dD]raw \d\b|\bside of 0\b|\(N\+1\)|\bseeds3\b|\b[1-9]\. "
+    r"|SmolLM2-135M|Qwen3|Llama-3\.\d"
+)
+# Where a number may stand: a quoted block, code (it names a command, key or file) and link
+# targets.
+NOT_PROSE = re.compile(
+    r"<!-- quote:.*?<!-- end quote -->|```.*?```|`[^`\n]*`|\]\([^)]*\)|https?://\S+", re.DOTALL
+)
+
+
+@pytest.mark.parametrize("name", ["README.md", "docs/results.md", "docs/glossary.md"])
+def test_no_hand_written_number_in_the_quoted_pages(name: str) -> None:
+    """README, the results page and the glossary state no number in their own prose: every
+    figure is inside a quoted block (or names a section, figure or version)."""
+    prose = NAMES.sub("", NOT_PROSE.sub("", (ROOT / name).read_text(encoding="utf-8")))
+    numbers = [line.strip() for line in prose.splitlines() if re.search(r"(?<![\w@])\d", line)]
+    assert not numbers, f"{name}: numbers outside quoted blocks:\n" + "\n".join(numbers)
