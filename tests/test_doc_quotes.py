@@ -188,3 +188,23 @@ def test_no_hand_written_number_in_the_quoted_pages(name: str) -> None:
     prose = NAMES.sub("", NOT_PROSE.sub("", (ROOT / name).read_text(encoding="utf-8")))
     numbers = [line.strip() for line in prose.splitlines() if re.search(r"(?<![\w@])\d", line)]
     assert not numbers, f"{name}: numbers outside quoted blocks:\n" + "\n".join(numbers)
+
+
+def test_the_command_lists_then_rewrites_stale_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m tagrpo.pipeline.doc_quotes`` prints the diff and exits 1; ``--write``
+    re-renders the block in place, after which the check passes."""
+    for name in ("params.yaml", "dvc.yaml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "docs").mkdir()
+    page = tmp_path / "docs" / "page.md"
+    page.write_text(
+        "<!-- quote: params runs.seeds -->\nold\n<!-- end quote -->\n", encoding="utf-8"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert doc_quotes.main([]) == 1
+    assert "-old" in capsys.readouterr().out
+    assert doc_quotes.main(["--write"]) == 0
+    assert "| `runs.seeds` |" in page.read_text(encoding="utf-8")
+    assert doc_quotes.main([]) == 0

@@ -36,8 +36,12 @@ from tagrpo.config.profiles import merged_with_profile
 from tagrpo.plumbing.dvc_stages import expand_stages, safe_load
 from tagrpo.plumbing.paths import project_root
 
-BLOCK = re.compile(r"<!-- quote: (?P<spec>[^\n]*?) -->\n(?P<body>.*?)<!-- end quote -->", re.DOTALL)
-OPENING = re.compile(r"<!-- quote:")
+# A marker is a line of its own (one in the middle of a line, e.g. in backticks, is prose).
+BLOCK = re.compile(
+    r"^<!-- quote: (?P<spec>[^\n]*?) -->\n(?P<body>.*?)^<!-- end quote -->",
+    re.DOTALL | re.MULTILINE,
+)
+OPENING = re.compile(r"^<!-- quote:", re.MULTILINE)
 
 Renderer = Callable[[Path, list[str]], str]
 
