@@ -98,10 +98,10 @@ def test_every_source_renders_on_this_checkout() -> None:
 
 
 def test_readme_is_a_first_screen() -> None:
-    """README at most 10 KiB (issue 54): what it is, the mini world, the two commands, the
+    """README at most 10 KB (issue 54): what it is, the mini world, the two commands, the
     result, the GPU path, the map, in that order; the rest is in docs/."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert len(readme.encode("utf-8")) <= 10 * 1024, len(readme.encode("utf-8"))
+    assert len(readme.encode("utf-8")) <= 10_000, len(readme.encode("utf-8"))
     headings = [line for line in readme.splitlines() if line.startswith("## ")]
     order = ["## The mini world", "## Two commands", "## The committed result", "## The GPU path"]
     assert [h for h in headings if h in order] == order, headings
