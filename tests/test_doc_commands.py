@@ -10,10 +10,14 @@ A quoted thing is inside backticks or a fenced code block. Checked:
 * ``make <target>``: the Makefile has a rule for it with a recipe or prerequisites (and every
   ``.PHONY`` name has one);
 * ``dvc repro <stage>`` / ``dvc repro -s <stage>``: the stage (before ``@``) is in dvc.yaml;
+* not read: a ```text block, which is what a command prints;
 * a repository path (``reports/report.md``, ``preregistration/world-v2.md``): it is in git, or
   a DVC output of dvc.yaml (or under or above one), or under a location the tools create
   (:data:`GENERATED`, each with what creates it);
-* a profile (``--profile NAME``, "the `NAME` profile"): ``profiles/NAME.yaml`` exists.
+* a profile (``--profile NAME``, "the `NAME` profile"): ``profiles/NAME.yaml`` exists;
+* a params key (``train.learning_rate``, ``-S runs.methods=[grpo]``, a dotted name whose first
+  part is a params.yaml section): it is a key of params.yaml or of a profile, or a field of
+  the params models (``tagrpo/config/``).
 
 Placeholders are skipped: upper-case words (``P``, ``KEY``, ``NAME``), ``<...>``, ``...``,
 patterns with ``*`` or ``{``. :func:`test_planted_mistakes_are_each_named` shows the checks
@@ -61,6 +65,8 @@ GENERATED = {
 }
 FILE_SUFFIX = re.compile(r"\.(md|py|ya?ml|json|toml|txt|lock|parquet|csv|png|html|jsonl|sh|cfg)$")
 FENCE = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
+# A ```text block is what a command prints (README's "a good run ends with"), not commands.
+OUTPUT_FENCE = re.compile(r"```text\n.*?```", re.DOTALL)
 SPAN = re.compile(r"`([^`\n]+)`")
 COMMAND = re.compile(
     r"(?:^|(?<=[\s(]))(?P<cmd>python -m [\w.<>]+|(?:[\w./-]*/)?tagrpo(?= )|make|dvc repro)"
@@ -70,12 +76,19 @@ PROFILE_WORD = re.compile(
     r"`([\w.-]+)`(?=(?:,? (?:and |or )?`[\w.-]+`)* profiles?\b)|\bprofiles? `([\w.-]+)`"
 )
 PLACEHOLDER = re.compile(r"^[A-Z][A-Z_]*(\.[A-Za-z]+)?$|[<>*{}$]|\.\.\.")
+# A dotted params key in quoted text: not part of a path, a module or a file name.
+PARAMS_KEY = re.compile(r"(?<![\w./-])(?<!-m )([a-z_]+(?:\.[A-Za-z_][\w-]*)+)(?![\w/(-])")
+# Dotted names that are not this project's keys though they start like one, each with why.
+NOT_PARAMS_KEYS = {
+    "train.lerning_rate": "the user guide's example of a misspelt key, which is refused",
+    "data.shuffle": "verl's own config key (its trainer's data section)",
+}
 
 
 def quoted_texts(markdown: str) -> list[str]:
     """The fenced blocks' lines (``\\``-continued lines joined) and the inline code spans."""
     quoted = []
-    for block in FENCE.findall(markdown):
+    for block in FENCE.findall(OUTPUT_FENCE.sub("", markdown)):
         # A shell comment is prose, not a command.
         lines = block.replace("\\\n", " ").splitlines()
         quoted += [re.split(r"(?:^|\s)#", line, maxsplit=1)[0] for line in lines]
@@ -288,6 +301,62 @@ def _path_candidates(text: str) -> list[str]:
     return found
 
 
+def _key_paths(tree: object, prefix: str = "") -> set[str]:
+    paths: set[str] = set()
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            path = f"{prefix}{key}"
+            paths |= {path, *_key_paths(value, f"{path}.")}
+    return paths
+
+
+def _model_paths(model: type, prefix: str = "") -> set[str]:
+    from tagrpo.plumbing.config_model import ConfigModel
+
+    paths: set[str] = set()
+    for name, info in model.model_fields.items():
+        path = f"{prefix}{name}"
+        paths.add(path)
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, ConfigModel):
+            paths |= _model_paths(annotation, f"{path}.")
+    return paths
+
+
+@functools.cache
+def params_keys() -> frozenset[str]:
+    """Every key path of params.yaml, of each profile and of the params models."""
+    from tagrpo.config.params import Params
+
+    keys = _key_paths(yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8")))
+    for profile in sorted((ROOT / "profiles").glob("*.yaml")):
+        keys |= _key_paths(yaml.safe_load(profile.read_text(encoding="utf-8")) or {})
+    return frozenset(keys | _model_paths(Params))
+
+
+@functools.cache
+def params_sections() -> frozenset[str]:
+    return frozenset(yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8")))
+
+
+def params_key_problems(text: str, where: str) -> list[str]:
+    """Dotted names whose first part is a params section but that are no params key
+    (file names such as ``report.md`` and ``tagrpo.*`` modules are not keys)."""
+    problems = []
+    for match in PARAMS_KEY.finditer(text):
+        key = match.group(1).rstrip(".")
+        first, last = key.split(".", 1)[0], key.rsplit(".", 1)[-1]
+        if first not in params_sections() or FILE_SUFFIX.search(key) or key in NOT_PARAMS_KEYS:
+            continue
+        if not all(re.fullmatch(r"[a-z_][a-z0-9_]*", part) for part in key.split(".")):
+            continue  # a placeholder (verl.KEY), a class (vllm.LLM), a file name
+        if last in {"md", "py", "yaml", "json", "csv", "parquet", "png", "lock", "txt", "log"}:
+            continue
+        if key not in params_keys():
+            problems.append(f"{where}: `{text.strip()}`: no params key {key}")
+    return problems
+
+
 def problems_in(markdown: str, where: str) -> list[str]:
     """Every quoted command, flag, target, path and profile of ``markdown`` that does not exist."""
     problems: list[str] = []
@@ -316,6 +385,7 @@ def problems_in(markdown: str, where: str) -> list[str]:
                 problems += dvc_problems(words, label)
         for path in _path_candidates(text):
             problems += path_problem(path, f"{where}: `{text.strip()}`")
+        problems += params_key_problems(text, where)
     prose = FENCE.sub("", markdown)
     for match in PROFILE_WORD.finditer(prose):
         problems += profile_problems(match.group(1) or match.group(2), where)
@@ -347,6 +417,10 @@ def test_the_checks_see_the_documentation() -> None:
     assert any(c.endswith("tagrpo") for c in commands) and "dvc repro" in commands
     paths = {p for t in quoted for p in _path_candidates(t)}
     assert {"reports/report.md", "profiles/paper.yaml"} <= paths
+    keys = {
+        m.group(1) for t in quoted for m in PARAMS_KEY.finditer(t) if m.group(1) in params_keys()
+    }
+    assert {"train.learning_rate", "runs.methods", "data.synthetic.seed"} <= keys, sorted(keys)
     parser = module_parser("stages.train")
     assert parser is not None and "--dry-run" in {
         s for a in parser._actions for s in a.option_strings
@@ -364,10 +438,13 @@ def test_planted_mistakes_are_each_named() -> None:
             "make nonexistent-target",
             "python -m flows.pipeline run --profile nope --method grpo",
             "dvc repro trian@grpo-0",
+            "dvc exp run -S train.learnig_rate=2e-4",
             "```",
             "The results are in `reports/nope.md`; see `preregistration/world-v9.md`.",
             "Apply the `power` profile. Unchanged: `python -m stages.train --method M --dry-run`,",
             "`make run`, `reports/report.md`, `models/P`, `data/rephrased/train.parquet`.",
+            "The key `data.synthetic.benchmarks.mini_chains.operations`; fine: `runs.seeds`,",
+            "`train.estimators.<name>`, `-S runs.methods=[grpo]`, `tagrpo.config.train`.",
         ]
     )
     problems = problems_in(planted, "planted.md")
@@ -382,6 +459,8 @@ def test_planted_mistakes_are_each_named() -> None:
         "path reports/nope.md is not in git",
         "path preregistration/world-v9.md is not in git",
         "no profile 'power'",
+        "no params key train.learnig_rate",
+        "no params key data.synthetic.benchmarks.mini_chains.operations",
     ]
     for fragment in expected:
         assert sum(fragment in p for p in problems) == 1, (fragment, problems)

@@ -53,6 +53,11 @@ def code_files() -> list[Path]:
     return sorted(p for d in CODE_DIRS for p in (ROOT / d).rglob("*.py"))
 
 
+def params_files() -> list[Path]:
+    """params.yaml and the profiles, whose comments name files and modules too."""
+    return [ROOT / "params.yaml", *sorted((ROOT / "profiles").glob("*.yaml"))]
+
+
 def mentioned_paths(text: str) -> set[str]:
     """Repository paths named in ``text``: a file (``tagrpo/plumbing/layout.py``) anywhere, a folder
     (``tagrpo/config``) only in backticks (prose such as "benchmarks/groups" is no path)."""
@@ -90,7 +95,7 @@ def module_exists(dotted: str) -> bool:
 
 def test_documented_repository_paths_exist() -> None:
     missing = []
-    for doc in documentation_files() + code_files():
+    for doc in documentation_files() + code_files() + params_files():
         text = doc.read_text(encoding="utf-8")
         for path in sorted(mentioned_paths(text)):
             if not (ROOT / path).exists():
@@ -116,7 +121,7 @@ def test_documented_tagrpo_modules_exist() -> None:
     tags = mlflow_tag_keys()
     assert "tagrpo.checkout" in tags and "tagrpo.pid" in tags, sorted(tags)
     missing = []
-    for doc in documentation_files() + code_files():
+    for doc in documentation_files() + code_files() + params_files():
         text = doc.read_text(encoding="utf-8")
         for dotted in sorted(set(MODULE.findall(text))):
             if dotted not in tags and not module_exists(dotted.rstrip(".")):
@@ -153,3 +158,36 @@ def test_readme_test_command_is_what_ci_runs() -> None:
     assert block, "README.md has no ```bash block starting with `make run`"
     commands = [line.split("#")[0].strip() for line in block.group(1).splitlines()]
     assert ci_command in commands, (ci_command, commands)
+
+
+ANCHORED_LINK = re.compile(r"\]\(([^)\s#]*\.md)?#([^)\s]+)\)")
+
+
+def heading_anchors(markdown: str) -> set[str]:
+    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces to '-'."""
+    text = re.sub(r"```.*?```", "", markdown, flags=re.DOTALL)
+    anchors = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", text, flags=re.MULTILINE):
+        anchors.add(re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-"))
+    return anchors
+
+
+def test_documented_anchors_exist() -> None:
+    """A link to a section (``docs/results.md#what-ran``) names a heading the page has."""
+    missing = []
+    for doc in documentation_files():
+        for target, anchor in ANCHORED_LINK.findall(doc.read_text(encoding="utf-8")):
+            page = (doc.parent / target) if target else doc
+            if page.is_file() and anchor not in heading_anchors(page.read_text(encoding="utf-8")):
+                missing.append(f"{doc.relative_to(ROOT)}: {target}#{anchor}")
+    assert not missing, "links to sections that do not exist:\n" + "\n".join(missing)
+
+
+def test_heading_anchors_are_githubs() -> None:
+    page = "# A\n## What ran\n### The embedded default, per stage\n## The intervals' calibration\n"
+    assert heading_anchors(page) == {
+        "a",
+        "what-ran",
+        "the-embedded-default-per-stage",
+        "the-intervals-calibration",
+    }
