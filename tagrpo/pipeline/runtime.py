@@ -10,10 +10,13 @@
    them ``persist``, so DVC does not delete them either): a stage that refuses to start, fails
    or is killed leaves the outputs dvc.lock records;
 4. the stage writes into a staging folder (``ctx.path(role)``, ``.tagrpo/staging/<stage>-<pid>``;
-   those of dead processes are removed here) and, on success only, the old outputs are deleted,
-   metrics first, and each new output is renamed into place, metrics last (renames are atomic:
-   no half-written output ever carries its final name, and no new output sits beside stale
-   metrics);
+   those of dead processes are removed here) and, on success only, the outputs are committed
+   (:mod:`tagrpo.pipeline.commit`): each new output is renamed (or, to another filesystem,
+   copied) beside its destination, then the old metrics are set aside, each old output
+   swapped for its new one, the new metrics put in place last, and only then the old copies
+   removed. No half-written output ever carries its final name, no new output sits beside
+   stale metrics, and a failure (or a kill: the next stage start reads the commit's journal)
+   leaves the old outputs or the new ones, never neither, on any filesystem;
 5. an MLflow run tagged with the stage, its DVC name, the dependency hash, host and pid; runs of
    the same stage left RUNNING by a killed process are marked KILLED first. It nests under the
    pipeline's parent run: the Prefect flow's (``TAGRPO_PARENT_RUN_ID``) or the one the first
@@ -42,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.config.params import Params
+from tagrpo.pipeline.commit import commit_outputs, recover_commits
 from tagrpo.pipeline.parent_run import dvc_arguments
 from tagrpo.pipeline.stage_run import stage_run
 from tagrpo.plumbing.device import describe_device
@@ -328,6 +332,21 @@ def remove_path(path: Path) -> None:
         path.unlink()
 
 
+def _writer_gone(entry: Path) -> bool:
+    """Whether the process named by ``entry``'s ``...-<pid>`` suffix (a staging folder, a
+    commit journal) is gone; this process's own entries are not gone."""
+    pid = entry.name.removesuffix(".json").rpartition("-")[2]
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    if pid_alive(int(pid)):
+        # The pid may be reused: a process that started after the entry last changed is
+        # not the one that wrote it (1 s of slack for the clocks' resolutions).
+        started = started_at(int(pid))
+        if started is None or started <= entry.stat().st_mtime + 1.0:
+            return False
+    return True
+
+
 def remove_stale_staging(root: Path) -> list[str]:
     """Remove the staging folders (``.tagrpo/staging/<stage>-<pid>``) of processes that are
     gone: a stage killed with SIGKILL (or a machine that went down) leaves its half-written
@@ -335,20 +354,19 @@ def remove_stale_staging(root: Path) -> list[str]:
     folder = root / STATE_DIR / "staging"
     removed = []
     for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
-        pid = entry.name.rpartition("-")[2]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        if pid_alive(int(pid)):
-            # The pid may be reused: a process that started after the folder last changed is
-            # not the one that wrote it (1 s of slack for the clocks' resolutions).
-            started = started_at(int(pid))
-            if started is None or started <= entry.stat().st_mtime + 1.0:
-                continue
-        remove_path(entry)
-        removed.append(entry.name)
+        if _writer_gone(entry):
+            remove_path(entry)
+            removed.append(entry.name)
     if removed:
         print(f"[stage] removed the staging folders of stopped stages: {', '.join(removed)}")
     return removed
+
+
+def _journal_owner_gone(journal: Path) -> bool:
+    # At a stage's start no commit of this process is under way: its own journals count too.
+    return journal.name.removesuffix(".json").rpartition("-")[2] == str(
+        os.getpid()
+    ) or _writer_gone(journal)
 
 
 @dataclass
@@ -390,21 +408,14 @@ def _commit(context: StageContext) -> None:
     ]
     if missing:
         raise RuntimeError(f"stage {context.name} did not write its outputs {missing}")
-    # The old outputs go only now, metrics first: a stage killed from here on leaves outputs
-    # missing (DVC reruns it), never new outputs beside the old metrics.
-    remove_path(context.root / context.outputs.metrics)
-    for relative in context.outputs.outs.values():
-        remove_path(context.root / relative)
-    for relative in context.outputs.outs.values():
-        final = context.root / relative
-        final.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(context.staging / relative, final)
-    metrics_path = context.root / context.outputs.metrics
-    metrics_path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = metrics_path.with_name(f".{metrics_path.name}.{os.getpid()}")
     finite = _json_safe(context.metrics)
-    temporary.write_text(json.dumps(finite, indent=2, sort_keys=True) + "\n")
-    os.replace(temporary, metrics_path)
+    commit_outputs(
+        context.root,
+        context.name,
+        {relative: context.staging / relative for relative in context.outputs.outs.values()},
+        context.outputs.metrics,
+        json.dumps(finite, indent=2, sort_keys=True) + "\n",
+    )
 
 
 def _json_safe(value: Any) -> Any:
@@ -453,6 +464,7 @@ def running_stage(
     with StageLock(root, name):
         refuse_concurrent_dvc(root, name)
         check_writable(root, outputs.all())
+        recover_commits(root, _journal_owner_gone)  # before the staging they may come from
         remove_stale_staging(root)
         staging = root / STATE_DIR / "staging" / f"{name.replace('/', '_')}-{os.getpid()}"
         remove_path(staging)
