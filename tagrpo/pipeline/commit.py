@@ -91,10 +91,22 @@ def _rename(source: Path, target: Path) -> None:
 
 
 def _copy(source: Path, target: Path) -> None:
-    if source.is_dir() and not source.is_symlink():
-        shutil.copytree(source, target, symlinks=True)
-    else:
-        shutil.copy2(source, target, follow_symlinks=False)
+    """A copy of a file, symlink or folder; the first error raised as it is, naming the path
+    it failed on (``shutil.copytree`` collects errors as text, losing a full disk's errno)."""
+    try:
+        if source.is_symlink():
+            os.symlink(os.readlink(source), target)
+        elif source.is_dir():
+            target.mkdir()
+            for entry in sorted(source.iterdir()):
+                _copy(entry, target / entry.name)
+            shutil.copystat(source, target)
+        else:
+            shutil.copy2(source, target)
+    except OSError as error:
+        if error.filename or error.errno is None:
+            raise
+        raise OSError(error.errno, error.strerror, str(target)) from error  # a write's error
 
 
 def _remove(path: Path) -> None:

@@ -33,6 +33,7 @@ import ctypes
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -45,10 +46,11 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.config.params import Params
-from tagrpo.pipeline.commit import commit_outputs, recover_commits
+from tagrpo.pipeline.commit import commit_outputs, real_destination, recover_commits
 from tagrpo.pipeline.parent_run import dvc_arguments
 from tagrpo.pipeline.stage_run import stage_run
 from tagrpo.plumbing.device import describe_device
+from tagrpo.plumbing.errors import DiskFullError, UserMistake, disk_full, is_disk_full
 from tagrpo.plumbing.layout import Outputs
 from tagrpo.plumbing.paths import project_root
 from tagrpo.plumbing.procfs import pid_alive, proc_stat, process_alive, started_at
@@ -134,11 +136,20 @@ def _watch(pid: int, started: int) -> None:
     signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
 
 
+class StageTerminated(KeyboardInterrupt):
+    """The stage was ended by a signal (SIGTERM: dvc or the flow stopping it, its launcher
+    gone, a ``kill``)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"terminated by signal {signum}")
+        self.signum = signum
+
+
 def _terminate(signum: int, frame: Any) -> None:
     # Once: a repeated SIGTERM must not interrupt the clean-up (ending the MLflow run, removing
     # the staging folder) that this first one starts. SIGKILL still ends the process.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt(f"terminated by signal {signum}")
+    raise StageTerminated(signum)
 
 
 class StageLock:
@@ -242,6 +253,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from tagrpo.plumbing.verify import OutputCorruptedError
 
     return (
+        UserMistake,
         ConfigError,
         StageBusyError,
         OutputCorruptedError,
@@ -255,18 +267,24 @@ def traceback_wanted(argv: list[str]) -> bool:
     return TRACEBACK_FLAG in argv or os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
 
 
+_TRACEBACK_HINT = f"({TRACEBACK_ENV}=1 or {TRACEBACK_FLAG} for the traceback)"
+
+
 def run_main(main: Any, stage: str, argv: list[str] | None = None) -> None:
     """What ``python -m stages.<stage>`` runs: ``main(argv)``, and when it fails, whatever the
     reason and however early (an argument or params error, the stage's lock held, an input
     that differs from dvc.lock), the failure recorded in MLflow with its exit status
     (:func:`tagrpo.pipeline.stage_run.record_stage_failure`: the pipeline's parent run then
-    ends FAILED naming the stage). A user's mistake (:func:`user_errors`) prints one line;
-    ``--traceback`` or ``TAGRPO_TRACEBACK=1`` shows the full trace."""
+    ends FAILED naming the stage). This is every stage's one error boundary: a user's mistake
+    (:func:`user_errors`: params, a missing key, an unreachable endpoint, a full disk...) and
+    a stage ended by a signal print one line naming the stage and what to fix; ``--traceback``
+    or ``TAGRPO_TRACEBACK=1`` shows the full trace instead."""
     from tagrpo.pipeline.stage_run import record_stage_failure
 
     argv = list(sys.argv[1:] if argv is None else argv)
     show_traceback = traceback_wanted(argv)
     argv = [arg for arg in argv if arg != TRACEBACK_FLAG]
+    name = os.environ.get("DVC_STAGE") or stage
     try:
         main(argv)
     except LauncherGone:
@@ -278,26 +296,42 @@ def run_main(main: Any, stage: str, argv: list[str] | None = None) -> None:
         record_stage_failure(stage, code if isinstance(code, int) else 1, error)
         raise
     except KeyboardInterrupt as error:  # Ctrl-C, or SIGTERM (die_with_parent's handler)
-        record_stage_failure(stage, 130, error, status="KILLED")
-        raise
+        signum = _signal_number(error)
+        record_stage_failure(stage, 128 + signum, error, status="KILLED")
+        if show_traceback:
+            raise
+        print(
+            f"stage {name} stopped by {signal.Signals(signum).name} (signal {signum}) before "
+            f"it finished {_TRACEBACK_HINT}",
+            file=sys.stderr,
+        )
+        raise SystemExit(128 + signum) from None
     except BaseException as error:
+        if is_disk_full(error) and not isinstance(error, DiskFullError):
+            error = disk_full(error, [project_root()])  # type: ignore[arg-type]
         record_stage_failure(stage, 1, error)
         if show_traceback or not isinstance(error, user_errors()):
             raise
-        print(
-            f"stage {os.environ.get('DVC_STAGE') or stage} failed: {user_message(error)}\n"
-            f"({TRACEBACK_ENV}=1 or {TRACEBACK_FLAG} for the traceback)",
-            file=sys.stderr,
-        )
+        print(f"stage {name} failed: {user_message(error)} {_TRACEBACK_HINT}", file=sys.stderr)
         raise SystemExit(1) from None
 
 
+def _signal_number(error: KeyboardInterrupt) -> int:
+    """The signal behind an interrupt: SIGTERM's handlers say which; a bare one is Ctrl-C."""
+    if isinstance(error, StageTerminated):
+        return error.signum
+    found = re.search(r"signal (\d+)", str(error))
+    number = int(found.group(1)) if found else signal.SIGINT
+    return number if number in {s.value for s in signal.Signals} else signal.SIGINT
+
+
 def user_message(error: BaseException) -> str:
-    """A user error as printed: its type and whole message (a params error lists every
-    problem), key-shaped parts redacted."""
+    """A user error as printed: its type and whole message on one line (a params error lists
+    every problem, joined), key-shaped parts redacted."""
     from tagrpo.plumbing.config_model import mask_key_shapes
 
-    return mask_key_shapes(f"{type(error).__name__}: {error}")
+    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    return mask_key_shapes(f"{type(error).__name__}: {text}")
 
 
 def require_inputs(root: Path, paths: list[Path], stage: str) -> None:
@@ -492,5 +526,11 @@ def running_stage(
         except TrackingError as error:
             # One line, not MLflow's and SQLAlchemy's tracebacks: the cause names the store.
             raise SystemExit(f"stage {name} failed: {error}") from None
+        except OSError as error:
+            if not is_disk_full(error) or isinstance(error, DiskFullError):
+                raise
+            # A write's ENOSPC names no file: name where this stage writes, the fullest first.
+            where = [staging, *(real_destination(root / path).parent for path in outputs.all())]
+            raise disk_full(error, where) from error
         finally:
             remove_path(staging)
