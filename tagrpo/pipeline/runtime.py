@@ -40,6 +40,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -299,12 +300,13 @@ def run_main(main: Any, stage: str, argv: list[str] | None = None) -> None:
         signum = _signal_number(error)
         record_stage_failure(stage, 128 + signum, error, status="KILLED")
         if show_traceback:
-            raise
-        print(
-            f"stage {name} stopped by {signal.Signals(signum).name} (signal {signum}) before "
-            f"it finished {_TRACEBACK_HINT}",
-            file=sys.stderr,
-        )
+            traceback.print_exc()  # and the same exit status as without it
+        else:
+            print(
+                f"stage {name} stopped by {signal.Signals(signum).name} (signal {signum}) "
+                f"before it finished {_TRACEBACK_HINT}",
+                file=sys.stderr,
+            )
         raise SystemExit(128 + signum) from None
     except BaseException as error:
         if is_disk_full(error) and not isinstance(error, DiskFullError):

@@ -356,12 +356,12 @@ class ChatRunner:
 
     def _connection_failure(self, error: Exception) -> str:
         """A connection error naming where: ``cannot connect to HOST:PORT (URL): cause`` (the
-        client's own message, ``Connection error.``, names neither)."""
+        client's own message, ``Connection error.``, names neither host nor cause)."""
         url = self.config.endpoint_url()
         parts = urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        cause = error.__cause__ or error.__context__
-        reason = f"{error} {cause}" if cause is not None and str(cause) else str(error)
+        cause = error.__cause__ or error.__context__  # httpx's: "Connection refused"...
+        reason = str(cause) if cause is not None and str(cause) else str(error)
         return f"cannot connect to {parts.hostname}:{port} ({url}): {reason}"
 
     async def _attempt(self, client: Any, request: ChatRequest) -> tuple[list[str], dict[str, int]]:
