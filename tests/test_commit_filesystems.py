@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from scratch_project import EMPTY_PROJECT_EXPERIMENT
 import tagrpo.pipeline.commit as commit
 from tagrpo.config.params import Params, config_with
 from tagrpo.pipeline.runtime import running_stage
+from tagrpo.plumbing.errors import DiskFullError
 from tagrpo.plumbing.layout import Outputs
 
 OUTPUTS = Outputs(
@@ -270,4 +272,30 @@ def test_a_commit_that_cannot_put_the_old_outputs_back_names_its_journal(
     after_failure = _snapshot(empty_project, scratch)
     assert after_failure != old  # the metrics were set aside and not put back
     commit.recover_commits(empty_project, lambda journal: True)
+    assert _snapshot(empty_project, scratch) == old
+
+
+def test_a_full_scratch_disk_keeps_the_old_outputs_and_names_the_file(
+    empty_project: Path, tmp_path_factory: pytest.TempPathFactory, mounts: Callable
+) -> None:
+    """The new outputs do not fit on the scratch disk: the copy fails there, naming the file
+    and what is free; the old outputs stay, and no partial copy."""
+    scratch = tmp_path_factory.mktemp("scratch")
+    mounts(["-t", "tmpfs", "-o", "size=256k", "tmpfs"], scratch)
+    (scratch / "p").mkdir()
+    (empty_project / "evals").mkdir()
+    (empty_project / "evals/p").symlink_to(scratch / "p")
+    (empty_project / "metrics").mkdir()
+    _old_outputs(empty_project)
+    old = _snapshot(empty_project, scratch)
+    with pytest.raises(DiskFullError) as full, running_stage("toy", OUTPUTS, _config()) as ctx:
+        ctx.path("evals").mkdir()
+        (ctx.path("evals") / "weights.bin").write_bytes(os.urandom(1 << 20))
+        ctx.path("table").write_text("new table\n")
+    copied = scratch / f".p.tagrpo-{os.getpid()}-new/weights.bin"
+    free = shutil.disk_usage(scratch).free / 2**20
+    assert str(full.value) == (
+        f"[Errno 28] no space left on the device writing {copied} ({free:.1f} MiB free "
+        "there): free space on that filesystem (or point the output elsewhere), then rerun"
+    )
     assert _snapshot(empty_project, scratch) == old
