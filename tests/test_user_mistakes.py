@@ -6,6 +6,7 @@ disk (the path named), a stage ended by a signal (the stage and the signal named
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -240,3 +241,31 @@ def test_a_full_disk_is_one_line_naming_the_path(empty_project: Path) -> None:
             )
     finally:
         subprocess.run(["umount", "-l", str(staging)], check=False)
+
+
+def test_the_tagrpo_command_names_the_path_of_a_full_disk(
+    empty_project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import tagrpo.pipeline.cli as cli
+
+    def full(args: object) -> int:
+        raise OSError(28, "No space left on device")  # as a write raises it: no path
+
+    monkeypatch.setattr(cli, "_cmd_verify", full)
+    monkeypatch.delenv("TAGRPO_TRACEBACK", raising=False)
+    assert cli.main(["verify"]) == 2
+    # The checkout's filesystem is shared: what is free there moves, so the number is matched.
+    assert re.fullmatch(
+        re.escape(
+            "tagrpo verify: DiskFullError: [Errno 28] no space left on the device writing "
+            f"{empty_project} ("
+        )
+        + r"\d+\.\d MiB"
+        + re.escape(
+            " free there): free space on that filesystem (or point the output elsewhere), "
+            "then rerun (--traceback or TAGRPO_TRACEBACK=1 for the traceback)\n"
+        ),
+        capsys.readouterr().err,
+    )
+    with pytest.raises(OSError, match="No space left on device"):
+        cli.main(["verify", "--traceback"])

@@ -309,13 +309,20 @@ def run_main(main: Any, stage: str, argv: list[str] | None = None) -> None:
             )
         raise SystemExit(128 + signum) from None
     except BaseException as error:
-        if is_disk_full(error) and not isinstance(error, DiskFullError):
-            error = disk_full(error, [project_root()])  # type: ignore[arg-type]
-        record_stage_failure(stage, 1, error)
-        if show_traceback or not isinstance(error, user_errors()):
+        mistake = as_user_error(error)
+        record_stage_failure(stage, 1, mistake or error)
+        if show_traceback or mistake is None:
             raise
-        print(f"stage {name} failed: {user_message(error)} {_TRACEBACK_HINT}", file=sys.stderr)
+        print(f"stage {name} failed: {user_message(mistake)} {_TRACEBACK_HINT}", file=sys.stderr)
         raise SystemExit(1) from None
+
+
+def as_user_error(error: BaseException) -> BaseException | None:
+    """``error`` as the user's mistake it is (a full disk made to name a path), or None when
+    it is not one (a bug: its traceback is what helps)."""
+    if is_disk_full(error) and not isinstance(error, DiskFullError):
+        return disk_full(error, [project_root()])  # type: ignore[arg-type]
+    return error if isinstance(error, user_errors()) else None
 
 
 def _signal_number(error: KeyboardInterrupt) -> int:

@@ -36,8 +36,8 @@ def is_disk_full(error: BaseException) -> bool:
 
 def disk_full(error: OSError, candidates: Iterable[Path] = ()) -> DiskFullError:
     """``error`` (ENOSPC or EDQUOT) as a :class:`DiskFullError` naming a path: the one the
-    error names (a copy's target), else (a write's error names no file) the candidate folder whose filesystem
-    has the least space left; and how much is free there."""
+    error names (a copy's target), else (a write's error names no file) the candidate folder
+    whose filesystem has the least space left; and how much is free there."""
     # A copy's or rename's error names source and target: the target is what did not fit.
     given = error.filename2 or error.filename
     named = Path(os.fsdecode(given)) if given else None
