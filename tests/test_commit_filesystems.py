@@ -14,10 +14,13 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from scratch_project import EMPTY_PROJECT_EXPERIMENT
 
 import tagrpo.pipeline.commit as commit
@@ -299,3 +302,57 @@ def test_a_full_scratch_disk_keeps_the_old_outputs_and_names_the_file(
         "there): free space on that filesystem (or point the output elsewhere), then rerun"
     )
     assert _snapshot(empty_project, scratch) == old
+
+
+KILLED_STAGE = """
+import time
+from pathlib import Path
+import tagrpo.pipeline.commit as commit
+from tagrpo.config.params import load_config
+from tagrpo.pipeline.runtime import running_stage
+from tagrpo.plumbing.layout import Outputs
+
+real_rename = commit._rename
+def rename(source, target):
+    real_rename(source, target)
+    if target == Path("{scratch}/p"):  # the new folder in place, the old one aside: hang here
+        Path("swapped").write_text("")
+        time.sleep(120)
+commit._rename = rename
+outs = {{"evals": Path("evals/p"), "table": Path("out/table.csv")}}
+outputs = Outputs(outs, Path("metrics/p.json"))
+with running_stage("toy", outputs, load_config()) as ctx:
+    ctx.path("evals").mkdir()
+    (ctx.path("evals") / "responses.parquet").write_text("new responses")
+    ctx.path("table").write_text("new table\\n")
+"""
+
+
+def test_a_stage_killed_mid_commit_is_undone_by_the_next_stage_start(
+    empty_project: Path, tmp_path_factory: pytest.TempPathFactory, mounts: Callable
+) -> None:
+    """SIGKILL between two renames of the swap (nothing of the process's own runs after it):
+    the next stage that starts finds the journal of a dead process and puts the old outputs
+    back, removing the copies on the scratch disk."""
+    scratch = tmp_path_factory.mktemp("scratch")
+    _layout("symlink", empty_project, scratch, mounts)
+    _old_outputs(empty_project)
+    old = _snapshot(empty_project, scratch)
+    params = yaml.safe_load((empty_project / "params.yaml").read_text())
+    params["common"]["tracking"]["enabled"] = False  # the stage's commit is what is tested
+    (empty_project / "params.yaml").write_text(yaml.safe_dump(params))
+    (empty_project / "stage.py").write_text(KILLED_STAGE.format(scratch=scratch))
+    env = {**os.environ, "PYTHONPATH": str(Path(commit.__file__).parents[2])}
+    stage = subprocess.Popen([sys.executable, "stage.py"], cwd=empty_project, env=env)
+    deadline = time.monotonic() + 120
+    while not (empty_project / "swapped").exists():
+        assert stage.poll() is None and time.monotonic() < deadline, "the stage did not commit"
+        time.sleep(0.1)
+    stage.kill()
+    stage.wait()
+    midway = _snapshot(empty_project, scratch)
+    assert midway != old and (scratch / "p/responses.parquet").read_text() == "new responses"
+    assert (empty_project / commit.JOURNALS / f"toy-{stage.pid}.json").exists()
+    with running_stage("other", Outputs({}, Path("m/other.json")), _config()):
+        assert _snapshot(empty_project, scratch) == old  # recovered before the work starts
+    assert not list((empty_project / commit.JOURNALS).glob("*.json"))
