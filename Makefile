@@ -54,7 +54,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install engines run repro test test-core test-recipes test-fast lint style quality bench mlflow-ui prefect-server \
-        prefect-deploy pipeline-flow plots exp-show browser
+        prefect-deploy pipeline-flow plots exp-show browser study
 
 NPM_STAMP := node_modules/.package-lock.json
 PLOTS_PAGE := .dvc/plots/offline.html
@@ -263,6 +263,14 @@ pipeline-flow: install
 EXP_SHOW_KEEP := ^(Experiment|rev|Created)$$|.*\.pass@[0-9]+$$|^runs\.|^train\.learning_rate$$
 exp-show:
 	dvc exp show --no-pager $(EXP_SHOW_ARGS) --drop '.*' --keep '$(EXP_SHOW_KEEP)'
+
+# The decisive study (preregistration/study-v3.md): the pilot's draws, then the main study's
+# once its size is committed, STUDY_JOBS draws side by side, each in its own checkout under
+# .tagrpo/study/; resumable (run it again after a kill), each finished draw's record committed
+# under reports/study/. Niced: it holds the cores, foreground work keeps priority.
+STUDY_JOBS ?= 2
+study: install
+	nice -n 19 $(BIN)/python -m flows.study --jobs $(STUDY_JOBS)
 
 # The DVC plots page (dvc_plots/index.html), rendered without a network.
 plots: install

@@ -15,9 +15,12 @@ step is a warm-up and not counted. No target: it tells where to make a step fast
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -32,7 +35,10 @@ from tagrpo.training.trainer import TrainConfig, Trainer
 PHASES = ("time/rollout_s", "time/score_s", "time/anchoring_s", "time/update_s", "time/step_s")
 
 
-def profile_method(method: str, steps: int, ops: int) -> None:
+@contextlib.contextmanager
+def method_trainer(method: str) -> Iterator[tuple[Trainer, Any]]:
+    """A trainer of ``method`` from the checkout's base, planned as the train stage plans it
+    (``params.yaml``), with its grading pool open; and the plan."""
     config = load_config()
     plan = plan_training(config, method, seed=0)
     run = TrainConfig(
@@ -47,7 +53,11 @@ def profile_method(method: str, steps: int, ops: int) -> None:
     with grade_fn_for(config.common.grading) as grade:
         model, tokenizer = load_causal_lm(start_from)
         reference, _ = load_causal_lm(start_from)
-        trainer = Trainer(run, model, tokenizer, plan.questions, grade, ref_model=reference)
+        yield Trainer(run, model, tokenizer, plan.questions, grade, ref_model=reference), plan
+
+
+def profile_method(method: str, steps: int, ops: int) -> None:
+    with method_trainer(method) as (trainer, plan):
         trainer.step(1)  # warm-up: first calls allocate and initialise
         rows = []
         started = time.perf_counter()

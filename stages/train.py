@@ -57,15 +57,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         planned = run_training(args.method, seed, policy, config, dry_run=True, model=model)
         print("\n".join(evaluation_lines(config)))  # what the evaluate stage will sample with
         # The preflight: memory per card (refused when it does not fit), GPU-hours, disk.
-        from tagrpo.verl_ext.cost import check_fits, run_lines, training_questions
+        from tagrpo.verl_ext.cost import check_fits
+        from tagrpo.verl_ext.dry_run import preflight_lines
         from tagrpo.verl_ext.launcher import resolve_model
 
         root = project_root()
         model = model or resolve_model(config, root)
         print(
-            "\n".join(
-                run_lines(config, args.method, policy, model, training_questions(config, root))
-            )
+            "\n".join(preflight_lines(config, args.method, policy, model, root, args.data_multiple))
         )
         try:
             check_fits(config, model)

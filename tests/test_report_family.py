@@ -6,6 +6,7 @@ pre-registration."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -25,10 +26,9 @@ from tagrpo.report.family import (
     DrawInputs,
     FamilySettings,
     build_v3_claims,
-    diagnostic_measures,
     registered_family,
-    strategy_entropy_difference,
 )
+from tagrpo.report.family_inputs import diagnostic_measures, strategy_entropy_difference
 
 pytestmark = pytest.mark.core
 
@@ -240,3 +240,45 @@ def test_the_family_is_the_one_the_run_s_pre_registration_names(tmp_path: Path) 
     broken.write_text(yaml.safe_dump({"version": 2, "study": {}}))
     with pytest.raises(ValueError, match="version 2 names no claims family"):
         registered_family(broken)
+
+
+STUDY = replace(SETTINGS, family="study-v3", no_effect_margin=0.035)
+
+
+def test_study_v3_adds_the_unanchored_row_last_and_holm_counts_twelve() -> None:
+    from tagrpo.report.family import STUDY_FAMILY_SIZE
+
+    claims = build_v3_claims({"d0": DrawInputs(runs={})}, STUDY)
+    family = [c for c in claims if c.in_family]
+    assert STUDY_FAMILY_SIZE == len(family) == 12
+    assert family[-1].claim == "Unanchored TA-GRPO (the authors' code) beats GRPO at pass@4"
+    assert family[-2].kind == EQUIVALENCE
+    assert all(c.verdict == "not run (not supported)" for c in family)
+    assert registered_family(ROOT / "preregistration/study-v3.yaml") == "study-v3"
+
+
+def test_study_v3_verdicts_no_effect_of_the_papers_size_or_undecided() -> None:
+    # Many problems, so the intervals are narrow: TA-GRPO and GRPO alike within 1 point in
+    # every draw (no effect of the paper's size), unanchored 10 points over GRPO in one draw, 10
+    # under in another (undecided: its interval is wide).
+    problems = pd.MultiIndex.from_arrays([["a"] * 200, [str(j) for j in range(200)]])
+    rng = np.random.default_rng(3)
+
+    def runs(level: float) -> SeedRuns:
+        base = np.clip(level + rng.normal(0, 0.002, (2, 200)), 0, 1)
+        return SeedRuns(np.stack([base, base], axis=-1), problems, KS)
+
+    draws = {
+        f"d{i}": DrawInputs(runs={"ta_grpo": runs(0.5 + ta), "grpo": runs(0.5),
+                                  "ta_grpo_unanchored": runs(0.5 + unanchored)})
+        for i, (ta, unanchored) in enumerate(((0.002, 0.1), (-0.002, -0.1), (0.0, 0.0)))
+    }  # fmt: skip
+    claims = _by_claim(build_v3_claims(draws, STUDY))
+    primary = claims["TA-GRPO beats GRPO at pass@4 (primary endpoint)"]
+    assert -0.035 <= primary.estimate.low <= primary.estimate.high <= 0.035
+    assert primary.holm_p >= 0.05 and primary.verdict == "no effect of the paper's size"
+    unanchored = claims["Unanchored TA-GRPO (the authors' code) beats GRPO at pass@4"]
+    assert unanchored.estimate.high > 0.035 and unanchored.verdict == "undecided"
+    # World v3's family keeps its words.
+    v3 = _by_claim(build_v3_claims(draws, SETTINGS))
+    assert v3["TA-GRPO beats GRPO at pass@4 (primary endpoint)"].verdict == "not distinguishable"

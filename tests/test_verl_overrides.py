@@ -16,8 +16,7 @@ from verl_helpers import MODEL, ROOT, paper_config, run_for
 
 from tagrpo.algorithms import METHODS
 from tagrpo.config.params import ConfigError, config_with, validate_params
-from tagrpo.verl_ext.cost import run_lines, training_questions
-from tagrpo.verl_ext.dry_run import evaluation_lines
+from tagrpo.verl_ext.dry_run import evaluation_lines, preflight_lines
 from tagrpo.verl_ext.launcher import build_command
 from tagrpo.verl_ext.overrides import build_overrides, hydra_value
 from tagrpo.verl_ext.settings import refuse_rollout_correction, validate_run
@@ -206,7 +205,7 @@ def test_dry_run_prints_the_command_and_touches_nothing(monkeypatch, capsys) -> 
     command_text, marker, evaluation = printed.partition("# evaluate: ")
     # After the command: the settings the evaluate stage will sample with, then the
     # preflight's memory per card and cost (tagrpo/verl_ext/cost.py).
-    preflight = run_lines(config, "ta_grpo", "ta_grpo-s1", MODEL, training_questions(config, ROOT))
+    preflight = preflight_lines(config, "ta_grpo", "ta_grpo-s1", MODEL, ROOT)
     assert marker + evaluation == "\n".join([*evaluation_lines(config), *preflight]) + "\n"
     assert preflight[0].startswith("# memory per card (GiB of 79.6): rollout 57.2")
     assert "evaluate.prompt_format = chat\n" in evaluation

@@ -75,6 +75,8 @@ SHIPPED_PROFILES = (
     "seeds3",
     "smoke",
     "study",
+    "study-main",
+    "study-pilot",
     "verl-cpu",
 )
 KNOWN_PROFILES = ("embedded", *SHIPPED_PROFILES, "custom")
@@ -163,12 +165,13 @@ class RunsSettings(ConfigModel):
     )
     control_seeds: list[int] = Field(min_length=1, description="seeds of control_methods")
     one_seed_methods: list[str] = Field(
-        description="methods trained with the first seed only (cost); [] to give all seeds",
+        description="methods trained with the seeds of `one_seed` only (cost); [] to give all "
+        "seeds",
     )
     one_seed: list[int] = Field(
         min_length=1,
-        max_length=1,
-        description="the seed of one_seed_methods (a list: dvc.yaml's matrix reads it)",
+        description="the seeds of one_seed_methods, some of `seeds` (the default: one; the "
+        "study's main draws: S of them while GRPO keeps 3)",
     )
     data_scaling: DataScaling
 
@@ -202,8 +205,10 @@ class RunsSettings(ConfigModel):
             both = sorted(set(lists[first]) & set(lists[second]))
             if both:
                 raise ValueError(f"{both} are in both {first} and {second}")
-        if self.one_seed[0] not in self.seeds:
-            raise ValueError(f"one_seed {self.one_seed} must be one of seeds {self.seeds}")
+        if len(set(self.one_seed)) != len(self.one_seed) or not set(self.one_seed) <= set(
+            self.seeds
+        ):
+            raise ValueError(f"one_seed {self.one_seed} must be distinct seeds of {self.seeds}")
         return self
 
     def all_methods(self) -> list[str]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import field_validator, model_validator
@@ -121,3 +124,88 @@ class DataSettings(ConfigModel):
         if self.source != "synthetic" and not getattr(self, self.source).benchmarks:
             raise ValueError(f"data.{self.source}.benchmarks is empty: nothing to evaluate on")
         return self
+
+
+# -- provenance: which params built a table on disk --
+
+REPHRASED_KEYS = ("rephrase.max_questions",)  # check_equivalence keeps that many questions
+
+
+def recipe_keys(data: DataSettings, table: str) -> list[str]:
+    """The params keys that decide the rows of the data stage's table ``table`` (``"train"``
+    or a benchmark's name). The mini world draws its benchmarks first, in name order, and the
+    training split excluding them (:func:`tagrpo.miniworld.dataset.build_miniworld`); a file
+    source's table is its loader's rows under its options."""
+    if data.source == "synthetic":
+        keys = ["data.source", "data.synthetic.seed", "data.synthetic.benchmarks"]
+        keys.append("common.miniworld")
+        return keys + (["data.synthetic.train_size"] if table == "train" else [])
+    prefix = f"data.{data.source}"
+    names = getattr(data, data.source).train if table == "train" else [table]
+    listed = [f"{prefix}.train"] if table == "train" else []
+    options = [f"{prefix}.options.{name}" for name in names]
+    return ["data.source", *listed, *options, "data.max_problem_chars"]
+
+
+def _lookup(tree: Any, dotted: str) -> Any:
+    """The value at ``dotted`` (None where a key is absent, e.g. a source without options)."""
+    for part in dotted.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return None
+        tree = tree[part]
+    return tree
+
+
+def _params_tree(config: Any) -> dict[str, Any]:
+    """``config`` (a Params) as JSON values: what a recorded provenance is compared with."""
+    return json.loads(config.model_dump_json())
+
+
+def table_provenance(config: Any, table: str, extra_keys: Sequence[str] = ()) -> dict[str, Any]:
+    """What a table written under ``config`` (a Params) records of its making
+    (:data:`tagrpo.data.schema.PROVENANCE_KEY`): the profile, for messages, and the value of
+    each key of :func:`recipe_keys` (and ``extra_keys``)."""
+    tree = _params_tree(config)
+    keys = [*recipe_keys(config.data, table), *extra_keys]
+    return {
+        "profile": config.common.profile,
+        "table": table,
+        "params": {key: _lookup(tree, key) for key in keys},
+    }
+
+
+def provenance_differences(recorded: dict[str, Any], config: Any) -> list[tuple[str, Any, Any]]:
+    """(key, value the table was built with, value in ``config``) for each recorded key whose
+    value ``config`` (a Params) does not share: empty when the table is the one it builds."""
+    tree = _params_tree(config)
+    found = [(key, value, _lookup(tree, key)) for key, value in recorded["params"].items()]
+    return [(key, value, wanted) for key, value, wanted in found if value != wanted]
+
+
+def table_mismatch(path: Path, config: Any) -> str | None:
+    """Why the data table at ``path`` is not the one ``config`` builds (None: it is), from
+    the provenance it was written with (:func:`table_provenance`)."""
+    from tagrpo.data.schema import read_provenance
+
+    made = read_provenance(str(path))
+    if made is None:
+        return "it records no provenance (written before the data stage recorded its params)"
+    differences = provenance_differences(made, config)
+    if not differences:
+        return None
+    shown = "; ".join(
+        f"{key} = {json.dumps(built)} there, {json.dumps(wanted)} in profile "
+        f"{config.common.profile}"
+        for key, built, wanted in differences[:3]
+    )
+    more = f" and {len(differences) - 3} more" if len(differences) > 3 else ""
+    return f"profile {made['profile']} built it ({shown}{more})"
+
+
+def training_source(config: Any) -> str:
+    """What ``config``'s data stage trains on, in words for a message."""
+    data = config.data
+    if data.source == "synthetic":
+        return f"the mini world (data.synthetic.train_size = {data.synthetic.train_size})"
+    names = ", ".join(getattr(data, data.source).train)
+    return f"{names} (data.{data.source}.train)"

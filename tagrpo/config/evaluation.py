@@ -70,6 +70,15 @@ class EmbeddingSettings(ConfigModel):
     batch_size: int = Field(ge=1, description="texts per encoding batch")
 
 
+def diagnostics_sampling(group: int, neighbours: int) -> tuple[tuple[int, int], ...]:
+    """(prompt variant, responses) the diagnostics sample per training question: (N+1) x G
+    from q0 (variant 0; its first G, N x G and all (N+1) x G are the size controls) and G from
+    each neighbour q1..qN. The diagnostics stage samples these
+    (:func:`tagrpo.evaluation.vanishing_diversity.sample_training_questions`) and the cost
+    preflight prices them (:func:`tagrpo.verl_ext.cost.diagnostics_gpu_hours`)."""
+    return ((0, (neighbours + 1) * group), *((v, group) for v in range(1, neighbours + 1)))
+
+
 class DiagnosticsSettings(ConfigModel):
     policies: list[str] = Field(
         min_length=1,
@@ -93,6 +102,12 @@ class DiagnosticsSettings(ConfigModel):
     backend: Literal["hf", "vllm"] = Field(description="generation engine: hf | vllm")
     # MiniLM reads at most 256 word pieces of a response.
     embedding: EmbeddingSettings
+
+    @property
+    def responses_per_question(self) -> int:
+        """Responses sampled per question at each probed checkpoint: (2N+1) x G."""
+        plan = diagnostics_sampling(self.group_size, self.n_neighbours)
+        return sum(count for _, count in plan)
 
     @field_validator("checkpoints")
     @classmethod

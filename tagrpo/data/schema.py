@@ -104,12 +104,36 @@ class LoadResult:
         }
 
 
-def write_questions(questions: list[Question], path: str) -> None:
+# A table's provenance, in its parquet schema's metadata (it travels with the file): the
+# profile and the params keys, with their values, that decided its rows
+# (tagrpo.config.data.table_provenance); readers check a table is the one their params build.
+PROVENANCE_KEY = b"tagrpo-provenance"
+
+
+def with_provenance(schema: pa.Schema, provenance: dict[str, Any] | None) -> pa.Schema:
+    """``schema`` carrying ``provenance`` (None: as it is)."""
+    if provenance is None:
+        return schema
+    return schema.with_metadata({PROVENANCE_KEY: json.dumps(provenance, sort_keys=True)})
+
+
+def read_provenance(path: str) -> dict[str, Any] | None:
+    """The provenance a table was written with; None for a table written without one."""
+    import pyarrow.parquet as pq
+
+    raw = (pq.read_schema(path).metadata or {}).get(PROVENANCE_KEY)
+    return json.loads(raw) if raw else None
+
+
+def write_questions(
+    questions: list[Question], path: str, provenance: dict[str, Any] | None = None
+) -> None:
     """Write questions to parquet with the fixed schema (stable column order and types)."""
     import pyarrow.parquet as pq
 
     records = [question.to_record() for question in questions]
-    pq.write_table(pa.Table.from_pylist(records, schema=QUESTION_SCHEMA), path)
+    schema = with_provenance(QUESTION_SCHEMA, provenance)
+    pq.write_table(pa.Table.from_pylist(records, schema=schema), path)
 
 
 def write_rejections(rejections: list[Rejection], path: str) -> None:

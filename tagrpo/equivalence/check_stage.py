@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 
+from tagrpo.config.data import REPHRASED_KEYS, table_provenance
 from tagrpo.config.params import Params
-from tagrpo.data.schema import read_questions, write_rejections
+from tagrpo.data.schema import read_provenance, read_questions, write_rejections
 from tagrpo.equivalence.acceptance import (
     CheckSettings,
     EquivalenceChecker,
@@ -109,6 +110,16 @@ def difficulty_probe(
         "success_rejected": mean(rates["rejected"]),
         "shift_points": 100 * (mean(rates["accepted"]) - mean(every)),
     }
+
+
+def rephrased_provenance(train_path: Path, config: Params) -> dict[str, Any] | None:
+    """The training table's provenance: the processed split's (None where it records none)
+    and the keys that decide which of its questions this stage keeps."""
+    made = read_provenance(str(train_path))
+    if made is None:
+        return None
+    kept = table_provenance(config, "train", REPHRASED_KEYS)["params"]
+    return {**made, "params": {**made["params"], **{key: kept[key] for key in REPHRASED_KEYS}}}
 
 
 def check_rephrasings(
@@ -223,7 +234,7 @@ def check_rephrasings(
         f"rejections by reason {summary['reasons']}; check the rephraser and the solver, or "
         "raise check_equivalence.policy.max_padded_share",
     )
-    write_rephrased(result.rows, out["train"])
+    write_rephrased(result.rows, out["train"], rephrased_provenance(train_path, config))
     write_rejections(result.rejections, str(out["rejections"]))
     pq.write_table(verdicts_table(verdicts), str(out["verdicts"]))
     out["section"].write_text(

@@ -15,11 +15,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tagrpo.data.schema import QUESTION_SCHEMA, Question
+from tagrpo.data.schema import QUESTION_SCHEMA, Question, with_provenance
 
 REPHRASED_SCHEMA = pa.schema(
     [
@@ -30,8 +31,13 @@ REPHRASED_SCHEMA = pa.schema(
 )
 
 
-def write_rephrased(rows: Sequence[tuple[Question, list[str], int]], path: str | Path) -> None:
-    """Write (question, rephrasings, padded count) rows with :data:`REPHRASED_SCHEMA`."""
+def write_rephrased(
+    rows: Sequence[tuple[Question, list[str], int]],
+    path: str | Path,
+    provenance: dict[str, Any] | None = None,
+) -> None:
+    """Write (question, rephrasings, padded count) rows with :data:`REPHRASED_SCHEMA` (and
+    ``provenance``, :func:`tagrpo.data.schema.read_provenance`)."""
 
     records = []
     for question, rephrasings, fallback in rows:
@@ -44,7 +50,8 @@ def write_rephrased(rows: Sequence[tuple[Question, list[str], int]], path: str |
                 "rephrasings_fallback": fallback,
             }
         )
-    pq.write_table(pa.Table.from_pylist(records, schema=REPHRASED_SCHEMA), str(path))
+    schema = with_provenance(REPHRASED_SCHEMA, provenance)
+    pq.write_table(pa.Table.from_pylist(records, schema=schema), str(path))
 
 
 def read_rephrased(path: str | Path) -> list[tuple[Question, list[str], int]]:

@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from tagrpo.backends.base import GenerationBackend, SamplingParams
+from tagrpo.config.evaluation import diagnostics_sampling
 from tagrpo.grading.types import GradeFn
 from tagrpo.metrics.compare import Estimate, mean_difference_interval, sign_test_p
 from tagrpo.metrics.diversity import EmbedFn, mean_pairwise_cosine_distance
@@ -91,7 +92,8 @@ def sample_training_questions(
     sampling: SamplingParams,
     grade: GradeFn,
 ) -> pd.DataFrame:
-    """(N+1)G responses to each q0 and G to each neighbour, graded; one row per response."""
+    """(N+1)G responses to each q0 and G to each neighbour (:func:`diagnostics_sampling`),
+    graded; one row per response."""
     for question in questions:
         if len(question.neighbours) < neighbours:
             raise ValueError(
@@ -100,8 +102,8 @@ def sample_training_questions(
             )
     frames = []
     plans = [
-        (0, (neighbours + 1) * group, sampling.seed),
-        *((v, group, sampling.seed + 7919 * v) for v in range(1, neighbours + 1)),
+        (variant, count, sampling.seed + 7919 * variant)
+        for variant, count in diagnostics_sampling(group, neighbours)
     ]
     for number, (variant, count, seed) in enumerate(plans, 1):
         conversations = [q.messages(variant) for q in questions]

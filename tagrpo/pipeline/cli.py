@@ -351,13 +351,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--questions",
         type=_positive_int,
         default=None,
-        help="--cost: questions in the 1x training set (default: the built train.input)",
+        help="--cost: questions in the 1x training set (default: the training set built here, "
+        "refused unless this profile's data stage built it)",
     )
     plan.add_argument(
         "--problems",
         type=_positive_int,
         default=None,
-        help="--cost: benchmark problems evaluated (default: the built benchmarks)",
+        help="--cost: benchmark problems evaluated (default: the benchmarks built here, "
+        "refused unless this profile's data stage built them)",
     )
     plan.add_argument(
         "--models",

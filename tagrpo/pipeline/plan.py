@@ -368,7 +368,11 @@ def cost_plan(
     arch = architecture(model)
     if arch is None:
         raise ValueError(f"{model}: no config.json and not a known model: no cost to compute")
-    questions = questions or training_questions(config, root)
+    if questions is None:
+        try:
+            questions = training_questions(config, root)
+        except ValueError as error:
+            raise ValueError(f"{error} or pass --questions N") from None
     if questions is None:
         raise ValueError("the training set is not built: give --questions N")
     if problems is None:
@@ -397,6 +401,7 @@ def render_cost(
     from tagrpo.data.rephrase_templates import load_template
     from tagrpo.rephrase.api_usage import MATH_QUESTION_CHARS, api_usage
     from tagrpo.verl_ext.cost import (
+        KNOWN_MODELS,
         assumption_lines,
         cost_table,
         fit_problems,
@@ -410,7 +415,20 @@ def render_cost(
         f"parameters), {planned.questions:,} training questions, {planned.problems:,} benchmark "
         f"problems x evaluate.n {config.evaluate.n}, {planned.gpus} GPUs",
         *cost_table(planned.cost, planned.gpus, planned.vllm_gpus),
+        scaling_line(planned),
+        diagnostics_line(config),
     ]
+    if planned.model in KNOWN_MODELS:
+        models = list(KNOWN_MODELS)
+        totals = paper_totals([_model_plan(root, request, m, questions, problems) for m in models])
+        lines.append(
+            f"the whole paper (this DAG for each of Table 1's {len(models)} base models: "
+            f"{', '.join(models)}): {totals['busy']:,.0f} GPU-hours busy, "
+            f"{totals['billed']:,.0f} billed with {planned.gpus} GPUs held; disk "
+            f"{totals['outputs']:,.0f} GB of outputs with their DVC cache copy, "
+            f"{totals['weights']:.1f} GB of weights from the hub, a work area of up to "
+            f"{totals['work_area']:.0f} GB (--models: a column per model)"
+        )
     lines += planned.memory.lines()
     lines += [f"DOES NOT FIT: {problem}" for problem in fit_problems(planned.memory, config)]
     lines.append(
@@ -424,6 +442,70 @@ def render_cost(
     return "\n".join(lines)
 
 
+def scaling_line(planned: CostPlan) -> str:
+    """Which data-scaling runs the DAG trains and what they cost: ``runs.data_scaling`` lists
+    their own methods, so restricting ``runs.methods`` leaves them in."""
+    scaling = planned.config.runs.data_scaling
+    runs = [t for t in planned.cost.trainings if t.policy.startswith("train_scaling@")]
+    if not runs:
+        return "data-scaling runs: none (runs.data_scaling.multiples or .methods is empty)"
+    hours = sum(t.gpu_hours for t in runs)
+    trained = {*planned.config.runs.methods, *planned.config.runs.control_methods}
+    alone = [method for method in scaling.methods if method not in trained]
+    multiples = ", ".join(f"{m:g}x" for m in scaling.multiples)
+    return (
+        f"data-scaling runs (runs.data_scaling, whatever runs.methods lists): {len(runs)} "
+        f"trainings of {', '.join(scaling.methods)} at {multiples} (seeds "
+        f"{', '.join(map(str, scaling.seeds))}), {hours:.0f} GPU-hours of the trainings' "
+        f"{sum(t.gpu_hours for t in planned.cost.trainings):.0f}; -S "
+        "runs.data_scaling.multiples=[] drops them"
+        + (f" (not in runs.methods, so no 1x run: {', '.join(alone)})" if alone else "")
+    )
+
+
+def diagnostics_line(config: Any) -> str:
+    """What the diagnostics stage samples, as the preflight prices it: the counts of
+    :func:`tagrpo.config.evaluation.diagnostics_sampling`."""
+    from tagrpo.config.evaluation import diagnostics_sampling
+    from tagrpo.verl_ext.cost import diagnostics_responses
+
+    settings = config.diagnostics
+    (_, first), *rest = diagnostics_sampling(settings.group_size, settings.n_neighbours)
+    per_checkpoint = settings.questions * settings.responses_per_question
+    total = diagnostics_responses(config)
+    return (
+        f"diagnostics: {settings.questions:,} questions x ({first} responses from q0 + "
+        f"{sum(count for _, count in rest)} from its {len(rest)} neighbours: (N+1) x G and G "
+        f"each, N = {settings.n_neighbours}, G = {settings.group_size}) = {per_checkpoint:,} "
+        f"responses per checkpoint, {total // per_checkpoint} checkpoints (diagnostics.policies "
+        f"x .checkpoints, and the base): {total:,} responses"
+    )
+
+
+def _model_plan(
+    root: Path, request: RerunRequest, model: str, questions: int | None, problems: int | None
+) -> CostPlan:
+    """:func:`cost_plan` of ``request`` with ``base_model.hub.hub_id`` = ``model``."""
+    overrides = [*request.overrides, f"base_model.hub.hub_id={model}"]
+    changed = RerunRequest(request.profile, request.methods, request.seeds, overrides)
+    return cost_plan(root, changed, questions, problems)
+
+
+def paper_totals(plans: Sequence[CostPlan]) -> dict[str, float]:
+    """One DAG per base model, added up: busy and billed GPU-hours (one node's GPUs held
+    through each), wall hours, the outputs' disk with DVC's cache copy and the weights'; the
+    work area is one training's at a time, so its largest."""
+    return {
+        "busy": sum(p.cost.gpu_hours for p in plans),
+        "wall": sum(p.cost.wall_hours(p.gpus, p.vllm_gpus) for p in plans),
+        "billed": sum(p.cost.wall_hours(p.gpus, p.vllm_gpus) * p.gpus for p in plans),
+        "trainings": sum(t.gpu_hours for p in plans for t in p.cost.trainings),
+        "outputs": sum(t.outputs_gb for p in plans for t in p.cost.trainings),
+        "weights": sum(2 * p.arch.parameters / 1e9 for p in plans),
+        "work_area": max(t.peak_gb for p in plans for t in p.cost.trainings),
+    }
+
+
 def render_models(
     root: Path,
     request: RerunRequest,
@@ -432,24 +514,12 @@ def render_models(
     problems: int | None,
 ) -> str:
     """``tagrpo plan --cost --models``: what one run of the profile needs, a column per base
-    model (``base_model.hub.hub_id``), as docs/paper-scale.md shows it."""
+    model (``base_model.hub.hub_id``), and the models together (:func:`paper_totals`: with
+    Table 1's four, the whole paper), as docs/paper-scale.md shows it."""
     from tagrpo.verl_ext.cost import host_memory_gib
 
-    plans = [
-        cost_plan(
-            root,
-            RerunRequest(
-                request.profile,
-                request.methods,
-                request.seeds,
-                [*request.overrides, f"base_model.hub.hub_id={model}"],
-            ),
-            questions,
-            problems,
-        )
-        for model in models
-    ]
-    first = plans[0]
+    plans = [_model_plan(root, request, model, questions, problems) for model in models]
+    first, total = plans[0], paper_totals(plans)
 
     def training(plan: CostPlan, method: str) -> str:
         hours = [
@@ -457,34 +527,46 @@ def render_models(
         ]
         return f"{hours[0]:.1f}" if hours else "-"
 
-    def row(label: str, cell: Any) -> str:
-        return f"| {label} | " + " | ".join(cell(plan) for plan in plans) + " |"
+    def row(label: str, cell: Any, together: str = "") -> str:
+        return f"| {label} | " + " | ".join(cell(plan) for plan in plans) + f" | {together} |"
+
+    def largest(value: Any, form: str) -> str:
+        return f"{max(value(plan) for plan in plans):{form}} (largest)"
 
     card = first.memory.card
     evaluations = len(first.cost.evaluations)
     trainings = len(first.cost.trainings)
+    evaluated = sum(h for p in plans for _, h in p.cost.evaluations)
+    diagnosed = sum(p.cost.diagnostics for p in plans)
     lines = [
-        "| one run of the profile | " + " | ".join(m.split("/")[-1] for m in models) + " |",
-        "|---|" + "---:|" * len(models),
+        "| one run of the profile | "
+        + " | ".join(m.split("/")[-1] for m in models)
+        + f" | the {len(models)} together |",
+        "|---|" + "---:|" * (len(models) + 1),
         row(
             f"memory per card, rollout / update (GiB of {card:g})",
             lambda p: f"{p.memory.rollout:.1f} / {p.memory.update:.1f}",
+            largest(lambda p: max(p.memory.rollout, p.memory.update), ".1f"),
         ),
         row(
             "host RAM per node, at least (GiB)",
             lambda p: f"{host_memory_gib(p.config, p.arch):.0f}",
+            largest(lambda p: host_memory_gib(p.config, p.arch), ".0f"),
         ),
         row(
             "disk: the model's weights from the hub (GB)",
             lambda p: f"{2 * p.arch.parameters / 1e9:.1f}",
+            f"{total['weights']:.1f}",
         ),
         row(
             "disk: a training's verl work area, largest (GB)",
             lambda p: f"{max(t.peak_gb for t in p.cost.trainings):.0f}",
+            f"{total['work_area']:.0f} (largest)",
         ),
         row(
             "disk: the outputs with DVC's cache copy (GB)",
             lambda p: f"{sum(t.outputs_gb for t in p.cost.trainings):,.0f}",
+            f"{total['outputs']:,.0f}",
         ),
         row(
             "GPU-hours: one GRPO / (N+1)xGRPO / TA-GRPO training",
@@ -493,33 +575,55 @@ def render_models(
         row(
             f"GPU-hours: {trainings} trainings",
             lambda p: f"{sum(t.gpu_hours for t in p.cost.trainings):.0f}",
+            f"{total['trainings']:,.0f}",
         ),
         row(
             f"GPU-hours: {evaluations} evaluations + diagnostics",
             lambda p: f"{sum(h for _, h in p.cost.evaluations):.0f} + {p.cost.diagnostics:.0f}",
+            f"{evaluated:.0f} + {diagnosed:.0f}",
         ),
-        row("**GPU-hours, busy**", lambda p: f"**{p.cost.gpu_hours:.0f}**"),
+        row(
+            "**GPU-hours, busy**",
+            lambda p: f"**{p.cost.gpu_hours:.0f}**",
+            f"**{total['busy']:,.0f}**",
+        ),
         row(
             f"wall hours on {first.gpus} GPUs, one stage at a time",
             lambda p: f"{p.cost.wall_hours(p.gpus, p.vllm_gpus):.0f}",
+            f"{total['wall']:,.0f}",
         ),
         row(
             f"GPU-hours billed, {first.gpus} GPUs held throughout",
             lambda p: f"{p.cost.wall_hours(p.gpus, p.vllm_gpus) * p.gpus:,.0f}",
+            f"{total['billed']:,.0f}",
         ),
     ]
     return "\n".join(lines)
 
 
 def _benchmark_problems(root: Path, config: Any) -> int:
-    """Problems over the evaluated benchmarks (evaluate.groups), from the built data."""
+    """Problems over the evaluated benchmarks (evaluate.groups), from the built data: each
+    file the one these params build (its provenance), else refused naming it."""
     import pyarrow.parquet as pq
+
+    from tagrpo.config.data import table_mismatch
 
     names = sorted({name for members in config.evaluate.groups.values() for name in members})
     folder = root / "data" / "processed" / "benchmarks"
     missing = [name for name in names if not (folder / f"{name}.parquet").is_file()]
     if missing:
         raise ValueError(f"benchmarks {missing} are not built: give --problems N")
+    others = [
+        f"{name} ({why})"
+        for name in names
+        if (why := table_mismatch(folder / f"{name}.parquet", config)) is not None
+    ]
+    if others:
+        raise ValueError(
+            f"the benchmarks here are not profile {config.common.profile}'s: "
+            + "; ".join(others)
+            + ": run its data stage first or pass --problems N"
+        )
     limit = config.evaluate.max_questions_per_benchmark
     counts = [pq.ParquetFile(folder / f"{name}.parquet").metadata.num_rows for name in names]
     return sum(count if limit is None else min(count, limit) for count in counts)

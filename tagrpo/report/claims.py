@@ -89,6 +89,10 @@ class Claim:
     # The run's design cannot resolve the claims (V5 fails: the default, a pipeline-and-
     # controls check): the verdict stands, labelled so that no one reads it as a finding.
     underpowered: bool = False
+    # study-v3: a family row not shown either way reads "no effect of the paper's size" when
+    # its 95% interval lies inside +/- this (in the row's unit; rows in points only), else
+    # "undecided" (world v3 and v2: None, "not distinguishable").
+    no_effect_margin: float | None = None
 
     @property
     def in_family(self) -> bool:
@@ -129,7 +133,13 @@ class Claim:
             return "excludes 0: the intervals are too narrow or the seeds differ"
         if np.isnan(self.p_value):
             raise ValueError(f"{self.claim}: a claim without a p-value cannot be adjusted")
-        if self.holm_p >= ALPHA:
+        if self.holm_p >= ALPHA and self.no_effect_margin is not None:
+            inside = -self.no_effect_margin <= self.estimate.low <= self.estimate.high
+            inside = inside and self.estimate.high <= self.no_effect_margin
+            verdict = (
+                "no effect of the paper's size" if inside and self.unit == "points" else "undecided"
+            )
+        elif self.holm_p >= ALPHA:
             verdict = "not distinguishable"
         else:
             verdict = "supported" if self.estimate.value > 0 else "reversed"

@@ -44,7 +44,10 @@ per-question value is a "seed" of that draw (the same crossed model, on the trai
 every probed policy of every draw measured; a question with no labelled response is left out).
 Verdicts: ``supported`` when Holm's adjusted p < 0.05 and the estimate is on the claimed side,
 ``reversed`` on the other side, ``not distinguishable`` otherwise; the TOST row ``equivalent``
-when its Holm-adjusted p < 0.05.
+when its Holm-adjusted p < 0.05. **study-v3** (``FamilySettings.family``, m = 12) adds a twelfth
+row, unanchored TA-GRPO minus GRPO at the primary endpoint, and reads a row that is neither
+supported nor reversed "no effect of the paper's size" when its 95% interval lies inside
++/- ``no_effect_margin`` points, "undecided" otherwise (``preregistration/study-v3.md``).
 """
 
 from __future__ import annotations
@@ -54,7 +57,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from tagrpo.metrics.compare import (
@@ -74,6 +76,7 @@ from tagrpo.metrics.draws import (
 from tagrpo.report.claims import (
     ALPHA,
     BESIDE,
+    CLAIM,
     CONTROL,
     EQUIVALENCE,
     NULL_CONTROL,
@@ -98,6 +101,11 @@ FAMILY = (
     "data_scaling_tost",
 )
 FAMILY_SIZE = len(FAMILY)
+# study-v3's family (preregistration/study-v3.yaml, study.holm_family): world v3's rows and a
+# twelfth, unanchored TA-GRPO (the authors' code) against GRPO at the primary endpoint.
+STUDY_FAMILY = (*FAMILY, "unanchored_vs_grpo")
+STUDY_FAMILY_SIZE = len(STUDY_FAMILY)
+UNANCHORED = "ta_grpo_unanchored"
 # The matched and ablation baselines of rows 5-9, in that order.
 BASELINES = (
     ("grpo_ds", "GRPO with dynamic sampling", ""),
@@ -142,6 +150,11 @@ class FamilySettings:
     equivalence_margin: float = 0.02
     min_seeds_per_arm: int = 2
     scaled: tuple[str, float] | None = None
+    # "v3" (world v3's 11 rows) or "study-v3" (its 12: the unanchored row added, and the
+    # verdict "no effect of the paper's size" for rows whose 95% interval lies inside
+    # +/- no_effect_margin, in points).
+    family: str = "v3"
+    no_effect_margin: float | None = None
 
 
 def _seed_counts(sides: Sequence[Sequence[SeedRuns]]) -> str:
@@ -269,7 +282,25 @@ def build_v3_claims(draws: Mapping[str, DrawInputs], settings: FamilySettings) -
     ]
     claims += _diversity_rows(inputs, row, updates(TA))
     claims.append(_tost_row(inputs, settings, ta, free_form, free_label, row, updates))
-    return adjust(_ordered(claims))
+    if settings.family == "study-v3":
+        claims.append(
+            row(
+                f"Unanchored TA-GRPO (the authors' code) beats GRPO at pass@{k}",
+                f"pass@{k}, {UNANCHORED} minus GRPO, {primary_label}",
+                versus(UNANCHORED, "grpo", primary_members, k),
+                updates=f"{updates(UNANCHORED)} / {updates('grpo')}",
+            )
+        )
+    elif settings.family != "v3":
+        raise ValueError(f"unknown claims family {settings.family!r} (v3, study-v3)")
+    claims = adjust(_ordered(claims, settings.family))
+    if settings.no_effect_margin is not None:
+        margin = float(settings.no_effect_margin)
+        claims = [
+            replace(c, no_effect_margin=margin) if c.in_family and c.kind != EQUIVALENCE else c
+            for c in claims
+        ]
+    return claims
 
 
 def _aa(grpo: list[SeedRuns], members: Sequence[str], k: int) -> Callable:
@@ -421,152 +452,19 @@ def _tost_row(
     return made
 
 
-def _ordered(claims: list[Claim]) -> list[Claim]:
+def _ordered(claims: list[Claim], family_name: str = "v3") -> list[Claim]:
     """The table's order: the controls, then the family in its registered order with each
     "beside" row after the family row it belongs to (the list is built in that order; this
-    checks it)."""
+    checks it): the TOST row last of world v3's rows, study-v3's unanchored row after it."""
+    size = STUDY_FAMILY_SIZE if family_name == "study-v3" else FAMILY_SIZE
     family = [claim for claim in claims if claim.in_family]
-    if len(family) != FAMILY_SIZE:
-        raise AssertionError(f"the v3 family has {len(family)} rows, registered {FAMILY_SIZE}")
+    if len(family) != size:
+        raise AssertionError(f"the {family_name} family has {len(family)} rows, registered {size}")
     kinds = [claim.kind for claim in claims]
-    if kinds[:2] != [CONTROL, NULL_CONTROL] or kinds[-1] != EQUIVALENCE:
-        raise AssertionError(f"the v3 claims table is out of order: {kinds}")
+    tail = [EQUIVALENCE, CLAIM] if family_name == "study-v3" else [EQUIVALENCE]
+    if kinds[:2] != [CONTROL, NULL_CONTROL] or kinds[-len(tail) :] != tail:
+        raise AssertionError(f"the {family_name} claims table is out of order: {kinds}")
     return claims
-
-
-# --------------------------------------------------------------------------- inputs
-
-
-def diagnostic_measures(
-    samples: pd.DataFrame | None,
-    distances: pd.DataFrame | None,
-    policies: Sequence[str],
-    checkpoint: str,
-    group: int,
-    neighbours: int,
-) -> dict[str, SeedRuns]:
-    """The per-(policy, question) measures of rows 1, 2 and 10 and the embedding distance,
-    from the diagnostics stage's samples (``diagnostics/samples.parquet``) and distances
-    (``plots/diagnostics/distances.csv``) of ``policies`` at ``checkpoint`` (its label, e.g.
-    ``100%``); one "seed" per policy. A policy missing there is an error naming it."""
-    from tagrpo.evaluation.vanishing_diversity import question_groups
-
-    if samples is None or not policies:
-        return {}
-    per_measure: dict[str, list[pd.Series]] = {}
-    for policy in policies:
-        part = samples[(samples["policy"] == policy) & (samples["checkpoint"] == checkpoint)]
-        if part.empty:
-            raise ValueError(f"the diagnostics' samples have no {policy} at {checkpoint}")
-        wide = question_groups(part, group, neighbours).pivot(
-            index="question_id", columns="grouping", values="identical"
-        )
-        per_measure.setdefault(IDENTICAL_SIZE_MATCHED, []).append(
-            wide["original_N1G"] - wide["joint"]
-        )
-        per_measure.setdefault(IDENTICAL_AS_DRAWN, []).append(wide["original"] - wide["joint"])
-        entropy = strategy_entropy_difference(part, group)
-        if entropy is not None:
-            per_measure.setdefault(STRATEGY_ENTROPY, []).append(entropy)
-        if distances is not None:
-            chosen = distances[(distances["policy"] == policy) & (distances["label"] == checkpoint)]
-            if chosen.empty:
-                raise ValueError(f"the diagnostics' distances have no {policy} at {checkpoint}")
-            per_measure.setdefault(EMBEDDING_DISTANCE, []).append(
-                _neighbours_minus_q0(chosen, "mean_distance")
-            )
-    return {name: _as_runs(series) for name, series in per_measure.items()}
-
-
-def _neighbours_minus_q0(frame: pd.DataFrame, column: str) -> pd.Series:
-    """Per question: the mean over its neighbours (``variant`` > 0) minus q0's (variant 0)."""
-    original = frame[frame["variant"] == 0].groupby("question_id")[column].mean()
-    neighbour = frame[frame["variant"] > 0].groupby("question_id")[column].mean()
-    return (neighbour - original.reindex(neighbour.index)).reindex(
-        original.index.union(neighbour.index)
-    )
-
-
-def strategy_entropy_difference(samples: pd.DataFrame, group: int) -> pd.Series | None:
-    """Per training question: the strategy entropy (bits) of each neighbour's first G responses,
-    averaged over the neighbours that have a labelled response, minus that of q0's first G
-    responses (the same size, so the plug-in bias is the same); NaN where either side has no
-    response on a known path. Each response's path is read against the problem parsed from
-    q0's text (a rephrasing is the same problem). None when the texts are not mini-world
-    problems (no solution paths to read)."""
-    from tagrpo.metrics.testbed import strategy_entropy
-    from tagrpo.miniworld.solver import parse_problem
-    from tagrpo.miniworld.strategy import strategy_of
-
-    first = samples[samples["sample_index"] < group]
-    texts = first[first["variant"] == 0].groupby("question_id")["prompt"].first()
-    problems = {question: parse_problem(text) for question, text in texts.items()}
-    if not problems or any(problem is None for problem in problems.values()):
-        return None
-    labels = [
-        strategy_of(problems[question], response)
-        for question, response in zip(first["question_id"], first["response"], strict=True)
-    ]
-    # strategy_entropy groups by (benchmark, question_id): the variant stands in for the
-    # benchmark, so each (variant, question) group of G responses gets its own entropy.
-    labelled = first.assign(strategy=labels, benchmark=first["variant"].astype(str))
-    table = strategy_entropy(labelled[["benchmark", "question_id", "strategy"]])
-    if table is None or table.empty:
-        return pd.Series(np.nan, index=sorted(problems), dtype=float)
-    table = table.rename(columns={"benchmark": "variant"}).astype({"variant": int})
-    return _neighbours_minus_q0(table, "entropy_bits").reindex(sorted(problems))
-
-
-def _as_runs(series: Sequence[pd.Series]) -> SeedRuns:
-    """Per-policy series over questions as one-k :class:`SeedRuns` (NaN where unmeasured)."""
-    questions = sorted(set().union(*(s.index for s in series)))
-    values = np.stack([s.reindex(questions).to_numpy(dtype=float) for s in series])
-    index = pd.MultiIndex.from_arrays([[QUESTIONS] * len(questions), questions])
-    return SeedRuns(values[:, :, None], index, (0,))
-
-
-def load_draw_inputs(config: Any, root: Path) -> DrawInputs:
-    """One built checkout's :class:`DrawInputs` (``config``: its params): every method's
-    evaluations over its seeds, the base's, the data-scaling runs', the diagnostics of its
-    TA-GRPO policies at their last checkpoint and the optimiser updates. A missing output of a
-    run the params train is an error naming it."""
-    from tagrpo.plumbing.layout import BASE_POLICY, diagnostics_outputs, policy_name
-    from tagrpo.report.claims import load_policy_runs, load_seed_runs
-    from tagrpo.report.training import load_training_summaries, updates_by_method
-
-    ks = config.evaluate.ks
-    runs = config.runs
-    loaded = load_seed_runs(root, {m: runs.seeds_of(m) for m in runs.all_methods()}, ks)
-    base = load_policy_runs(root, [BASE_POLICY], ks)
-    scaling = runs.data_scaling
-    scaled = {
-        (method, float(multiple)): load_policy_runs(
-            root, [policy_name(method, seed, multiple) for seed in scaling.seeds], ks
-        )
-        for method in scaling.methods
-        for multiple in scaling.multiples
-    }
-    settings = config.diagnostics
-    policies = [p for p in settings.policies if p.rpartition("-s")[0] == TA]
-    paths = diagnostics_outputs()
-    samples_path, distances_path = root / paths["samples"], root / paths["distances"]
-    diagnostics: dict[str, SeedRuns] = {}
-    if policies and samples_path.exists():
-        columns = ["question_id", "variant", "sample_index", "prompt", "response", "reward",
-                   "policy", "checkpoint"]  # fmt: skip
-        samples = pd.read_parquet(samples_path, columns=columns)
-        distances = pd.read_csv(distances_path) if distances_path.exists() else None
-        last = max(settings.checkpoints, key=lambda name: int(name.removeprefix("checkpoint-")))
-        diagnostics = diagnostic_measures(
-            samples,
-            distances,
-            policies,
-            f"{int(last.removeprefix('checkpoint-'))}%",  # the stage's checkpoint label
-            settings.group_size,
-            settings.n_neighbours,
-        )
-    updates = updates_by_method(load_training_summaries(root, runs.policies()))
-    return DrawInputs(loaded, base, scaled, diagnostics, updates)
 
 
 def family_settings(config: Any, primary: tuple[str, Sequence[str]]) -> FamilySettings:
@@ -588,7 +486,8 @@ def family_settings(config: Any, primary: tuple[str, Sequence[str]]) -> FamilySe
 
 def registered_family(path: Path | None) -> str:
     """Which claims family a run's pre-registration names: ``v3`` for world v3's layout
-    (``version: 3``, m = 11), ``v2`` for world v2's (``version: 1``, m = 10) or none; the
+    (``version: 3``, m = 11), ``study-v3`` for the study's re-registration (``version: 4``,
+    m = 12), ``v2`` for world v2's (``version: 1``, m = 10) or none; the
     registered family's length must match the code's (an error naming the file otherwise)."""
     import yaml
 
@@ -598,9 +497,11 @@ def registered_family(path: Path | None) -> str:
         return "v2"
     document = yaml.safe_load(path.read_text(encoding="utf-8"))
     version = document.get("version") if isinstance(document, dict) else None
-    sizes = {1: ("v2", V2_FAMILY_SIZE), 3: ("v3", FAMILY_SIZE)}
+    sizes = {1: ("v2", V2_FAMILY_SIZE), 3: ("v3", FAMILY_SIZE), 4: ("study-v3", STUDY_FAMILY_SIZE)}
     if version not in sizes:
-        raise ValueError(f"{path}: version {version!r} names no claims family (1: v2, 3: v3)")
+        raise ValueError(
+            f"{path}: version {version!r} names no claims family (1: v2, 3: v3, 4: study-v3)"
+        )
     name, size = sizes[version]
     registered = len(document["study"]["holm_family"])
     if registered != size:
@@ -611,12 +512,11 @@ def registered_family(path: Path | None) -> str:
 __all__ = [
     "FAMILY",
     "FAMILY_SIZE",
+    "STUDY_FAMILY",
+    "STUDY_FAMILY_SIZE",
     "DrawInputs",
     "FamilySettings",
     "build_v3_claims",
-    "diagnostic_measures",
     "family_settings",
-    "load_draw_inputs",
     "registered_family",
-    "strategy_entropy_difference",
 ]

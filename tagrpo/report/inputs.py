@@ -110,6 +110,11 @@ def preregistration_line(config: Params, root: Path) -> str:
     relative = config.report.preregistration
     if relative is None:
         return "No pre-registration (`report.preregistration: null`)."
+    return registration_line(root, relative)
+
+
+def registration_line(root: Path, relative: str) -> str:
+    """A pre-registration file's line: its path, SHA-256 and the commit that last changed it."""
     path = root / relative
     if not path.is_file():
         raise FileNotFoundError(f"report.preregistration: {path} does not exist")

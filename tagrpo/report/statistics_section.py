@@ -25,7 +25,8 @@ from tagrpo.report.claims import (
     score_table,
     underpowered,
 )
-from tagrpo.report.family import build_v3_claims, family_settings, load_draw_inputs
+from tagrpo.report.family import build_v3_claims, family_settings
+from tagrpo.report.family_inputs import load_draw_inputs
 from tagrpo.report.inputs import (
     claims_family,
     draw_label,

@@ -47,7 +47,7 @@ from __future__ import annotations
 import argparse
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +59,12 @@ from tagrpo.metrics.draws import draw_paired_difference, draw_score_with_interva
 from tagrpo.plumbing.markdown import markdown_table
 from tagrpo.report.claims import Claim, claims_table, underpowered
 from tagrpo.report.family import (
-    FAMILY_SIZE,
     DrawInputs,
     FamilySettings,
     build_v3_claims,
     family_settings,
-    load_draw_inputs,
 )
+from tagrpo.report.family_inputs import load_draw_inputs
 from tagrpo.report.study_checkouts import Study, parse_runs, read_study, registration_deviations
 from tagrpo.report.study_power import power_markdown
 
@@ -169,7 +168,11 @@ def analyse(study: Study) -> StudyResult:
     first_label = next(iter(study.configs))
     first = study.configs[first_label]
     root0 = study.checkouts[first_label]
-    settings: FamilySettings = family_settings(first, primary_benchmarks(first))
+    settings: FamilySettings = replace(
+        family_settings(first, primary_benchmarks(first)),
+        family=study.family,
+        no_effect_margin=study.no_effect_margin,
+    )
     inputs = {
         label: load_draw_inputs(study.configs[label], root)
         for label, root in study.checkouts.items()
@@ -177,7 +180,10 @@ def analyse(study: Study) -> StudyResult:
     claims = build_v3_claims(inputs, settings)
     per_draw = {label: build_v3_claims({label: draw}, settings) for label, draw in inputs.items()}
     validity = {label: recomputed_rows(root) for label, root in study.checkouts.items()}
-    v5 = v5_over_draws(claims, len(inputs), run_bands(first, root0).max_half_width)
+    target = (
+        study.v5_target if study.v5_target is not None else run_bands(first, root0).max_half_width
+    )
+    v5 = v5_over_draws(claims, len(inputs), target)
     if v5["verdict"] != "PASS":
         claims = underpowered(claims)
     benchmarks = sorted(first.benchmark_names())
@@ -320,7 +326,7 @@ def study_markdown(
     study: Study, result: StudyResult, command: str, deviations: Sequence[str]
 ) -> tuple[str, str, dict[str, pd.DataFrame]]:
     """The study report (markdown), the claims table alone, and the CSV tables by name."""
-    from tagrpo.report.inputs import preregistration_line
+    from tagrpo.report.inputs import preregistration_line, registration_line
 
     first_label = next(iter(study.configs))
     first = study.configs[first_label]
@@ -330,14 +336,23 @@ def study_markdown(
     group = first.report.primary_group or "every free-form benchmark"
     seeds = {m: len(first.runs.seeds_of(m)) for m in first.runs.all_methods()}
     registered = study.registration["study"]
+    family_rows = sum(claim.in_family for claim in result.claims)
+    size = study.registration.get("size") or {}
+    registered_draws = (
+        (registered.get("base_draws"), registered.get("seeds_per_draw"))
+        if study.family == "v3"
+        else (size.get("draws"), size.get("seeds_per_draw"))
+    )
     validity_text, validity_long = _validity_markdown(result.validity, result.v5)
     per_draw_text, per_draw_long = per_draw_table(result.per_draw)
     claims = claims_table(result.claims)
     ks = sorted({1, k})
-    header = [
-        "# The decisive study of world v3: the paper's claims over base draws",
-        "",
-    ]
+    title = (
+        "# The decisive study of world v3: the paper's claims over base draws"
+        if study.family == "v3"
+        else "# The study (study-v3): the paper's claims over the main study's base draws"
+    )
+    header = [title, ""]
     if deviations:
         header += [
             "**EXPLORATORY: not the pre-registered study.** It departs from the "
@@ -358,14 +373,16 @@ def study_markdown(
             f"Made by `{command}` (tagrpo.report.study) from {draws} built checkout(s), one per "
             "base draw; every number below is computed from their stage outputs.",
             "",
-            preregistration_line(first, root0),
+            preregistration_line(first, root0)
+            if study.family == "v3"
+            else registration_line(Path("."), study.registration_path),
             "",
             "## Design",
             "",
             f"World seed {first.data.synthetic.seed}; base draws (SFT seeds) "
             + ", ".join(str(c.base_model.warmstart.seed) for c in study.configs.values())
             + " (registered: "
-            + f"{registered.get('base_draws')}, seeds per draw {registered.get('seeds_per_draw')}"
+            + f"{registered_draws[0]}, seeds per draw {registered_draws[1]}"
             + "). Seeds per draw: "
             + ", ".join(f"{m} {n}" for m, n in seeds.items())
             + "; data-scaling runs: "
@@ -396,7 +413,7 @@ def study_markdown(
             "(pre-registration amendment 1); p-values and the TOST use the effective degrees "
             "of freedom of that width. The negative control and the A/A null (GRPO's seeds "
             "split in two within each draw) come first, outside the family; the family of "
-            f"{FAMILY_SIZE} rows follows in the registered order, adjusted by Holm (a row not "
+            f"{family_rows} rows follows in the registered order, adjusted by Holm (a row not "
             "run or not measurable counts with p = 1 and reads not supported). Rows marked "
             "*outside the family* are reported beside their family row, unadjusted."
             + conditional
@@ -494,7 +511,31 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="the study folder (default reports/profiles/study); with --power a markdown file "
         "(default: print)",
     )  # fmt: skip
+    parser.add_argument(
+        "--size", action="store_true",
+        help="study-v3's size rule: the main study's D and S from the pilot's committed records "
+        "(reports/study/pilot/draw*/; default out reports/study/size.md)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pilot", action="store_true",
+        help="the study's internal pilot from its committed records (reports/study/pilot/draw*/; "
+        "default out reports/study/pilot.md)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--main", action="store_true",
+        help="the study (study-v3): every family row over the main study's committed draw "
+        "records (reports/study/main/draw*/; default out reports/study/main-report)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.main:
+        _main_study(args.out or Path("reports/study/main-report"), args.exploratory)
+        return
+    if args.pilot:
+        _pilot(args.out or Path("reports/study/pilot.md"))
+        return
+    if args.size:
+        _size(args.out or Path("reports/study/size.md"))
+        return
     try:
         checkouts = parse_runs(args.run)
     except (ValueError, FileNotFoundError) as error:
@@ -521,6 +562,81 @@ def main(argv: Sequence[str] | None = None) -> None:
         study, result, args.out or Path("reports/profiles/study"), command, deviations
     )
     print(f"{report}: V5 over the draws {result.v5['verdict']}")
+
+
+def _main_study(out: Path, exploratory: bool) -> None:
+    """study-v3's analysis of the main study's records, under study-v3.yaml (its size fixes
+    the draws); a departure from the registration is an error, or with ``--exploratory`` a
+    listed deviation under a report that says so."""
+    import yaml
+
+    from tagrpo.report.study_checkouts import read_records, study_v3_deviations
+
+    path = Path("preregistration/study-v3.yaml")
+    registration = yaml.safe_load(path.read_text())
+    size = registration.get("size")
+    if not size:
+        raise SystemExit(f"{path} has no size yet: the main study has not been sized (--size)")
+    seeds = registration["main"]["base_draws_in_order"][: int(size["draws"])]
+    records = {f"draw{s}": Path("reports/study/main") / f"draw{s}" for s in seeds}
+    missing = [str(r) for r in records.values() if not (r / "DRAW.json").exists()]
+    if missing and not exploratory:
+        raise SystemExit(f"the main study is not finished: no record in {', '.join(missing)}")
+    present = {label: r for label, r in records.items() if (r / "DRAW.json").exists()}
+    if not present:
+        raise SystemExit("no main-study draw is recorded yet (make study)")
+    study = read_records(present, path)
+    deviations = study_v3_deviations(registration, study.configs)
+    deviations += [f"{m}: not recorded (the analysis is interim)" for m in missing]
+    if deviations and not exploratory:
+        raise SystemExit("the records are not the registered study:\n- " + "\n- ".join(deviations))
+    command = "python -m tagrpo.report.study --main" + (" --exploratory" if deviations else "")
+    result = analyse(study)
+    report = write_study(study, result, out, command, deviations)
+    print(f"{report}: V5 over the draws {result.v5['verdict']}")
+
+
+def _pilot_records() -> tuple[dict[str, Any], list[Path]]:
+    import yaml
+
+    registration = yaml.safe_load(Path("preregistration/study-v3.yaml").read_text())
+    records = [
+        Path("reports/study/pilot") / f"draw{seed}" for seed in registration["pilot"]["base_draws"]
+    ]
+    return registration, records
+
+
+def _pilot(out: Path) -> None:
+    """The pilot's report from the records committed so far."""
+    from tagrpo.report.study_pilot import pilot_markdown
+
+    registration, records = _pilot_records()
+    text = pilot_markdown(records, registration, "python -m tagrpo.report.study --pilot")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n", encoding="utf-8")
+    print(f"{out}: {sum((r / 'DRAW.json').exists() for r in records)} of {len(records)} draws")
+
+
+def _size(out: Path) -> None:
+    """study-v3's size rule on the pilot's records; the ``size`` section it chooses, printed."""
+    import yaml
+
+    from tagrpo.report.study_size import size_markdown
+
+    registration, records = _pilot_records()
+    missing = [str(r) for r in records if not (r / "DRAW.json").exists()]
+    if missing:
+        raise SystemExit(
+            f"the pilot is not finished: no record in {', '.join(missing)} (make study)"
+        )
+    text, chosen = size_markdown(
+        records, registration, Path("."), "python -m tagrpo.report.study --size"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n", encoding="utf-8")
+    print(text)
+    print("\nstudy-v3.yaml's `size`, to commit before any main draw:")
+    print(yaml.safe_dump({"size": {**chosen, "table": str(out)}}, sort_keys=False))
 
 
 if __name__ == "__main__":

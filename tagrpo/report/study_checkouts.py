@@ -223,6 +223,11 @@ class Study:
     registration: dict[str, Any]
     digest: str
     provenances: dict[str, Provenance] = field(default_factory=dict)
+    # The claims family and its reading (world v3's: "v3", no "no effect" verdict, V5 from the
+    # run's bands; study-v3's records: "study-v3", its margin and its V5 bound).
+    family: str = "v3"
+    no_effect_margin: float | None = None
+    v5_target: float | None = None
 
 
 def read_study(checkouts: Mapping[str, Path]) -> Study:
@@ -265,4 +270,107 @@ def read_study(checkouts: Mapping[str, Path]) -> Study:
         registration=registration,
         digest=next(iter(digests.values())),
         provenances={label: provenance(root, relative) for label, root in checkouts.items()},
+    )
+
+
+def study_v3_seed_counts(rules: Mapping[str, Any], seeds_per_draw: int) -> dict[str, int]:
+    """The seeds per draw study-v3.yaml's ``main.runs`` gives each method for S seeds (its
+    formulas, ``S`` and ``max(S, n)``, evaluated)."""
+    counts = {}
+    for method, rule in rules.items():
+        text = str(rule).replace(" ", "")
+        if text == "S":
+            counts[method] = seeds_per_draw
+        elif text.startswith("max(S,") and text.endswith(")"):
+            counts[method] = max(seeds_per_draw, int(text[len("max(S,") : -1]))
+        else:
+            counts[method] = int(text)
+    return counts
+
+
+def study_v3_deviations(registration: Mapping[str, Any], configs: Mapping[str, Any]) -> list[str]:
+    """Where the main study's records depart from study-v3.yaml: its draws (the first D of the
+    registered order), each method's seeds per draw (``main.runs`` at S), the world, the
+    primary endpoint and the competition benchmark."""
+    size = registration.get("size")
+    if not size:
+        return ["study-v3.yaml has no size: the main study's D and S are not fixed"]
+    draws, seeds = int(size["draws"]), int(size["seeds_per_draw"])
+    deviations = []
+    registered = sorted(registration["main"]["base_draws_in_order"][:draws])
+    run = sorted(c.base_model.warmstart.seed for c in configs.values())
+    if run != registered:
+        deviations.append(f"base draws {run} recorded, {registered} registered")
+    counts = study_v3_seed_counts(registration["main"]["runs"], seeds)
+    for label, config in configs.items():
+        runs = config.runs
+        for method, count in counts.items():
+            if method.startswith("grpo_data"):
+                multiple = float(method.removeprefix("grpo_data").removesuffix("x"))
+                have = (
+                    len(runs.data_scaling.seeds)
+                    if "grpo" in runs.data_scaling.methods
+                    and multiple in runs.data_scaling.multiples
+                    else 0
+                )
+            else:
+                have = len(runs.seeds_of(method)) if method in runs.all_methods() else 0
+            if have != count:
+                deviations.append(f"{label}: {method} has {have} seeds, {count} registered")
+        if config.data.synthetic.seed != registration["world_seed"]:
+            deviations.append(f"{label}: world seed {config.data.synthetic.seed}")
+        endpoint = registration["primary_endpoint"]
+        if (config.report.primary_group, config.report.primary_k) != (
+            endpoint["group"],
+            int(endpoint["k"]),
+        ):
+            deviations.append(f"{label}: another primary endpoint than the registered one")
+        name = registration["benchmark"]["name"]
+        spec = config.data.synthetic.benchmarks.get(name)
+        if spec is None or spec.size != registration["benchmark"]["spec"]["size"]:
+            deviations.append(f"{label}: no {name} benchmark of the registered size")
+    return deviations
+
+
+def read_records(records: Mapping[str, Path], registration_path: Path) -> Study:
+    """The main study's committed draw records (reports/study/main/draw<seed>/) as a
+    :class:`Study` under study-v3's registration: one experiment (the params equal but for the
+    draw and where runs execute), distinct draws; each record's provenance from its DRAW.json
+    (the commit its phase ran) and its dvc.lock."""
+    import json
+
+    import yaml
+
+    from tagrpo.config.params import read_yaml_mapping, validate_params
+
+    raw = {label: read_yaml_mapping(root / "params.yaml") for label, root in records.items()}
+    configs = {label: validate_params(values, label) for label, values in raw.items()}
+    differences = experiment_differences(raw)
+    if differences:
+        raise ValueError("the draws are not one experiment:\n" + "\n".join(differences))
+    seeds = [config.base_model.warmstart.seed for config in configs.values()]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"two records are the same base draw: {seeds}")
+    registration = yaml.safe_load(registration_path.read_text(encoding="utf-8"))
+    provenances = {}
+    for label, root in records.items():
+        draw = json.loads((root / "DRAW.json").read_text())
+        lock = root / "dvc.lock"
+        provenances[label] = Provenance(
+            head=str(draw["commit"]),
+            dirty=False,
+            registration_commit=str(draw["commit"]),
+            registration_clean=True,
+            lock_sha256=hashlib.sha256(lock.read_bytes()).hexdigest() if lock.is_file() else None,
+        )
+    return Study(
+        checkouts=dict(records),
+        configs=configs,
+        registration_path=str(registration_path),
+        registration=registration,
+        digest=hashlib.sha256(registration_path.read_bytes()).hexdigest(),
+        provenances=provenances,
+        family="study-v3",
+        no_effect_margin=float(registration["study"]["no_effect_margin"]),
+        v5_target=float(registration["study"]["v5_max_half_width"]),
     )

@@ -3,6 +3,7 @@ benchmarks in the normalised schema, and count every row (rows in = kept + rejec
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,23 +95,32 @@ def count_table(sources: Sources) -> dict[str, Any]:
     return {"sources": per_source, "total": totals}
 
 
-def write_processed(out_dir: Path, sources: Sources, extra_seed: int) -> list[Any]:
+def write_processed(
+    out_dir: Path,
+    sources: Sources,
+    extra_seed: int,
+    provenance: Mapping[str, dict[str, Any]] | None = None,
+) -> list[Any]:
     """``train.parquet``, ``train_verl.parquet``, ``extra.parquet`` (the data-scaling pool,
     in a seeded order: its chunks are fixed by the seed), ``benchmarks/<name>.parquet`` and
-    ``rejections.parquet`` under ``out_dir``; returns the training questions."""
+    ``rejections.parquet`` under ``out_dir``; returns the training questions. ``provenance``:
+    per table (``"train"``, a benchmark's name) what it records of its making
+    (:func:`tagrpo.config.data.table_provenance`)."""
+    made = provenance or {}
     from tagrpo.data.verl_format import write_verl_parquet
 
     (out_dir / "benchmarks").mkdir(parents=True, exist_ok=True)
     train_questions = [q for result in sources.train for q in result.questions]
     if not train_questions:
         raise ValueError("no training question was kept: see the rejections by reason above")
-    write_questions(train_questions, str(out_dir / "train.parquet"))
+    write_questions(train_questions, str(out_dir / "train.parquet"), made.get("train"))
     write_verl_parquet(train_questions, str(out_dir / "train_verl.parquet"))
     extra = [q for result in sources.extra for q in result.questions]
     order = np.random.default_rng(extra_seed).permutation(len(extra))
     write_questions([extra[i] for i in order], str(out_dir / "extra.parquet"))
     for name, result in sources.benchmarks.items():
-        write_questions(result.questions, str(out_dir / "benchmarks" / f"{name}.parquet"))
+        path = str(out_dir / "benchmarks" / f"{name}.parquet")
+        write_questions(result.questions, path, made.get(name))
     results = [*sources.train, *sources.extra, *sources.benchmarks.values()]
     rejections = [r for result in results for r in result.rejections]
     write_rejections(rejections, str(out_dir / "rejections.parquet"))

@@ -287,17 +287,46 @@ def host_memory_gib(config: Params, arch: Architecture) -> float:
     return (checkpoint + reference + export) / GIB + verl.n_gpus_per_node * gpu.host_per_gpu_gib
 
 
-def training_questions(config: Params, root: Path) -> int | None:
-    """Questions in the 1x training set: ``train.input``'s rows where it is built (at most
-    ``train.questions``), else ``train.questions`` (None: not known yet)."""
-    path = Path(root) / config.train.input
-    limit = config.train.questions
-    if path.is_file():
-        import pyarrow.parquet as pq
+def scaled_questions(questions: int, multiple: float) -> int:
+    """Questions a data-scaling run at ``multiple`` trains on: the 1x set and
+    ``(multiple - 1)`` x its size from the pool."""
+    return questions + round((multiple - 1.0) * questions)
 
+
+def training_questions(config: Params, root: Path) -> int | None:
+    """Questions in the 1x training set of ``config``: the rows of ``train.input`` or, before
+    the check_equivalence stage, of the data stage's training split (at most
+    ``rephrase.max_questions``), where that table is the one these params build, at most
+    ``train.questions``; where neither is built, ``train.questions`` (None: not known).
+    ValueError where the tables built are another profile's (a checkout that ran the default
+    holds the mini world's): never counts another experiment's questions."""
+    import pyarrow.parquet as pq
+
+    from tagrpo.config.data import table_mismatch, training_source
+    from tagrpo.plumbing.layout import data_outputs
+
+    split = data_outputs().outs["processed"] / "train.parquet"
+    refused = []
+    for table, limit in (
+        (Path(config.train.input), None),
+        (split, config.rephrase.max_questions),
+    ):
+        path = Path(root) / table
+        if not path.is_file():
+            continue
         rows = pq.ParquetFile(path).metadata.num_rows
-        return rows if limit is None else min(rows, limit)
-    return limit
+        why = table_mismatch(path, config)
+        if why is not None:
+            refused.append(f"{table} ({rows:,} questions): {why}")
+            continue
+        rows = rows if limit is None else min(rows, limit)
+        return rows if config.train.questions is None else min(rows, config.train.questions)
+    if refused:
+        raise ValueError(
+            f"the training table here is not profile {config.common.profile}'s, which trains "
+            f"on {training_source(config)}: " + "; ".join(refused) + "; run its data stage first"
+        )
+    return config.train.questions
 
 
 # -- compute, tokens, disk --
@@ -483,13 +512,31 @@ def run_lines(
     return lines
 
 
-def diagnostics_gpu_hours(config: Params, arch: Architecture) -> float:
-    """The diagnostics stage's sampling: G responses to q0 and to each of N rephrasings of
-    ``diagnostics.questions`` questions, at each checkpoint of each policy (and the base)."""
+def diagnostics_responses(config: Params) -> int:
+    """Responses the diagnostics stage samples: its (2N+1) x G per question
+    (:func:`tagrpo.config.evaluation.diagnostics_sampling`) for ``diagnostics.questions``
+    questions, at each checkpoint of each policy (and the base)."""
     settings = config.diagnostics
-    points = len(settings.policies) * len(settings.checkpoints) + int(settings.include_base)
-    prompts = settings.questions * (settings.n_neighbours + 1) * points
-    return _vllm_gpu_hours(config, prompts, settings.group_size, settings.max_new_tokens, arch)
+    return settings.questions * settings.responses_per_question * _diagnostics_points(config)
+
+
+def _diagnostics_points(config: Params) -> int:
+    """Checkpoints the diagnostics stage probes: each of each policy's, and the base."""
+    settings = config.diagnostics
+    return len(settings.policies) * len(settings.checkpoints) + int(settings.include_base)
+
+
+def diagnostics_gpu_hours(config: Params, arch: Architecture) -> float:
+    """The diagnostics stage's sampling, as it samples (:func:`diagnostics_responses`): each
+    prompt variant's prefill once per question and checkpoint, and its responses."""
+    from tagrpo.config.evaluation import diagnostics_sampling
+
+    settings = config.diagnostics
+    prompts = settings.questions * _diagnostics_points(config)
+    return sum(
+        _vllm_gpu_hours(config, prompts, count, settings.max_new_tokens, arch)
+        for _, count in diagnostics_sampling(settings.group_size, settings.n_neighbours)
+    )
 
 
 def profile_model(config: Params, root: Path) -> str:
@@ -538,8 +585,8 @@ def profile_cost(
     trainings, evaluations = [], []
     for name, kind, method, multiple in stages:
         if kind == "train":
-            extra = round((multiple - 1.0) * questions)
-            trainings.append(training_cost(config, method, name, questions + extra, arch))
+            scaled = scaled_questions(questions, multiple)
+            trainings.append(training_cost(config, method, name, scaled, arch))
         else:
             evaluations.append((name, evaluation_gpu_hours(config, problems, arch)))
     return ProfileCost(trainings, evaluations, diagnostics_gpu_hours(config, arch))

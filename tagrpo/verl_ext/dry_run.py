@@ -43,6 +43,23 @@ def evaluation_lines(config: Params) -> list[str]:
     return [f"# evaluate: {key} = {value}" for key, value in evaluation_settings(config).items()]
 
 
+def preflight_lines(
+    config: Params, method: str, policy: str, model: str, root: Path, multiple: float = 1.0
+) -> list[str]:
+    """The dry run's preflight (:func:`run_lines`) over this profile's training set at
+    ``multiple`` (a data-scaling run's), or first a line saying why its cost is not estimated
+    (the table here is another profile's)."""
+    from tagrpo.verl_ext.cost import run_lines, scaled_questions, training_questions
+
+    try:
+        questions = training_questions(config, root)
+    except ValueError as error:
+        return [f"# cost: not estimated: {error}", *run_lines(config, method, policy, model, None)]
+    if questions is not None:
+        questions = scaled_questions(questions, multiple)
+    return run_lines(config, method, policy, model, questions)
+
+
 def dry_run_text(
     config: Params, method: str, seed: int, root: Path, model: str, questions: int | None = None
 ) -> str:

@@ -1,0 +1,187 @@
+"""The study as one Prefect flow (``make study``; ``preregistration/study-v3.md``, "Execution"):
+the pilot's draws, then the main study's once its size is committed, at most ``--jobs`` draws
+side by side (Prefect's thread-pool task runner with that concurrency limit), each a task that
+builds one draw's checkout with ``dvc repro`` and commits its record
+(:mod:`tagrpo.pipeline.study_run`). A progress line every ``--every`` seconds: draws done of
+total, each running draw's stages and the time left at its pace.
+
+Run again after a kill, a reboot or a lost session, it resumes: recorded draws are skipped,
+a draw with a checkout resumes where its dvc.lock stands (DVC reruns nothing finished), and
+``dvc repro`` and its stages die with the flow (:func:`flows.interrupts.start_child`).
+
+    python -m flows.study                 # every phase (the main study once `size` is committed)
+    python -m flows.study --phase pilot --jobs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, task
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from flows.interrupts import (
+    drain_prefect,
+    forget_child,
+    install_handlers,
+    mark_orphans_crashed,
+    owner_tag,
+    start_child,
+)
+from tagrpo.pipeline.study_run import (
+    PHASES,
+    REGISTRATION,
+    STUDY_DIR,
+    DrawPlan,
+    StudyError,
+    environment,
+    execute_draw,
+    phase_commit,
+    plan_phase,
+    progress_line,
+    read_registration,
+    stage_progress,
+    tool,
+)
+from tagrpo.plumbing.paths import project_root
+
+
+def _build(checkout: Path, log: Path) -> int:
+    """``dvc repro`` in the draw's checkout as a child of the flow (its own process group, dying
+    with the flow), its output appended to ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    process = start_child([tool("dvc"), "repro"], checkout, environment(checkout))
+    try:
+        with log.open("ab") as out:
+            out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} dvc repro\n".encode())
+            assert process.stdout is not None
+            for line in process.stdout:
+                out.write(line)
+                out.flush()
+        return process.wait()
+    finally:
+        forget_child(process)
+
+
+@task(task_run_name="{plan.label}")
+def build_draw(root: str, plan: DrawPlan, commit: str, cache: str) -> dict[str, Any]:
+    return execute_draw(
+        Path(root),
+        plan,
+        commit,
+        Path(cache),
+        say=lambda line: print(line, flush=True),
+        build=_build,
+    )
+
+
+def _report_progress(
+    root: Path, plans: list[DrawPlan], started: dict, stop: threading.Event, every: float
+) -> None:
+    while not stop.wait(every):
+        with contextlib.suppress(Exception):  # a progress line must never stop the study
+            print(progress_line(root, plans, started), flush=True)
+
+
+@flow(name="study", log_prints=True)
+def study(phases: list[str], every: float = 60.0) -> dict[str, Any]:
+    root = project_root()
+    registration = read_registration(root)
+    outcome: dict[str, Any] = {}
+    for phase in phases:
+        try:
+            plans = plan_phase(registration, phase)
+        except StudyError as error:
+            print(f"study: {phase} not started: {error}")
+            outcome[phase] = f"not started: {error}"
+            continue
+        commit = phase_commit(root, phase)
+        cache = root / STUDY_DIR / "cache"
+        started = {}
+        for plan in plans:
+            checkout = plan.checkout(root)
+            done = stage_progress(checkout)[0] if (checkout / "dvc.yaml").exists() else 0
+            started[plan.label] = (time.monotonic(), done)
+        print(
+            f"study: {phase}: {len(plans)} draws at {commit[:12]}; "
+            + progress_line(root, plans, started)
+        )
+        stop = threading.Event()
+        reporter = threading.Thread(
+            target=_report_progress, args=(root, plans, started, stop, every), daemon=True
+        )
+        reporter.start()
+        try:
+            futures = [build_draw.submit(str(root), plan, commit, str(cache)) for plan in plans]
+            results = [future.result() for future in futures]
+        finally:
+            stop.set()
+        outcome[phase] = [r["label"] for r in results]
+        print(progress_line(root, plans, started))
+    return outcome
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m flows.study", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--phase",
+        action="append",
+        choices=PHASES,
+        default=None,
+        help="pilot or main (repeatable; default: both in order)",
+    )
+    parser.add_argument("--jobs", type=int, default=2, help="draws side by side (default 2)")
+    parser.add_argument("--every", type=float, default=60.0, help="seconds between progress lines")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error("--jobs must be >= 1")
+    try:
+        read_registration(project_root(), REGISTRATION)
+    except (OSError, StudyError) as error:
+        print(f"python -m flows.study: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    sys.exit(_run(list(args.phase or PHASES), args.jobs, args.every))
+
+
+def _run(phases: list[str], jobs: int, every: float) -> int:
+    from prefect import tags
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.interrupts import OwnedServer, interrupted
+
+    install_handlers()
+    server: OwnedServer | None = None
+    try:
+        with contextlib.ExitStack() as stack:
+            if not PREFECT_API_URL.value():
+                server = OwnedServer()
+                server.start()
+                stack.enter_context(temporary_settings(updates={PREFECT_API_URL: server.api_url}))
+            with contextlib.suppress(Exception):
+                mark_orphans_crashed(lambda line: print(f"tagrpo: {line}", file=sys.stderr))
+            runner = study.with_options(task_runner=ThreadPoolTaskRunner(max_workers=jobs))
+            with tags(owner_tag()):
+                print(runner(phases=phases, every=every))
+            return 0
+    except StudyError as error:
+        print(f"python -m flows.study: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        signum = interrupted()
+        return 128 + signum if signum else 130
+    finally:
+        drain_prefect()
+        if server is not None:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,459 @@
+"""The study command's work, one base draw at a time (``preregistration/study-v3.md``,
+"Execution"; the Prefect flow ``flows/study.py`` runs the draws side by side).
+
+A draw is a checkout of its own: a git worktree of the project under ``.tagrpo/study/<phase>-
+draw<seed>`` at the commit its phase started from (recorded and committed in
+``reports/study/<phase>/STARTED.json`` before the first draw, so a resumed or restarted draw
+runs the same code), the phase's profile applied and the SFT seed (and, for the main study, the
+seeds S gives) set, built by ``dvc repro``. All draws share one DVC cache, so a stage whose
+inputs and params are the same in every draw (the data stage) comes from DVC's run cache.
+
+**Resuming** is DVC's: a killed draw's checkout keeps its ``dvc.lock``, and ``dvc repro`` there
+runs only the stages not yet recorded (a stage killed mid-way left its old outputs or none:
+``tagrpo/pipeline/runtime.py`` commits a stage's outputs only when it finished). A draw whose
+record is committed is never run again. ``dvc repro`` dies with the command (``PR_SET_PDEATHSIG``),
+and each stage with ``dvc repro``, so a ``kill -9`` leaves nothing running.
+
+**The record** of a finished draw, committed at once under ``reports/study/<phase>/draw<seed>/``:
+its params and ``dvc.lock``; its metrics, plots tables, probes and diagnostics (files up to
+:data:`RECORD_LIMIT_BYTES`); every policy's pass@k table and per-response outcomes
+(``evals/<policy>/responses.parquet`` with only :data:`OUTCOME_COLUMNS`: what the study's analysis
+reads); its per-draw report; and ``DRAW.json`` (the plan, the commit, the device, the seconds).
+The record has a checkout's layout, so ``python -m tagrpo.report.draws --run x=<record>`` and
+the study's analysis read it as they read a built checkout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REGISTRATION = Path("preregistration/study-v3.yaml")
+STUDY_DIR = Path(".tagrpo/study")
+RECORDS = Path("reports/study")
+PHASES = ("pilot", "main")
+RECORD_LIMIT_BYTES = 10 * 2**20
+# The columns of an evaluation's responses that the study's analysis reads (per-problem pass@k,
+# V3's paths): the response texts stay in the draw's checkout (DVC cache).
+OUTCOME_COLUMNS = ("benchmark", "question_id", "correct", "strategy")
+# What a record copies from a built checkout (folders walked, files up to the size limit).
+RECORD_FOLDERS = ("metrics", "plots", "probes", "diagnostics")
+RECORD_REPORT = ("reports/report.md", "reports/claims.md", "reports/tables", "reports/sections")
+# The 1x training questions (the report's strategy section reads their phrasings).
+RECORD_FILES = ("params.yaml", "dvc.lock", "data/processed/train.parquet")
+DRAW_FILE = "DRAW.json"
+_PR_SET_PDEATHSIG = 1
+
+
+class StudyError(RuntimeError):
+    """A study that cannot go on as registered: the message names what to fix."""
+
+
+@dataclass(frozen=True)
+class DrawPlan:
+    """One base draw of one phase: its profile and the params set on top of it."""
+
+    phase: str
+    seed: int
+    profile: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{self.phase}-draw{self.seed}"
+
+    def checkout(self, root: Path) -> Path:
+        return root / STUDY_DIR / self.label
+
+    def record(self, root: Path) -> Path:
+        return root / RECORDS / self.phase / f"draw{self.seed}"
+
+
+def read_registration(root: Path, path: Path = REGISTRATION) -> dict[str, Any]:
+    document = yaml.safe_load((root / path).read_text(encoding="utf-8"))
+    if not isinstance(document, dict) or document.get("kind") != "study":
+        raise StudyError(f"{path}: not a study pre-registration (kind: study)")
+    return document
+
+
+def main_runs(seeds_per_draw: int) -> dict[str, Any]:
+    """The main study's runs for S seeds per draw (study-v3.yaml ``main.runs``): GRPO with
+    max(S, 3), the family's other methods with S, the negative control with 2, GRPO on 2.5x
+    data with max(S, 2); the diagnostics on every TA-GRPO seed and GRPO's first."""
+    if seeds_per_draw < 1:
+        raise StudyError(f"seeds per draw must be >= 1, not {seeds_per_draw}")
+    family = ["ta_grpo", "ta_grpo_unanchored", "ta_grpo_star", "grpo_ds", "grpo_x4", "grpo_x4_ds"]
+    grpo_seeds = list(range(max(seeds_per_draw, 3)))
+    return {
+        "runs": {
+            "methods": ["grpo"],
+            "seeds": grpo_seeds,
+            "control_methods": ["grpo_flipped"],
+            "control_seeds": [0, 1],
+            "one_seed_methods": family,
+            "one_seed": list(range(seeds_per_draw)),
+            "data_scaling": {
+                "methods": ["grpo"],
+                "multiples": [2.5],
+                "seeds": list(range(max(seeds_per_draw, 2))),
+            },
+        },
+        "diagnostics": {
+            "policies": [f"ta_grpo-s{s}" for s in range(seeds_per_draw)] + ["grpo-s0"],
+        },
+    }
+
+
+def _seed_override(seed: int) -> dict[str, Any]:
+    return {"base_model": {"warmstart": {"seed": int(seed)}}}
+
+
+def plan_phase(registration: Mapping[str, Any], phase: str) -> list[DrawPlan]:
+    """The draws of ``phase`` in the registered order; the main study only once its size is
+    committed (study-v3.yaml ``size``)."""
+    if phase == "pilot":
+        pilot = registration["pilot"]
+        return [
+            DrawPlan("pilot", int(seed), str(pilot["profile"]), _seed_override(seed))
+            for seed in pilot["base_draws"]
+        ]
+    if phase == "main":
+        size = registration.get("size")
+        if not size:
+            raise StudyError(
+                "the main study waits for its size: preregistration/study-v3.yaml has no `size` "
+                "yet (the pilot's outcome, `python -m tagrpo.report.study --size`, committed "
+                "before any main draw)"
+            )
+        draws, seeds = int(size["draws"]), int(size["seeds_per_draw"])
+        order = list(registration["main"]["base_draws_in_order"])
+        if not 1 <= draws <= len(order):
+            raise StudyError(f"size.draws = {draws}: the registration orders {len(order)} draws")
+        runs = main_runs(seeds)
+        return [
+            DrawPlan(
+                "main",
+                int(seed),
+                str(registration["main"]["profile"]),
+                {**_seed_override(seed), **runs},
+            )
+            for seed in order[:draws]
+        ]
+    raise StudyError(f"unknown phase {phase!r}: one of {', '.join(PHASES)}")
+
+
+# --------------------------------------------------------------------------- git and processes
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def git(root: Path, *args: str, check: bool = True) -> str:
+    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise StudyError(f"git {' '.join(args)} (in {root}): {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def commit_paths(root: Path, paths: list[Path], message: str, attempts: int = 300) -> None:
+    """Commit exactly ``paths`` (``git commit -- paths``: whatever else is staged stays staged),
+    retrying (2 s apart) while another git command holds the index lock or a merge is under
+    way in the checkout."""
+    relative = [str(p.relative_to(root)) for p in paths]
+    for attempt in range(attempts):
+        added = subprocess.run(
+            ["git", "add", "-f", "--", *relative], cwd=root, capture_output=True, text=True
+        )
+        done = added
+        if added.returncode == 0:
+            done = subprocess.run(
+                ["git", "commit", "-q", "-m", message, "--", *relative],
+                cwd=root,
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode == 0:
+                return
+        busy = "index.lock" in done.stderr or "merge" in done.stderr.lower()
+        if not busy or attempt == attempts - 1:
+            raise StudyError(f"committing {relative}: {done.stderr.strip() or done.stdout.strip()}")
+        time.sleep(2)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the study command dies (a ``kill -9`` of it
+    ends ``dvc repro``, whose stages end with it)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def tool(name: str) -> str:
+    """A console script of this environment (dvc, tagrpo), beside the running Python."""
+    found = Path(sys.executable).parent / name
+    return str(found) if found.exists() else name
+
+
+def environment(checkout: Path) -> dict[str, str]:
+    """The draw's stage environment: its own code first on the path (never the editable
+    install's working tree), this environment's tools, and the benchmark folder of the project
+    the checkout lives in (``common.data_dir`` is relative to a checkout, and a draw's checkout
+    sits under ``.tagrpo/study/``)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(checkout)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    project = checkout.parents[2]  # <project>/.tagrpo/study/<label>
+    if "TAGRPO_DATA_DIR" not in env and (project / "params.yaml").exists():
+        data_dir = yaml.safe_load((project / "params.yaml").read_text())["common"]["data_dir"]
+        env["TAGRPO_DATA_DIR"] = str((project / data_dir).resolve())
+    return env
+
+
+# --------------------------------------------------------------------------- phases and draws
+
+
+def phase_commit(root: Path, phase: str, registration_path: Path = REGISTRATION) -> str:
+    """The commit every draw of ``phase`` runs: recorded (and committed) when the phase first
+    starts, read back on every later start. The registration must be committed; it may gain
+    what it allows later (the main study's size, amendments) but the phase's draws, as planned
+    from it, must be what they were when the phase started."""
+    started = root / RECORDS / phase / "STARTED.json"
+    if started.exists():
+        record = json.loads(started.read_text())
+        commit = str(record["commit"])
+        then = yaml.safe_load(git(root, "show", f"{commit}:{registration_path}"))
+        if plan_phase(then, phase) != plan_phase(read_registration(root, registration_path), phase):
+            raise StudyError(
+                f"{registration_path}: the {phase}'s draws differ from those it started with at "
+                f"{commit[:12]}: a changed design is a new study"
+            )
+        return commit
+    if git(root, "status", "--porcelain", "--", str(registration_path)):
+        raise StudyError(
+            f"{registration_path} has uncommitted changes: commit it before a study run"
+        )
+    commit = git(root, "rev-parse", "HEAD")
+    digest = hashlib.sha256((root / registration_path).read_bytes()).hexdigest()
+    started.parent.mkdir(parents=True, exist_ok=True)
+    started.write_text(
+        json.dumps(
+            {
+                "phase": phase,
+                "commit": commit,
+                "registration": str(registration_path),
+                "registration_sha256": digest,
+                "started": _now(),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    commit_paths(root, [started], f"Study {phase} started at {commit[:12]} (reports/study/{phase})")
+    return commit
+
+
+def prepare_checkout(root: Path, plan: DrawPlan, commit: str, cache: Path) -> Path:
+    """The draw's checkout, made once (worktree at ``commit``, the shared cache, the profile and
+    the draw's params applied, the default's dvc.lock removed: none of its entries is this
+    draw's) and afterwards checked against the plan."""
+    checkout = plan.checkout(root)
+    marker = checkout / ".tagrpo" / "study-draw.json"
+    wanted = {"plan": asdict(plan), "commit": commit}
+    if marker.exists():
+        found = json.loads(marker.read_text())
+        if found != wanted:
+            raise StudyError(
+                f"{checkout} was made for another plan or commit ({found['commit'][:12]}): "
+                f"remove it (git worktree remove --force {checkout}) to start the draw again"
+            )
+        return checkout
+    if checkout.exists():  # a checkout whose set-up was interrupted: made again
+        git(root, "worktree", "remove", "--force", str(checkout), check=False)
+        shutil.rmtree(checkout, ignore_errors=True)
+    git(root, "worktree", "prune")
+    checkout.parent.mkdir(parents=True, exist_ok=True)
+    git(root, "worktree", "add", "--detach", str(checkout), commit)
+    env = environment(checkout)
+    cache.mkdir(parents=True, exist_ok=True)
+    for command in (
+        [tool("dvc"), "cache", "dir", "--local", str(cache)],
+        [tool("tagrpo"), "params", "apply", plan.profile],
+    ):
+        _run_checked(command, checkout, env)
+    (checkout / "dvc.lock").unlink(missing_ok=True)
+    overrides = checkout / ".tagrpo" / "draw-overrides.yaml"
+    overrides.parent.mkdir(parents=True, exist_ok=True)
+    overrides.write_text(yaml.safe_dump(plan.overrides, sort_keys=False))
+    _run_checked([tool("tagrpo"), "params", "apply", str(overrides)], checkout, env)
+    marker.write_text(json.dumps(wanted, indent=2) + "\n")
+    return checkout
+
+
+def _run_checked(command: list[str], cwd: Path, env: Mapping[str, str]) -> None:
+    done = subprocess.run(command, cwd=cwd, env=dict(env), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise StudyError(f"{' '.join(command)} (in {cwd}): {(done.stderr or done.stdout).strip()}")
+
+
+def stage_progress(checkout: Path) -> tuple[int, int]:
+    """(stages recorded in the draw's dvc.lock, stages of its dvc.yaml)."""
+    from tagrpo.plumbing.dvc_stages import load_stages
+
+    total = len(load_stages(checkout))
+    lock = checkout / "dvc.lock"
+    done = len((yaml.safe_load(lock.read_text()) or {}).get("stages", {})) if lock.exists() else 0
+    return min(done, total), total
+
+
+def build_draw(checkout: Path, log: Path) -> int:
+    """``dvc repro`` in the draw's checkout (output to ``log``), dying with this process (one
+    draw at a time: ``preexec_fn`` is not for threads; the flow uses its own children's
+    launcher)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as out:
+        out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} dvc repro\n")
+        out.flush()
+        process = subprocess.Popen(
+            [tool("dvc"), "repro"],
+            cwd=checkout,
+            env=environment(checkout),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+        )
+        return process.wait()
+
+
+def _slim_responses(source: Path, target: Path) -> None:
+    import pyarrow.parquet as pq
+
+    columns = [c for c in OUTCOME_COLUMNS if c in pq.read_schema(source).names]
+    pq.write_table(pq.read_table(source, columns=columns), target, compression="zstd")
+
+
+def collect_record(checkout: Path, record: Path) -> list[str]:
+    """Copy the draw's small outputs into ``record`` (made anew); the files left out (over the
+    size limit), as 'path (bytes)'."""
+    shutil.rmtree(record, ignore_errors=True)
+    record.mkdir(parents=True)
+    left_out: list[str] = []
+
+    def copy(source: Path) -> None:
+        relative = source.relative_to(checkout)
+        size = source.stat().st_size
+        if size > RECORD_LIMIT_BYTES:
+            left_out.append(f"{relative} ({size} bytes)")
+            return
+        (record / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, record / relative)
+
+    for name in RECORD_FILES:
+        if (checkout / name).exists():
+            copy(checkout / name)
+    for folder in RECORD_FOLDERS:
+        for source in sorted((checkout / folder).rglob("*")):
+            if source.is_file() and source.name != ".gitignore":
+                copy(source)
+    for evaluation in sorted((checkout / "evals").glob("*/")):
+        if (evaluation / "passk.csv").exists():
+            copy(evaluation / "passk.csv")
+        if (evaluation / "responses.parquet").exists():
+            target = record / "evals" / evaluation.name / "responses.parquet"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _slim_responses(evaluation / "responses.parquet", target)
+    for name in RECORD_REPORT:
+        source = checkout / name
+        for path in sorted(source.rglob("*")) if source.is_dir() else [source]:
+            if path.is_file():
+                copy(path)
+    return left_out
+
+
+def execute_draw(
+    root: Path,
+    plan: DrawPlan,
+    commit: str,
+    cache: Path,
+    say: Callable[[str], None] = print,
+    build: Callable[[Path, Path], int] | None = None,
+) -> dict[str, Any]:
+    """Build one draw to its end (``build(checkout, log)`` -> exit status; default
+    :func:`build_draw`) and commit its record; a draw already recorded is skipped."""
+    record = plan.record(root)
+    if (record / DRAW_FILE).exists():
+        say(f"{plan.label}: recorded in {record.relative_to(root)} (committed): not run again")
+        return json.loads((record / DRAW_FILE).read_text())
+    checkout = prepare_checkout(root, plan, commit, cache)
+    done, total = stage_progress(checkout)
+    say(
+        f"{plan.label}: building in {checkout.relative_to(root)} "
+        f"({done} of {total} stages recorded)"
+    )
+    log = root / STUDY_DIR / "logs" / f"{plan.label}.log"
+    started = time.monotonic()
+    status = (build or build_draw)(checkout, log)
+    seconds = time.monotonic() - started
+    if status != 0:
+        raise StudyError(
+            f"{plan.label}: dvc repro exited with {status} after {seconds:.0f} s (log: "
+            f"{log.relative_to(root)}); `make study` resumes it"
+        )
+    from tagrpo.plumbing.device import describe_device
+
+    left_out = collect_record(checkout, record)
+    summary = {
+        "label": plan.label,
+        "plan": asdict(plan),
+        "commit": commit,
+        "device": describe_device(),
+        "seconds_this_start": round(seconds, 1),
+        "stages": stage_progress(checkout)[1],
+        "left_out": left_out,
+        "finished": _now(),
+    }
+    (record / DRAW_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    commit_paths(
+        root,
+        [record],
+        f"Study {plan.label}: record of the finished draw ({record.relative_to(root)})",
+    )
+    say(f"{plan.label}: finished in {seconds:.0f} s; record committed ({record.relative_to(root)})")
+    return summary
+
+
+def progress_line(
+    root: Path, plans: list[DrawPlan], started: Mapping[str, tuple[float, int]]
+) -> str:
+    """Draws done of total, and each running draw's stages and a time left from its pace since
+    this start (``started``: label -> (monotonic time, stages recorded then))."""
+    parts, done_draws = [], 0
+    for plan in plans:
+        if (plan.record(root) / DRAW_FILE).exists():
+            done_draws += 1
+            continue
+        checkout = plan.checkout(root)
+        if plan.label not in started or not (checkout / ".tagrpo" / "study-draw.json").exists():
+            continue
+        done, total = stage_progress(checkout)
+        since, done_then = started[plan.label]
+        pace = (time.monotonic() - since) / (done - done_then) if done > done_then else None
+        left = f", about {pace * (total - done) / 60:.0f} min left" if pace else ""
+        parts.append(f"{plan.label} {done}/{total} stages{left}")
+    running = "; ".join(parts) if parts else "none running"
+    return f"study: {done_draws} of {len(plans)} draws done; {running}"

@@ -1,0 +1,254 @@
+"""The study command (``flows/study.py``, ``tagrpo/pipeline/study_run.py``) on a tiny project:
+two pilot draws side by side, each a worktree built by a real ``dvc repro``; a ``kill -9`` of
+the command mid-draw leaves nothing running, and the next start resumes without rerunning a
+finished stage or a committed draw; every finished draw's record is committed as it finishes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from scratch_project import write_empty_project
+
+from tagrpo.pipeline.study_run import (
+    DrawPlan,
+    StudyError,
+    main_runs,
+    plan_phase,
+    read_registration,
+)
+from tagrpo.plumbing.procfs import pid_alive
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Each stage appends its name to runs.log (outside DVC's view): a rerun shows there.
+STAGE = (
+    "python -c \"import sys, time, yaml, pathlib; p = yaml.safe_load(open('params.yaml')); "
+    "pathlib.Path('{out}').parent.mkdir(parents=True, exist_ok=True); "
+    "open('runs.log', 'a').write('{name}\\n'); time.sleep({sleep}); "
+    "pathlib.Path('{out}').write_text(str(p['base_model']['warmstart']['seed']))\""
+)
+
+
+def _tiny_project(folder: Path) -> Path:
+    write_empty_project(folder)
+    stages = {}
+    for name, out, sleep, dep in (
+        ("first", "metrics/first.json", 0, None),
+        ("slow", "metrics/slow.json", 6, "metrics/first.json"),
+        ("last", "plots/last.csv", 0, "metrics/slow.json"),
+    ):
+        stage = {
+            "cmd": STAGE.format(name=name, out=out, sleep=sleep),
+            "params": ["base_model.warmstart.seed"],
+            "outs": [{out: {"cache": False}}],
+        }
+        if dep:
+            stage["deps"] = [dep]
+        stages[name] = stage
+    (folder / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}, sort_keys=False))
+    (folder / "profiles").mkdir()
+    (folder / "profiles/tiny.yaml").write_text("common:\n  profile: custom\n")
+    (folder / "preregistration").mkdir()
+    registration = {
+        "kind": "study",
+        "pilot": {"profile": "profiles/tiny.yaml", "base_draws": [5, 6]},
+        "main": {"profile": "profiles/tiny.yaml", "base_draws_in_order": [100, 101]},
+        "size": None,
+    }
+    (folder / "preregistration/study-v3.yaml").write_text(yaml.safe_dump(registration))
+    (folder / ".gitignore").write_text("/.tagrpo/\nmlflow.db\n")
+    (folder / ".dvcignore").write_text("/.tagrpo/\n")
+    for command in (
+        ["git", "init", "-q", "-b", "main"],
+        ["git", "config", "user.email", "t@example.invalid"],
+        ["git", "config", "user.name", "t"],
+        [str(Path(sys.executable).parent / "dvc"), "init", "-q"],
+        ["git", "add", "-A"],
+        ["git", "commit", "-q", "-m", "tiny project"],
+    ):
+        subprocess.run(command, cwd=folder, check=True, capture_output=True)
+    return folder
+
+
+def _study(folder: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_HOME": str(folder / ".prefect")}
+    env.pop("PREFECT_API_URL", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "flows.study", "--phase", "pilot", "--jobs", "2", "--every", "2"],
+        cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def _runs(folder: Path, seed: int) -> list[str]:
+    log = folder / f".tagrpo/study/pilot-draw{seed}/runs.log"
+    return log.read_text().split() if log.exists() else []
+
+
+def _dvc_processes(folder: Path) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if cwd.startswith(str(folder / ".tagrpo")) and pid_alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.timeout(900)
+def test_the_study_runs_draws_side_by_side_and_resumes_after_kill_9(tmp_path: Path) -> None:
+    folder = _tiny_project(tmp_path / "project")
+    first = _study(folder)
+    deadline = time.monotonic() + 300
+    # Kill while both draws are in their slow stage (first recorded, slow running).
+    while time.monotonic() < deadline:
+        if all(_runs(folder, s)[-1:] == ["slow"] for s in (5, 6)):
+            break
+        assert first.poll() is None, first.stdout.read() if first.stdout else ""
+        time.sleep(0.2)
+    else:
+        first.kill()
+        pytest.fail("the draws never reached their slow stage")
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    time.sleep(3)
+    assert _dvc_processes(folder) == [], "dvc or a stage outlived the killed study"
+    assert not (folder / "reports/study/pilot/draw5/DRAW.json").exists()
+    started = json.loads((folder / "reports/study/pilot/STARTED.json").read_text())
+    head = subprocess.run(["git", "log", "--format=%s"], cwd=folder, capture_output=True,
+                          text=True).stdout  # fmt: skip
+    assert "Study pilot started" in head
+
+    second = _study(folder)
+    out, _ = second.communicate(timeout=600)
+    assert second.returncode == 0, out
+    for seed in (5, 6):
+        # first ran once (recorded before the kill); slow twice (killed, then again); last once.
+        assert _runs(folder, seed) == ["first", "slow", "slow", "last"], seed
+        record = folder / f"reports/study/pilot/draw{seed}"
+        draw = json.loads((record / "DRAW.json").read_text())
+        assert draw["commit"] == started["commit"]
+        assert (record / "metrics/slow.json").read_text() == str(seed)
+        assert (record / "plots/last.csv").read_text() == str(seed)
+        assert (
+            yaml.safe_load((record / "params.yaml").read_text())["base_model"]["warmstart"]["seed"]
+            == seed
+        )
+    log = subprocess.run(["git", "log", "--format=%s"], cwd=folder, capture_output=True,
+                         text=True).stdout  # fmt: skip
+    assert log.count("record of the finished draw") == 2
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=folder, capture_output=True,
+                            text=True).stdout  # fmt: skip
+    assert "reports/study" not in status  # committed, nothing left over
+    assert "study: 2 of 2 draws done" in out
+
+    # A third start reruns nothing: both draws are recorded.
+    third = _study(folder)
+    out, _ = third.communicate(timeout=300)
+    assert third.returncode == 0, out
+    assert out.count("not run again") == 2
+    assert all(len(_runs(folder, s)) == 4 for s in (5, 6))
+
+
+def test_the_plans_follow_the_registration() -> None:
+    registration = read_registration(ROOT)
+    pilot = plan_phase(registration, "pilot")
+    assert [p.seed for p in pilot] == registration["pilot"]["base_draws"]
+    assert all(p.profile == "profiles/study-pilot.yaml" for p in pilot)
+    assert pilot[0] == DrawPlan(
+        "pilot", 0, "profiles/study-pilot.yaml", {"base_model": {"warmstart": {"seed": 0}}}
+    )
+    assert pilot[0].label == "pilot-draw0"
+    with pytest.raises(StudyError, match="waits for its size"):
+        plan_phase({**registration, "size": None}, "main")
+    main = plan_phase({**registration, "size": {"draws": 3, "seeds_per_draw": 2}}, "main")
+    assert [p.seed for p in main] == [100, 101, 102]
+    runs = main[0].overrides["runs"]
+    assert runs["seeds"] == [0, 1, 2] and runs["one_seed"] == [0, 1]
+    assert runs["data_scaling"] == {"methods": ["grpo"], "multiples": [2.5], "seeds": [0, 1]}
+    with pytest.raises(StudyError, match="orders 8 draws"):
+        plan_phase({**registration, "size": {"draws": 9, "seeds_per_draw": 2}}, "main")
+
+
+def test_main_runs_match_the_registered_seed_counts() -> None:
+    registered = read_registration(ROOT)["main"]["runs"]
+    for seeds in (2, 3, 5):
+        runs = main_runs(seeds)["runs"]
+        counts = {m: len(runs["seeds"]) for m in runs["methods"]}
+        counts |= {m: len(runs["one_seed"]) for m in runs["one_seed_methods"]}
+        counts |= {m: len(runs["control_seeds"]) for m in runs["control_methods"]}
+        counts["grpo_data2.5x"] = len(runs["data_scaling"]["seeds"])
+        expected = {
+            m: eval(str(rule), {"max": max, "S": seeds})  # the registration's own formulas
+            for m, rule in registered.items()
+        }
+        assert counts == expected, seeds
+
+
+def test_a_started_phase_keeps_its_commit_and_refuses_a_changed_design(tmp_path: Path) -> None:
+    from tagrpo.pipeline.study_run import phase_commit
+
+    folder = _tiny_project(tmp_path / "project")
+    commit = phase_commit(folder, "pilot")
+    path = folder / "preregistration/study-v3.yaml"
+
+    def commit_registration(change: dict) -> None:
+        document = yaml.safe_load(path.read_text())
+        document.update(change)
+        path.write_text(yaml.safe_dump(document))
+        subprocess.run(["git", "commit", "-qam", "change"], cwd=folder, check=True)
+
+    # What the registration may gain later (the main study's size) leaves the pilot as it was.
+    commit_registration({"size": {"draws": 2, "seeds_per_draw": 2}})
+    assert phase_commit(folder, "pilot") == commit
+    commit_registration({"pilot": {"profile": "profiles/tiny.yaml", "base_draws": [5, 7]}})
+    with pytest.raises(StudyError, match="differ from those it started with"):
+        phase_commit(folder, "pilot")
+    path.write_text(path.read_text() + "# uncommitted\n")
+    with pytest.raises(StudyError, match="uncommitted changes"):
+        phase_commit(folder, "main")
+
+
+def _main_draw_config(tmp_path: Path, seed: int, seeds_per_draw: int):
+    from tagrpo.config.params import load_config
+
+    params = tmp_path / f"params-{seed}.yaml"
+    params.write_text((ROOT / "params.yaml").read_text())
+    overrides = tmp_path / f"draw-{seed}.yaml"
+    plan = {"base_model": {"warmstart": {"seed": seed}}, **main_runs(seeds_per_draw)}
+    overrides.write_text(yaml.safe_dump(plan))
+    tagrpo = str(Path(sys.executable).parent / "tagrpo")
+    for profile in ("profiles/study-main.yaml", str(overrides)):
+        subprocess.run([tagrpo, "params", "apply", profile, "--params", str(params)],
+                       cwd=ROOT, check=True, capture_output=True)  # fmt: skip
+    return load_config(params)
+
+
+def test_the_main_records_are_checked_against_the_registered_size(tmp_path: Path) -> None:
+    from tagrpo.report.study_checkouts import study_v3_deviations, study_v3_seed_counts
+
+    registration = read_registration(ROOT)
+    assert study_v3_seed_counts(registration["main"]["runs"], 2)["grpo"] == 3
+    assert study_v3_seed_counts(registration["main"]["runs"], 4)["grpo_data2.5x"] == 4
+    sized = {**registration, "size": {"draws": 2, "seeds_per_draw": 2}}
+    configs = {f"draw{s}": _main_draw_config(tmp_path, s, 2) for s in (100, 101)}
+    assert study_v3_deviations(sized, configs) == []
+    assert study_v3_deviations({**registration, "size": None}, configs) == [
+        "study-v3.yaml has no size: the main study's D and S are not fixed"
+    ]
+    wrong = {"draw100": configs["draw100"], "draw5": _main_draw_config(tmp_path, 5, 3)}
+    found = study_v3_deviations(sized, wrong)
+    assert "base draws [5, 100] recorded, [100, 101] registered" in found
+    assert "draw5: ta_grpo has 3 seeds, 2 registered" in found
