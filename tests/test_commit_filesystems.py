@@ -356,3 +356,21 @@ def test_a_stage_killed_mid_commit_is_undone_by_the_next_stage_start(
     with running_stage("other", Outputs({}, Path("m/other.json")), _config()):
         assert _snapshot(empty_project, scratch) == old  # recovered before the work starts
     assert not list((empty_project / commit.JOURNALS).glob("*.json"))
+
+
+def test_a_read_only_scratch_disk_is_refused_before_the_stage_works(
+    empty_project: Path, tmp_path_factory: pytest.TempPathFactory, mounts: Callable
+) -> None:
+    """The writability check looks where the commit writes: behind the symlink."""
+    scratch = tmp_path_factory.mktemp("scratch")
+    _layout("symlink", empty_project, scratch, mounts)
+    _old_outputs(empty_project)
+    _mount(["-o", "remount,ro", str(scratch)])
+    old = _snapshot(empty_project, scratch)
+    ran = False
+    with (
+        pytest.raises(PermissionError, match=r"evals/p: \[Errno 30\] Read-only file system"),
+        running_stage("toy", OUTPUTS, _config()),
+    ):
+        ran = True
+    assert not ran and _snapshot(empty_project, scratch) == old

@@ -47,7 +47,13 @@ from pathlib import Path
 from typing import Any
 
 from tagrpo.config.params import Params
-from tagrpo.pipeline.commit import commit_outputs, real_destination, recover_commits
+from tagrpo.pipeline.commit import (
+    commit_outputs,
+    is_mount_point,
+    mount_points,
+    real_destination,
+    recover_commits,
+)
 from tagrpo.pipeline.parent_run import dvc_arguments
 from tagrpo.pipeline.stage_run import stage_run
 from tagrpo.plumbing.device import describe_device
@@ -353,10 +359,13 @@ def require_inputs(root: Path, paths: list[Path], stage: str) -> None:
 
 
 def check_writable(root: Path, paths: list[Path]) -> None:
-    """Every output's directory can be created and written (before anything is deleted)."""
+    """Every output's directory can be created and written (before anything is deleted):
+    where the commit writes, symlinks followed (a scratch disk), inside a mount point."""
     problems = []
+    mounts = mount_points()
     for relative in paths:
-        parent = (root / relative).parent
+        target = real_destination(root / relative)
+        parent = target if is_mount_point(target, mounts) else target.parent
         try:
             parent.mkdir(parents=True, exist_ok=True)
             probe = parent / f".tagrpo-write-check-{os.getpid()}"
