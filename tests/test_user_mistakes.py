@@ -142,6 +142,28 @@ def test_a_dead_endpoint_is_one_line_naming_host_and_port(empty_project: Path) -
     assert "TooManyFailuresError" in traced.stderr
 
 
+def test_a_refused_key_is_one_line_naming_the_endpoint(empty_project: Path) -> None:
+    """A wrong key (every request answers 401): the stage stops at the first reply, one line."""
+    from openai_fake_server import FakeOpenAIServer, Fault
+
+    _training_set(empty_project, count=2)
+    with FakeOpenAIServer() as server:
+        server.add_fault(Fault("status", status=401, times=10_000, message="invalid key"))
+        _params(empty_project, _openai_params(server.base_url, "TAGRPO_TEST_WRONG_KEY"))
+        done = _rephrase(empty_project, TAGRPO_TEST_WRONG_KEY="wrong-key")
+    assert done.returncode == 1
+    line = _last_line(done)
+    assert line.startswith(
+        f"stage rephrase failed: EndpointRefusedError: the endpoint {server.base_url} answered "
+        "HTTP 401 for model "
+    ), line
+    assert line.endswith(
+        "every request would fail alike, so the run stops here with no retry and no further "
+        "request. Check the key in $TAGRPO_TEST_WRONG_KEY, the base_url and the model name. "
+        f"{HINT}"
+    ), line
+
+
 STAGE = """
 import sys, time
 from pathlib import Path

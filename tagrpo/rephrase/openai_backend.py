@@ -53,6 +53,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tagrpo.config.rephrase import EndpointConfig
+from tagrpo.plumbing.errors import UserMistake
 from tagrpo.rephrase.cache import ReplyCache
 
 __all__ = ["ChatRequest", "ChatResult", "ChatRunner", "EndpointConfig", "EndpointRefusedError"]
@@ -67,8 +68,9 @@ _KEY_PATTERN = re.compile(r"(sk-[A-Za-z0-9_\-]{4,}|Bearer\s+\S+)")
 FATAL = frozenset({"http_401", "http_403", "http_404"})
 
 
-class EndpointRefusedError(RuntimeError):
-    """The endpoint refused the run itself (key, permission, URL or model): stop, do not retry."""
+class EndpointRefusedError(UserMistake, RuntimeError):
+    """The endpoint refused the run itself (key, permission, URL or model): stop, do not retry
+    (the user's to fix: the stage prints it as one line)."""
 
 
 @dataclass(frozen=True)
