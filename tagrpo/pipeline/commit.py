@@ -172,7 +172,7 @@ def commit_outputs(
     journal = Journal(
         root / JOURNALS / f"{stage.replace('/', '_')}-{os.getpid()}.json", stage, "", [], []
     )
-    plan: list[tuple[Path, Path | None, bool]] = []  # (staged, new, is a folder's entries)
+    plan: list[tuple[Path, Path, bool]] = []  # (staged, new, is a mount point's entries)
     metrics_final = real_destination(root / metrics)
     metrics_aside = _aside(metrics_final, tag) if os.path.lexists(metrics_final) else None
     journal.swaps.append(Swap(str(metrics_final), None, _text(metrics_aside)))
@@ -191,7 +191,7 @@ def commit_outputs(
                 journal.swaps.append(
                     Swap(
                         str(destination / name),
-                        str(container / name) if (source / name).exists() else None,
+                        str(container / name) if os.path.lexists(source / name) else None,
                         str(old / name) if name in present else None,
                     )
                 )
@@ -205,7 +205,6 @@ def commit_outputs(
     journal.save("preparing")
     try:
         for source, new, entries in plan:
-            assert new is not None
             new.parent.mkdir(parents=True, exist_ok=True)
             _place(source, new)
             if entries:
