@@ -10,6 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import model_validator
 
 from tagrpo.plumbing.config_model import ConfigModel, EnvVarName, Field
+from tagrpo.plumbing.errors import MissingSecretError
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"  # the openai client's default
 
@@ -41,7 +42,7 @@ class EndpointConfig(ConfigModel):
             return "EMPTY"  # placeholder the client requires; servers without auth ignore it
         value = os.environ.get(self.api_key_env)
         if not value:
-            raise RuntimeError(
+            raise MissingSecretError(
                 f"the environment variable {self.api_key_env} (api_key_env) is not set; "
                 "export the API key there (set api_key_env: null for servers without auth)"
             )

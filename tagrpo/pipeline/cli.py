@@ -546,12 +546,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except Exception as error:
-        from tagrpo.pipeline.runtime import user_errors, user_message
+        from tagrpo.pipeline.runtime import as_user_error, user_message
 
-        if show_traceback or not isinstance(error, user_errors()):
+        mistake = as_user_error(error)
+        if show_traceback or mistake is None:
             raise
         print(
-            f"tagrpo {args.command}: {user_message(error)} (--traceback or TAGRPO_TRACEBACK=1 "
+            f"tagrpo {args.command}: {user_message(mistake)} (--traceback or TAGRPO_TRACEBACK=1 "
             "for the traceback)",
             file=sys.stderr,
         )

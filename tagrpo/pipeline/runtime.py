@@ -10,10 +10,13 @@
    them ``persist``, so DVC does not delete them either): a stage that refuses to start, fails
    or is killed leaves the outputs dvc.lock records;
 4. the stage writes into a staging folder (``ctx.path(role)``, ``.tagrpo/staging/<stage>-<pid>``;
-   those of dead processes are removed here) and, on success only, the old outputs are deleted,
-   metrics first, and each new output is renamed into place, metrics last (renames are atomic:
-   no half-written output ever carries its final name, and no new output sits beside stale
-   metrics);
+   those of dead processes are removed here) and, on success only, the outputs are committed
+   (:mod:`tagrpo.pipeline.commit`): each new output is renamed (or, to another filesystem,
+   copied) beside its destination, then the old metrics are set aside, each old output
+   swapped for its new one, the new metrics put in place last, and only then the old copies
+   removed. No half-written output ever carries its final name, no new output sits beside
+   stale metrics, and a failure (or a kill: the next stage start reads the commit's journal)
+   leaves the old outputs or the new ones, never neither, on any filesystem;
 5. an MLflow run tagged with the stage, its DVC name, the dependency hash, host and pid; runs of
    the same stage left RUNNING by a killed process are marked KILLED first. It nests under the
    pipeline's parent run: the Prefect flow's (``TAGRPO_PARENT_RUN_ID``) or the one the first
@@ -30,21 +33,31 @@ import ctypes
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tagrpo.config.params import Params
+from tagrpo.pipeline.commit import (
+    commit_outputs,
+    is_mount_point,
+    mount_points,
+    real_destination,
+    recover_commits,
+)
 from tagrpo.pipeline.parent_run import dvc_arguments
 from tagrpo.pipeline.stage_run import stage_run
 from tagrpo.plumbing.device import describe_device
+from tagrpo.plumbing.errors import DiskFullError, UserMistake, disk_full, is_disk_full
 from tagrpo.plumbing.layout import Outputs
 from tagrpo.plumbing.paths import project_root
 from tagrpo.plumbing.procfs import pid_alive, proc_stat, process_alive, started_at
@@ -130,11 +143,20 @@ def _watch(pid: int, started: int) -> None:
     signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
 
 
+class StageTerminated(KeyboardInterrupt):
+    """The stage was ended by a signal (SIGTERM: dvc or the flow stopping it, its launcher
+    gone, a ``kill``)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"terminated by signal {signum}")
+        self.signum = signum
+
+
 def _terminate(signum: int, frame: Any) -> None:
     # Once: a repeated SIGTERM must not interrupt the clean-up (ending the MLflow run, removing
     # the staging folder) that this first one starts. SIGKILL still ends the process.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt(f"terminated by signal {signum}")
+    raise StageTerminated(signum)
 
 
 class StageLock:
@@ -238,6 +260,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from tagrpo.plumbing.verify import OutputCorruptedError
 
     return (
+        UserMistake,
         ConfigError,
         StageBusyError,
         OutputCorruptedError,
@@ -251,18 +274,24 @@ def traceback_wanted(argv: list[str]) -> bool:
     return TRACEBACK_FLAG in argv or os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
 
 
+_TRACEBACK_HINT = f"({TRACEBACK_ENV}=1 or {TRACEBACK_FLAG} for the traceback)"
+
+
 def run_main(main: Any, stage: str, argv: list[str] | None = None) -> None:
     """What ``python -m stages.<stage>`` runs: ``main(argv)``, and when it fails, whatever the
     reason and however early (an argument or params error, the stage's lock held, an input
     that differs from dvc.lock), the failure recorded in MLflow with its exit status
     (:func:`tagrpo.pipeline.stage_run.record_stage_failure`: the pipeline's parent run then
-    ends FAILED naming the stage). A user's mistake (:func:`user_errors`) prints one line;
-    ``--traceback`` or ``TAGRPO_TRACEBACK=1`` shows the full trace."""
+    ends FAILED naming the stage). This is every stage's one error boundary: a user's mistake
+    (:func:`user_errors`: params, a missing key, an unreachable endpoint, a full disk...) and
+    a stage ended by a signal print one line naming the stage and what to fix; ``--traceback``
+    or ``TAGRPO_TRACEBACK=1`` shows the full trace instead."""
     from tagrpo.pipeline.stage_run import record_stage_failure
 
     argv = list(sys.argv[1:] if argv is None else argv)
     show_traceback = traceback_wanted(argv)
     argv = [arg for arg in argv if arg != TRACEBACK_FLAG]
+    name = os.environ.get("DVC_STAGE") or stage
     try:
         main(argv)
     except LauncherGone:
@@ -274,26 +303,50 @@ def run_main(main: Any, stage: str, argv: list[str] | None = None) -> None:
         record_stage_failure(stage, code if isinstance(code, int) else 1, error)
         raise
     except KeyboardInterrupt as error:  # Ctrl-C, or SIGTERM (die_with_parent's handler)
-        record_stage_failure(stage, 130, error, status="KILLED")
-        raise
+        signum = _signal_number(error)
+        record_stage_failure(stage, 128 + signum, error, status="KILLED")
+        if show_traceback:
+            traceback.print_exc()  # and the same exit status as without it
+        else:
+            print(
+                f"stage {name} stopped by {signal.Signals(signum).name} (signal {signum}) "
+                f"before it finished {_TRACEBACK_HINT}",
+                file=sys.stderr,
+            )
+        raise SystemExit(128 + signum) from None
     except BaseException as error:
-        record_stage_failure(stage, 1, error)
-        if show_traceback or not isinstance(error, user_errors()):
+        mistake = as_user_error(error)
+        record_stage_failure(stage, 1, mistake or error)
+        if show_traceback or mistake is None:
             raise
-        print(
-            f"stage {os.environ.get('DVC_STAGE') or stage} failed: {user_message(error)}\n"
-            f"({TRACEBACK_ENV}=1 or {TRACEBACK_FLAG} for the traceback)",
-            file=sys.stderr,
-        )
+        print(f"stage {name} failed: {user_message(mistake)} {_TRACEBACK_HINT}", file=sys.stderr)
         raise SystemExit(1) from None
 
 
+def as_user_error(error: BaseException) -> BaseException | None:
+    """``error`` as the user's mistake it is (a full disk made to name a path), or None when
+    it is not one (a bug: its traceback is what helps)."""
+    if is_disk_full(error) and not isinstance(error, DiskFullError):
+        return disk_full(error, [project_root()])  # type: ignore[arg-type]
+    return error if isinstance(error, user_errors()) else None
+
+
+def _signal_number(error: KeyboardInterrupt) -> int:
+    """The signal behind an interrupt: SIGTERM's handlers say which; a bare one is Ctrl-C."""
+    if isinstance(error, StageTerminated):
+        return error.signum
+    found = re.search(r"signal (\d+)", str(error))
+    number = int(found.group(1)) if found else signal.SIGINT
+    return number if number in {s.value for s in signal.Signals} else signal.SIGINT
+
+
 def user_message(error: BaseException) -> str:
-    """A user error as printed: its type and whole message (a params error lists every
-    problem), key-shaped parts redacted."""
+    """A user error as printed: its type and whole message on one line (a params error lists
+    every problem, joined), key-shaped parts redacted."""
     from tagrpo.plumbing.config_model import mask_key_shapes
 
-    return mask_key_shapes(f"{type(error).__name__}: {error}")
+    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    return mask_key_shapes(f"{type(error).__name__}: {text}")
 
 
 def require_inputs(root: Path, paths: list[Path], stage: str) -> None:
@@ -306,10 +359,13 @@ def require_inputs(root: Path, paths: list[Path], stage: str) -> None:
 
 
 def check_writable(root: Path, paths: list[Path]) -> None:
-    """Every output's directory can be created and written (before anything is deleted)."""
+    """Every output's directory can be created and written (before anything is deleted):
+    where the commit writes, symlinks followed (a scratch disk), inside a mount point."""
     problems = []
+    mounts = mount_points()
     for relative in paths:
-        parent = (root / relative).parent
+        target = real_destination(root / relative)
+        parent = target if is_mount_point(target, mounts) else target.parent
         try:
             parent.mkdir(parents=True, exist_ok=True)
             probe = parent / f".tagrpo-write-check-{os.getpid()}"
@@ -328,6 +384,21 @@ def remove_path(path: Path) -> None:
         path.unlink()
 
 
+def _writer_gone(entry: Path) -> bool:
+    """Whether the process named by ``entry``'s ``...-<pid>`` suffix (a staging folder, a
+    commit journal) is gone; this process's own entries are not gone."""
+    pid = entry.name.removesuffix(".json").rpartition("-")[2]
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    if pid_alive(int(pid)):
+        # The pid may be reused: a process that started after the entry last changed is
+        # not the one that wrote it (1 s of slack for the clocks' resolutions).
+        started = started_at(int(pid))
+        if started is None or started <= entry.stat().st_mtime + 1.0:
+            return False
+    return True
+
+
 def remove_stale_staging(root: Path) -> list[str]:
     """Remove the staging folders (``.tagrpo/staging/<stage>-<pid>``) of processes that are
     gone: a stage killed with SIGKILL (or a machine that went down) leaves its half-written
@@ -335,20 +406,19 @@ def remove_stale_staging(root: Path) -> list[str]:
     folder = root / STATE_DIR / "staging"
     removed = []
     for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
-        pid = entry.name.rpartition("-")[2]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        if pid_alive(int(pid)):
-            # The pid may be reused: a process that started after the folder last changed is
-            # not the one that wrote it (1 s of slack for the clocks' resolutions).
-            started = started_at(int(pid))
-            if started is None or started <= entry.stat().st_mtime + 1.0:
-                continue
-        remove_path(entry)
-        removed.append(entry.name)
+        if _writer_gone(entry):
+            remove_path(entry)
+            removed.append(entry.name)
     if removed:
         print(f"[stage] removed the staging folders of stopped stages: {', '.join(removed)}")
     return removed
+
+
+def _journal_owner_gone(journal: Path) -> bool:
+    # At a stage's start no commit of this process is under way: its own journals count too.
+    return journal.name.removesuffix(".json").rpartition("-")[2] == str(
+        os.getpid()
+    ) or _writer_gone(journal)
 
 
 @dataclass
@@ -390,21 +460,14 @@ def _commit(context: StageContext) -> None:
     ]
     if missing:
         raise RuntimeError(f"stage {context.name} did not write its outputs {missing}")
-    # The old outputs go only now, metrics first: a stage killed from here on leaves outputs
-    # missing (DVC reruns it), never new outputs beside the old metrics.
-    remove_path(context.root / context.outputs.metrics)
-    for relative in context.outputs.outs.values():
-        remove_path(context.root / relative)
-    for relative in context.outputs.outs.values():
-        final = context.root / relative
-        final.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(context.staging / relative, final)
-    metrics_path = context.root / context.outputs.metrics
-    metrics_path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = metrics_path.with_name(f".{metrics_path.name}.{os.getpid()}")
     finite = _json_safe(context.metrics)
-    temporary.write_text(json.dumps(finite, indent=2, sort_keys=True) + "\n")
-    os.replace(temporary, metrics_path)
+    commit_outputs(
+        context.root,
+        context.name,
+        {relative: context.staging / relative for relative in context.outputs.outs.values()},
+        context.outputs.metrics,
+        json.dumps(finite, indent=2, sort_keys=True) + "\n",
+    )
 
 
 def _json_safe(value: Any) -> Any:
@@ -453,6 +516,7 @@ def running_stage(
     with StageLock(root, name):
         refuse_concurrent_dvc(root, name)
         check_writable(root, outputs.all())
+        recover_commits(root, _journal_owner_gone)  # before the staging they may come from
         remove_stale_staging(root)
         staging = root / STATE_DIR / "staging" / f"{name.replace('/', '_')}-{os.getpid()}"
         remove_path(staging)
@@ -480,5 +544,11 @@ def running_stage(
         except TrackingError as error:
             # One line, not MLflow's and SQLAlchemy's tracebacks: the cause names the store.
             raise SystemExit(f"stage {name} failed: {error}") from None
+        except OSError as error:
+            if not is_disk_full(error) or isinstance(error, DiskFullError):
+                raise
+            # A write's ENOSPC names no file: name where this stage writes, the fullest first.
+            where = [staging, *(real_destination(root / path).parent for path in outputs.all())]
+            raise disk_full(error, where) from error
         finally:
             remove_path(staging)

@@ -50,8 +50,10 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from tagrpo.config.rephrase import EndpointConfig
+from tagrpo.plumbing.errors import UserMistake
 from tagrpo.rephrase.cache import ReplyCache
 
 __all__ = ["ChatRequest", "ChatResult", "ChatRunner", "EndpointConfig", "EndpointRefusedError"]
@@ -66,8 +68,9 @@ _KEY_PATTERN = re.compile(r"(sk-[A-Za-z0-9_\-]{4,}|Bearer\s+\S+)")
 FATAL = frozenset({"http_401", "http_403", "http_404"})
 
 
-class EndpointRefusedError(RuntimeError):
-    """The endpoint refused the run itself (key, permission, URL or model): stop, do not retry."""
+class EndpointRefusedError(UserMistake, RuntimeError):
+    """The endpoint refused the run itself (key, permission, URL or model): stop, do not retry
+    (the user's to fix: the stage prints it as one line)."""
 
 
 @dataclass(frozen=True)
@@ -353,6 +356,16 @@ class ChatRunner:
             request.key, None, error_kind=failure.kind, error=message, attempts=attempt
         )
 
+    def _connection_failure(self, error: Exception) -> str:
+        """A connection error naming where: ``cannot connect to HOST:PORT (URL): cause`` (the
+        client's own message, ``Connection error.``, names neither host nor cause)."""
+        url = self.config.endpoint_url()
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        cause = error.__cause__ or error.__context__  # httpx's: "Connection refused"...
+        reason = str(cause) if cause is not None and str(cause) else str(error)
+        return f"cannot connect to {parts.hostname}:{port} ({url}): {reason}"
+
     async def _attempt(self, client: Any, request: ChatRequest) -> tuple[list[str], dict[str, int]]:
         """One HTTP attempt: the choices' texts and the token usage, or a :class:`_Failure`."""
         import openai  # openai: only an endpoint backend needs it
@@ -381,7 +394,7 @@ class ChatRunner:
         except openai.APITimeoutError:
             raise _Failure("timeout", f"no reply within {self.config.timeout_s:g} s") from None
         except openai.APIConnectionError as error:
-            raise _Failure("connection", str(error)) from None
+            raise _Failure("connection", self._connection_failure(error)) from None
         except openai.APIStatusError as error:
             status = error.status_code
             retry_after = parse_retry_after(getattr(error.response, "headers", None))

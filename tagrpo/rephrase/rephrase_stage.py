@@ -64,7 +64,18 @@ def rephrase_training_set(
         len(candidates),
         settings.max_failed_share,
         "rephrasing slots got no rephrasing",
-        f"by reason {dict(failures)}; fix the endpoint or raise rephrase.max_failed_share",
+        f"by reason {dict(failures)}{_most_common_detail(candidates)}; fix the endpoint or "
+        "raise rephrase.max_failed_share",
     )
     write_candidates(candidates, out_path)
     return metrics
+
+
+def _most_common_detail(candidates: list[Any]) -> str:
+    """``, most often 'DETAIL' (N)``: the commonest failure's detail (for an endpoint, its
+    kind, host and port), so that the one-line error says what to fix."""
+    details = Counter(c.detail for c in candidates if c.text is None and c.detail)
+    if not details:
+        return ""
+    detail, count = details.most_common(1)[0]
+    return f", most often {detail[:300]!r} ({count})"

@@ -4,9 +4,11 @@ the check does not load the rephrasing backends (its code deps, tagrpo/pipeline/
 
 from __future__ import annotations
 
+from tagrpo.plumbing.errors import UserMistake
 
-class TooManyFailuresError(RuntimeError):
-    """More slots failed than the configured share allows."""
+
+class TooManyFailuresError(UserMistake, RuntimeError):
+    """More slots failed than the configured share allows (the endpoint or the share to fix)."""
 
 
 def check_failed_share(failed: int, total: int, limit: float, what: str, hint: str) -> None:
