@@ -144,7 +144,7 @@ class ReportSettings(ConfigModel):
     harder_group: str | None = Field(
         min_length=1,
         description="the evaluate.groups group harder than training (the competition band of "
-        "the validity table: base pass@1 5-30%, pass@k_large 40-85%); null = no band",
+        "the validity table, its bands from the run's pre-registration); null = no band",
     )
     preregistration: str | None = Field(
         min_length=1,

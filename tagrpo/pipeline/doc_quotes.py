@@ -33,7 +33,8 @@ import yaml
 from tagrpo.config.data import SyntheticBenchmark
 from tagrpo.config.params import Params, load_config, validate_params
 from tagrpo.config.profiles import merged_with_profile
-from tagrpo.plumbing.dvc_stages import expand_stages, safe_load
+from tagrpo.pipeline.cost_quotes import COST_SOURCES
+from tagrpo.plumbing.dvc_stages import expand_stages, pipeline_outputs, safe_load
 from tagrpo.plumbing.paths import project_root
 
 # A marker is a line of its own (one in the middle of a line, e.g. in backticks, is prose).
@@ -314,13 +315,17 @@ def profile_stages(root: Path, args: list[str]) -> str:
 
 
 def committed_outputs(root: Path, args: list[str]) -> str:
-    """How many files of the committed run's outputs git holds, per folder."""
+    """How many files of the committed run's outputs (dvc.yaml's outs) git holds, per folder:
+    a folder's other tracked files (reports/'s archives of earlier worlds, the study's records)
+    are not the run's."""
+    outputs = [out.rstrip("/") for out in pipeline_outputs(root)]
     rows = []
     for folder in args or ["metrics", "plots", "evals", "reports"]:
         listed = subprocess.run(
             ["git", "ls-files", folder], cwd=root, capture_output=True, text=True, check=True
         ).stdout.split()
-        rows.append([f"`{folder}/`", str(len(listed))])
+        own = [f for f in listed if any(f == o or f.startswith(o + "/") for o in outputs)]
+        rows.append([f"`{folder}/`", str(len(own))])
     return _table(["folder", "files in git"], rows)
 
 
@@ -438,6 +443,7 @@ SOURCES: dict[str, Renderer] = {
     "mini-world": mini_world,
     "world-summary": world_summary,
     "scores": scores,
+    **COST_SOURCES,  # plan-cost: docs/paper-scale.md's cost tables
 }
 
 
