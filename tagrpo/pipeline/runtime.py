@@ -36,7 +36,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ from tagrpo.plumbing.layout import Outputs
 from tagrpo.plumbing.paths import project_root
 from tagrpo.plumbing.procfs import pid_alive, proc_stat, process_alive, started_at
 from tagrpo.plumbing.tracking import TrackingError, log_metrics
+from tagrpo.plumbing.verify import check_inputs, stage_inputs
 
 STATE_DIR = ".tagrpo"
 _PR_SET_PDEATHSIG = 1
@@ -441,8 +442,14 @@ def running_stage(
     run_params: Mapping[str, Any] | None = None,
     metrics_prefix: str = "",
     dvc_name: str | None = None,
+    checked_inputs: Collection[str] = (),
 ) -> Iterator[StageContext]:
     """Run a stage (see the module docstring); ``key`` names a matrix item (``grpo-s0``).
+
+    First the inputs dvc.yaml gives it that other stages wrote are checked by content against
+    dvc.lock (:func:`tagrpo.plumbing.verify.check_inputs`: a damaged one is refused in one
+    line naming it and the command that rebuilds it), except ``checked_inputs``, which the
+    stage checked itself before it read them.
 
     The metrics file's numbers are also logged to MLflow, under ``metrics_prefix`` (the train
     stage uses ``summary/``: its per-step metrics have the same names).
@@ -452,6 +459,8 @@ def running_stage(
     name = f"{stage}@{key}" if key else stage
     with StageLock(root, name):
         refuse_concurrent_dvc(root, name)
+        inputs = stage_inputs(root, dvc_name or name)
+        check_inputs(root, [path for path in inputs if path not in set(checked_inputs)])
         check_writable(root, outputs.all())
         remove_stale_staging(root)
         staging = root / STATE_DIR / "staging" / f"{name.replace('/', '_')}-{os.getpid()}"
