@@ -6,6 +6,12 @@ Outputs: ``data/processed/`` (train.parquet, train_verl.parquet, benchmarks/<nam
 rejections.parquet) and ``metrics/data.json`` with rows in / kept / rejected per source. The
 training split and each benchmark record the profile and the params that decided their rows
 (:func:`tagrpo.config.data.table_provenance`): ``tagrpo plan --cost`` counts only a profile's own.
+
+``local``: every file is checked against its source's manifest (rows and SHA-256,
+:mod:`tagrpo.data.sources.manifests`) before a row is read, and one that differs is refused
+naming it; ``data.verify_sources: false`` lets a user's own copy through. Either way
+``metrics/data.json`` records each file's rows, digest and whether it matched
+(``source_files``), and the report says so.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@
 1. the process dies with its parent (``dvc``/the flow): a killed orchestrator leaves no stage
    running behind it (Linux ``PR_SET_PDEATHSIG``; SIGTERM then ends the stage cleanly);
 2. a lock per stage (and matrix item) under ``.tagrpo/locks``: a second copy refuses to start
-   and names the process that holds it;
+   and names the process that holds it; then the inputs dvc.yaml gives the stage that other
+   stages wrote are checked by content against dvc.lock (a damaged one is refused in one line
+   naming it and the command that rebuilds it: :func:`tagrpo.plumbing.verify.check_inputs`);
 3. every output location is checked writable; the old outputs stay in place (dvc.yaml marks
    them ``persist``, so DVC does not delete them either): a stage that refuses to start, fails
    or is killed leaves the outputs dvc.lock records;

@@ -4,9 +4,12 @@ DVC trusts its state cache: a file changed in place with the same size and mtime
 a tool that restores mtimes) still counts as the locked output, and ``dvc status`` says up to
 date. :func:`verify_outputs` (``tagrpo verify``) rehashes each output the way DVC 3 hashes it
 (a file: the md5 of its bytes; a folder: the md5 of the sorted JSON list of its files' md5 and
-relative paths, plus ``.dir``) and compares with dvc.lock; the evaluate stage checks its model
-this way before it evaluates (:func:`check_against_lock`). Hashing is cheap next to the work
-it guards (md5 runs at several hundred MB/s).
+relative paths, plus ``.dir``) and compares with dvc.lock. Every stage checks the inputs it
+reads that another stage wrote this way before it reads them (:func:`check_inputs`, called by
+:func:`tagrpo.pipeline.runtime.running_stage` with the stage's dvc.yaml deps; train and
+evaluate check their model and training set first, before planning reads them): a damaged
+parquet or model is refused in one line naming it and the command that rebuilds it. Hashing is
+cheap next to the work it guards (md5 runs at several hundred MB/s).
 """
 
 from __future__ import annotations
@@ -298,7 +301,9 @@ def last_change(path: Path) -> float:
 
 
 class OutputCorruptedError(RuntimeError):
-    """An input output differs from what dvc.lock recorded when it was produced."""
+    """An input differs from its record: an output from what dvc.lock recorded when it was
+    produced (or, :class:`tagrpo.data.sources.manifests.SourceMismatchError`, a benchmark file
+    from its manifest). A user's matter: printed as one line."""
 
 
 def stage_inputs(root: Path, dvc_name: str) -> list[str]:
