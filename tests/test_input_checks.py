@@ -33,7 +33,7 @@ from tagrpo.data.sources.manifests import (
 from tagrpo.data.sources.registry import SOURCES
 from tagrpo.plumbing.paths import project_root, shared_data_dir
 from tagrpo.plumbing.verify import OutputCorruptedError, check_inputs, dvc_md5
-from tagrpo.report.build import source_files_sentence
+from tagrpo.report.build import data_section, source_files_sentence
 
 ROOT = project_root()
 AIME24 = MANIFESTS["aime24"]
@@ -108,6 +108,19 @@ def test_a_file_that_differs_from_its_manifest_is_refused_unless_told(
         ("aime25/test.jsonl", "matches"),
         ("aime24/test.jsonl", "differs"),
     ]
+    # A parquet copy read in place of the jsonl file is not the file the manifest describes.
+    import pandas as pd
+
+    (tmp_path / "data" / AIME24.file).unlink()
+    parquet = tmp_path / "data" / "aime24" / "test.parquet"
+    pd.DataFrame({"id": [1, 2], "problem": ["a", "b"], "answer": ["1", "2"]}).to_parquet(parquet)
+    with pytest.raises(SourceMismatchError) as refused:
+        check_source_files(["aime24"], tmp_path / "data", refuse_mismatch=True)
+    sha256 = hashlib.sha256(parquet.read_bytes()).hexdigest()
+    assert (
+        f"aime24/test.parquet: found 2 rows, sha256 {sha256}; its manifest of aime24/test.jsonl "
+        f"has 30 rows, sha256 {AIME24.sha256}. Restore"
+    ) in str(refused.value)
     # A source without a manifest (a user-supplied pool) is recorded, never refused.
     (tmp_path / "data" / "openr1_math").mkdir()
     (tmp_path / "data" / "openr1_math" / "train.jsonl").write_text("{}\n")
@@ -205,7 +218,11 @@ def test_the_report_says_the_files_were_checked() -> None:
             "openr1_math/train.parquet": {"manifest": "no manifest"},
         },
     }
-    assert source_files_sentence(record) == (
+    sentence = source_files_sentence(record)
+    counts = {"sources": {}, "total": {"rows_in": 0, "kept": 0, "rejected": 0}}
+    assert data_section({**counts, "source_files": record}).endswith(f"\n\n{sentence}")
+    assert sentence not in data_section(counts)  # the synthetic and hub sources: no files
+    assert sentence == (
         "The 2 source files were checked against their manifests (rows and SHA-256 of the shared "
         "data's SOURCES.md) before use: 1 match; 1 have no manifest (not checked): "
         "`openr1_math/train.parquet`."
