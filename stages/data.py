@@ -6,6 +6,12 @@ Outputs: ``data/processed/`` (train.parquet, train_verl.parquet, benchmarks/<nam
 rejections.parquet) and ``metrics/data.json`` with rows in / kept / rejected per source. The
 training split and each benchmark record the profile and the params that decided their rows
 (:func:`tagrpo.config.data.table_provenance`): ``tagrpo plan --cost`` counts only a profile's own.
+
+``local``: every file is checked against its source's manifest (rows and SHA-256,
+:mod:`tagrpo.data.sources.manifests`) before a row is read, and one that differs is refused
+naming it; ``data.verify_sources: false`` lets a user's own copy through. Either way
+``metrics/data.json`` records each file's rows, digest and whether it matched
+(``source_files``), and the report says so.
 """
 
 from __future__ import annotations
@@ -15,12 +21,24 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tagrpo.config.data import table_provenance
+from tagrpo.config.data import DataSettings, table_provenance
 from tagrpo.config.params import load_config
+from tagrpo.data.sources.manifests import FileCheck, files_record
 from tagrpo.pipeline.runtime import run_main, running_stage
 from tagrpo.plumbing.layout import data_outputs
 from tagrpo.plumbing.tracking_assets import log_datasets
 from tagrpo.splits.build import count_table, load_sources, write_processed
+
+
+def source_files_metrics(files: list[FileCheck], settings: DataSettings) -> dict[str, Any]:
+    """The files' checks for the metrics file (the report states them), said here too."""
+    for check in files:
+        if check.status != "matches":
+            print(f"[data] warning: {check.describe()}")
+    matched = sum(check.status == "matches" for check in files)
+    unchecked = "" if settings.verify_sources else " (data.verify_sources: false: not required)"
+    print(f"[data] source files matching their manifests: {matched} of {len(files)}{unchecked}")
+    return files_record(files, settings.verify_sources)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -54,7 +72,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"[data] warning: {empty_gold} kept training questions have an empty gold answer "
                 "(kept for the paper's count; set keep_empty_boxed: false to reject them)"
             )
-        ctx.set_metrics({**counts, "rejections_by_reason": dict(sorted(reasons.items()))})
+        metrics = {**counts, "rejections_by_reason": dict(sorted(reasons.items()))}
+        if sources.files:  # data.source local: each file read, beside its manifest
+            metrics["source_files"] = source_files_metrics(sources.files, config.data)
+        ctx.set_metrics(metrics)
     return counts
 
 

@@ -39,7 +39,7 @@ from tagrpo.plumbing.tracking_assets import (
     log_datasets,
     log_passk_intervals,
 )
-from tagrpo.plumbing.verify import check_against_lock
+from tagrpo.plumbing.verify import check_inputs
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if not model.is_dir():  # before the stage deletes its old outputs
         raise FileNotFoundError(f"{model} does not exist: train the policy first")
     # By content, not DVC's size-and-mtime state: a model damaged in place is refused by name.
-    check_against_lock(project_root(), model_dir(policy).as_posix())
+    checked = [model_dir(policy).as_posix()]
+    check_inputs(project_root(), checked)
     store = SampleStore(default_store_dir())  # samples survive a failure after sampling
     with running_stage(
         "evaluate",
@@ -84,6 +85,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             else "evaluate_base"
         ),
         log_sections=("evaluate", config.evaluate.backend),
+        checked_inputs=checked,
     ) as ctx:
         benchmarks = ctx.root / data_outputs()["processed"] / "benchmarks"
         log_datasets(sorted(benchmarks.glob("*.parquet")), "evaluation")

@@ -20,7 +20,7 @@ from tagrpo.plumbing.layout import data_outputs, dvc_stage_name, policy_name, tr
 from tagrpo.plumbing.paths import project_root
 from tagrpo.plumbing.tracking import model_label
 from tagrpo.plumbing.tracking_assets import log_datasets, log_policy_model
-from tagrpo.plumbing.verify import check_against_lock
+from tagrpo.plumbing.verify import check_inputs
 from tagrpo.training.train_stage import plan_training, run_summary, train_local
 
 
@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         return planned
     # By content, not DVC's size-and-mtime state: a model or training set damaged in place is
     # refused by name before anything is trained on it (nothing checked outside dvc.lock).
-    for path in (config.train.model, config.train.input):
-        check_against_lock(project_root(), Path(path).as_posix())
+    checked = [Path(path).as_posix() for path in (config.train.model, config.train.input)]
+    check_inputs(project_root(), checked)
     plan = plan_training(config, args.method, seed, args.data_multiple)
     with running_stage(
         "train",
@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             config.runs.one_seed_methods,
             config.runs.control_methods,
         ),
+        checked_inputs=checked,
     ) as ctx:
         if backend == "local":
             summary = train_local(

@@ -87,6 +87,7 @@ def test_a_changed_benchmark_file_outside_the_repo_reruns_the_data_stage(tmp_pat
     env = scratch_project(project, profile="profiles/local.yaml")
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["common"]["data_dir"] = str(data_dir)
+    params["data"]["verify_sources"] = False  # the fixtures: not the shared files' content
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
     run_checked(["dvc", "repro", "data"], project, env)
@@ -138,6 +139,9 @@ def test_a_data_dir_that_does_not_exist_is_refused_before_dvc_deletes_data(
     shutil.copytree(FIXTURES, data_dir)
     env = scratch_project(project, profile="profiles/local.yaml")
     env = {**env, "TAGRPO_DATA_DIR": str(data_dir)}
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["data"]["verify_sources"] = False  # the fixtures: not the shared files' content
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     run_checked(["dvc", "repro", "data"], project, env)
     outputs = ["data/processed", "metrics/data.json"]
     before = _snapshot(project, outputs)

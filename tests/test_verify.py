@@ -150,7 +150,7 @@ def test_the_suggested_restore_puts_the_locked_content_back(dvc_project: Path) -
     with pytest.raises(OutputCorruptedError) as refused:
         check_against_lock(dvc_project, "models/base")
     (command,) = re.findall(r"restore it with `([^`]+)`", str(refused.value))
-    assert command == "dvc checkout --relink models/base"
+    assert command == "dvc checkout --relink --force models/base"
     _dvc(dvc_project, *shlex.split(command)[1:])
     assert model.read_bytes() == original
     assert check_against_lock(dvc_project, "models/base") is True
@@ -189,7 +189,7 @@ def test_verify_leaves_out_lock_entries_of_stages_the_params_dropped(
     (tmp_path / "out/grpo.txt").write_text("changed\n")
     assert cli(["verify"]) == 1
     assert capsys.readouterr().err.splitlines()[-1] == (
-        "tagrpo verify: to restore them: dvc checkout --relink out/grpo.txt"
+        "tagrpo verify: to restore them: dvc checkout --relink --force out/grpo.txt"
     )
 
 

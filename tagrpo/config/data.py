@@ -119,6 +119,12 @@ class DataSettings(ConfigModel):
         ge=1, description="reject longer problems (too_long) before any tokenizer sees them"
     )
 
+    verify_sources: bool = Field(
+        description="local source files must match their manifests (rows, SHA-256; "
+        "tagrpo/data/sources/manifests.py) or the data stage refuses them; false for your own "
+        "copy (recorded in the data metrics and the report)"
+    )
+
     @model_validator(mode="after")
     def _benchmarks(self) -> DataSettings:
         if self.source != "synthetic" and not getattr(self, self.source).benchmarks:

@@ -5,7 +5,9 @@
 1. the process dies with its parent (``dvc``/the flow): a killed orchestrator leaves no stage
    running behind it (Linux ``PR_SET_PDEATHSIG``; SIGTERM then ends the stage cleanly);
 2. a lock per stage (and matrix item) under ``.tagrpo/locks``: a second copy refuses to start
-   and names the process that holds it;
+   and names the process that holds it; then the inputs dvc.yaml gives the stage that other
+   stages wrote are checked by content against dvc.lock (a damaged one is refused in one line
+   naming it and the command that rebuilds it: :func:`tagrpo.plumbing.verify.check_inputs`);
 3. every output location is checked writable; the old outputs stay in place (dvc.yaml marks
    them ``persist``, so DVC does not delete them either): a stage that refuses to start, fails
    or is killed leaves the outputs dvc.lock records;
@@ -41,7 +43,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,7 @@ from tagrpo.plumbing.layout import Outputs
 from tagrpo.plumbing.paths import project_root
 from tagrpo.plumbing.procfs import pid_alive, proc_stat, process_alive, started_at
 from tagrpo.plumbing.tracking import TrackingError, log_metrics
+from tagrpo.plumbing.verify import check_inputs, stage_inputs
 
 STATE_DIR = ".tagrpo"
 _PR_SET_PDEATHSIG = 1
@@ -504,8 +507,14 @@ def running_stage(
     run_params: Mapping[str, Any] | None = None,
     metrics_prefix: str = "",
     dvc_name: str | None = None,
+    checked_inputs: Collection[str] = (),
 ) -> Iterator[StageContext]:
     """Run a stage (see the module docstring); ``key`` names a matrix item (``grpo-s0``).
+
+    First the inputs dvc.yaml gives it that other stages wrote are checked by content against
+    dvc.lock (:func:`tagrpo.plumbing.verify.check_inputs`: a damaged one is refused in one
+    line naming it and the command that rebuilds it), except ``checked_inputs``, which the
+    stage checked itself before it read them.
 
     The metrics file's numbers are also logged to MLflow, under ``metrics_prefix`` (the train
     stage uses ``summary/``: its per-step metrics have the same names).
@@ -515,6 +524,8 @@ def running_stage(
     name = f"{stage}@{key}" if key else stage
     with StageLock(root, name):
         refuse_concurrent_dvc(root, name)
+        inputs = stage_inputs(root, dvc_name or name)
+        check_inputs(root, [path for path in inputs if path not in set(checked_inputs)])
         check_writable(root, outputs.all())
         recover_commits(root, _journal_owner_gone)  # before the staging they may come from
         remove_stale_staging(root)

@@ -4,9 +4,12 @@ DVC trusts its state cache: a file changed in place with the same size and mtime
 a tool that restores mtimes) still counts as the locked output, and ``dvc status`` says up to
 date. :func:`verify_outputs` (``tagrpo verify``) rehashes each output the way DVC 3 hashes it
 (a file: the md5 of its bytes; a folder: the md5 of the sorted JSON list of its files' md5 and
-relative paths, plus ``.dir``) and compares with dvc.lock; the evaluate stage checks its model
-this way before it evaluates (:func:`check_against_lock`). Hashing is cheap next to the work
-it guards (md5 runs at several hundred MB/s).
+relative paths, plus ``.dir``) and compares with dvc.lock. Every stage checks the inputs it
+reads that another stage wrote this way before it reads them (:func:`check_inputs`, called by
+:func:`tagrpo.pipeline.runtime.running_stage` with the stage's dvc.yaml deps; train and
+evaluate check their model and training set first, before planning reads them): a damaged
+parquet or model is refused in one line naming it and the command that rebuilds it. Hashing is
+cheap next to the work it guards (md5 runs at several hundred MB/s).
 """
 
 from __future__ import annotations
@@ -222,8 +225,9 @@ def _under(path: str, prefix: str) -> bool:
 
 def restore_command(relative: str) -> str:
     """The command that puts the locked content of ``relative`` back from DVC's cache:
-    ``--relink`` rewrites the files whatever DVC's state cache says (tested)."""
-    return f"dvc checkout --relink {relative}"
+    ``--relink`` rewrites the files whatever DVC's state cache says, ``--force`` without asking
+    first when DVC does see the change (a truncated file; both tested)."""
+    return f"dvc checkout --relink --force {relative}"
 
 
 def _yaml12(path: Path) -> dict[str, Any]:
@@ -297,25 +301,107 @@ def last_change(path: Path) -> float:
 
 
 class OutputCorruptedError(RuntimeError):
-    """An input output differs from what dvc.lock recorded when it was produced."""
+    """An input differs from its record: an output from what dvc.lock recorded when it was
+    produced (or, :class:`tagrpo.data.sources.manifests.SourceMismatchError`, a benchmark file
+    from its manifest). A user's matter: printed as one line."""
+
+
+def stage_inputs(root: Path, dvc_name: str) -> list[str]:
+    """The deps dvc.yaml gives stage ``dvc_name`` (``train@grpo-0``) that another stage
+    writes (the pipeline's intermediate data, models, metrics); [] for a stage dvc.yaml does
+    not have (a stage run by hand under other params)."""
+    from tagrpo.plumbing.dvc_stages import load_stages
+
+    stages = load_stages(root)
+    stage = stages.get(dvc_name)
+    if stage is None:
+        return []
+    written = {out for other in stages.values() for out in other.outs}
+    return [dep for dep in stage.deps if any(_overlap(dep, out) for out in written)]
+
+
+def _overlap(a: str, b: str) -> bool:
+    return _under(a, b) or _under(b, a)
+
+
+def _files_under(folder: Path, relative: str, inner: str) -> dict[str, str]:
+    """md5 by path (``<relative>/<file>``) of the files at ``folder/inner`` (a file or a folder)."""
+    path = folder / inner
+    if path.is_file():
+        return {f"{relative}/{inner}": file_md5(path)}
+    if not path.is_dir():
+        return {}
+    return {
+        f"{relative}/{inner}/{entry['relpath']}": entry["md5"] for entry in directory_entries(path)
+    }
+
+
+def _part_mismatch(root: Path, relative: str, expected: str, inner: str) -> Mismatch | None:
+    """The part ``inner`` of locked folder ``relative`` against DVC's listing of that folder
+    (in its cache); the whole folder when the cache has no listing."""
+    listing = _cached_listing(root, expected) if expected.endswith(".dir") else None
+    if listing is None:
+        return verify_output(root, relative, expected)
+    wanted = {
+        f"{relative}/{entry['relpath']}": entry["md5"]
+        for entry in listing
+        if _under(entry["relpath"], inner)
+    }
+    found = _files_under(root / relative, relative, inner)
+    if found == wanted:
+        return None
+    changed = tuple(
+        name for name in sorted(wanted.keys() | found.keys()) if wanted.get(name) != found.get(name)
+    )
+    if len(changed) == 1 and changed[0] in wanted:  # one file: its own hashes say it
+        return Mismatch(changed[0], wanted[changed[0]], found.get(changed[0]))
+    return Mismatch(relative, expected, dvc_md5(root / relative), changed)
+
+
+def check_inputs(root: Path, paths: Collection[str]) -> list[str]:
+    """Refuse any of ``paths`` (a stage's inputs) whose content differs from what dvc.lock
+    recorded when the stage that wrote it ran: an output itself, a file inside a locked folder
+    (checked against DVC's listing of it) or a folder holding locked outputs (each checked).
+
+    By content, not DVC's size-and-mtime state: a parquet or a model damaged in place is
+    refused by name before it is read. Returns the locked outputs checked (none: nothing in
+    dvc.lock to compare with); raises :class:`OutputCorruptedError`, one line naming the
+    damaged file and the command that rebuilds it.
+    """
+    # Each locked output -> (its md5, the stage that wrote it).
+    locked = {
+        out["path"]: (out["md5"], name)
+        for name, entry in lock_entries(root).items()
+        for out in entry.get("outs") or []
+        if "md5" in out
+    }
+    checked = []
+    for path in dict.fromkeys(p.rstrip("/") for p in paths):
+        for out in sorted(o for o in locked if _overlap(path, o)):
+            expected, stage = locked[out]
+            mismatch = (
+                _part_mismatch(root, out, expected, path[len(out) + 1 :])
+                if path != out and _under(path, out)
+                else verify_output(root, out, expected)
+            )
+            if mismatch is not None:
+                raise OutputCorruptedError(damaged_input_message(mismatch, out, stage))
+            checked.append(out)
+    return list(dict.fromkeys(checked))
+
+
+def damaged_input_message(mismatch: Mismatch, out: str, stage: str) -> str:
+    """One line: what differs, and how to rebuild it (or put the recorded copy back)."""
+    return (
+        f"{mismatch.describe()}. It was changed after stage {stage} wrote it (DVC's state cache "
+        "trusts size and mtime, so `dvc status` may not see it): rebuild it with "
+        f"`dvc repro -f -s {stage}`, or restore it with `{restore_command(out)}`; if you changed "
+        f"it on purpose, `dvc commit {stage}` records it"
+    )
 
 
 def check_against_lock(root: Path, relative: str) -> bool:
-    """Refuse ``relative`` (e.g. ``models/grpo-s0``) if its content differs from dvc.lock.
-
-    False when dvc.lock has no entry for it (never produced by ``dvc repro``): nothing to
-    compare with. Raises :class:`OutputCorruptedError` naming the changed files.
-    """
-    expected = locked_outputs(root).get(relative)
-    if expected is None:
-        return False
-    mismatch = verify_output(root, relative, expected)
-    if mismatch is not None:
-        raise OutputCorruptedError(
-            f"{mismatch.describe()}. It was changed after the stage that wrote it (DVC's state "
-            "cache trusts size and mtime, so `dvc status` may not see it, and a plain "
-            f"`dvc checkout` keeps the changed file): restore it with `{restore_command(relative)}`"
-            " or rerun its stage (`dvc repro --force` that stage); if you changed it on purpose, "
-            "`dvc commit` that stage records it"
-        )
-    return True
+    """Refuse ``relative`` (e.g. ``models/grpo-s0``) if its content differs from dvc.lock
+    (:func:`check_inputs`). False when dvc.lock has no entry for it (never produced by ``dvc
+    repro``): nothing to compare with."""
+    return bool(check_inputs(root, [relative]))

@@ -85,12 +85,46 @@ def data_section(counts: dict[str, Any]) -> str:
         if reasons
         else ""
     )
+    files = counts.get("source_files")
     return (
         "## Data\n\nEvery upstream row is kept or rejected with a reason (rows in = kept + "
         "rejected).\n\n"
         + markdown_table(["split/source", "rows in", "kept", "rejected"], rows)
         + reason_line
+        + (f"\n\n{source_files_sentence(files)}" if files else "")
     )
+
+
+def source_files_sentence(record: dict[str, Any]) -> str:
+    """What the data stage found of the local source files beside their manifests (rows and
+    SHA-256), and whether they had to match (``data.verify_sources``)."""
+    files = record["files"]
+    by_status: dict[str, list[str]] = {}
+    for name, entry in files.items():
+        by_status.setdefault(entry["manifest"], []).append(name)
+    differing = [
+        f"`{name}` ({files[name]['rows']} rows, sha256 {files[name]['sha256'][:12]}…; manifest "
+        f"{files[name]['expected_rows']} rows, {files[name]['expected_sha256'][:12]}…)"
+        for name in by_status.get("differs", [])
+    ]
+    unlisted = [f"`{name}`" for name in by_status.get("no manifest", [])]
+    if record["verify_sources"]:
+        text = (
+            f"The {len(files)} source files were checked against their manifests (rows and "
+            "SHA-256 of the shared data's SOURCES.md) before use: "
+            f"{len(by_status.get('matches', []))} match"
+        )
+    else:
+        text = (
+            "**`data.verify_sources` is false**: the source files were read without having to "
+            f"match their manifests (a user's own copy); of {len(files)}, "
+            f"{len(by_status.get('matches', []))} match"
+        )
+    if differing:
+        text += f", {len(differing)} differ: " + ", ".join(differing)
+    if unlisted:
+        text += f"; {len(unlisted)} have no manifest (not checked): " + ", ".join(unlisted)
+    return text + "."
 
 
 def base_model_section(metrics: dict[str, float], phrasings: pd.DataFrame) -> str:

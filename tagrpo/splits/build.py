@@ -4,23 +4,28 @@ benchmarks in the normalised schema, and count every row (rows in = kept + rejec
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tagrpo.config.params import Params
 from tagrpo.data.schema import LoadResult, Rejection, write_questions, write_rejections
 
+if TYPE_CHECKING:
+    from tagrpo.data.sources.manifests import FileCheck
+
 
 @dataclass
 class Sources:
-    """What the data stage loaded: training splits, the data-scaling pool, benchmarks."""
+    """What the data stage loaded: training splits, the data-scaling pool, benchmarks, and
+    (``data.source: local``) each file read beside its manifest."""
 
     train: list[LoadResult]
     extra: list[LoadResult]
     benchmarks: dict[str, LoadResult]
+    files: list[FileCheck] = field(default_factory=list)
 
 
 def load_sources(config: Params) -> Sources:
@@ -34,11 +39,16 @@ def load_sources(config: Params) -> Sources:
         extra = built.pop("extra", None)
         return Sources([train], [extra] if extra is not None else [], built)
     settings = getattr(data, data.source)
+    files: list[FileCheck] = []
     if data.source == "local":
         from tagrpo.data.sources.local import load_local
+        from tagrpo.data.sources.manifests import check_source_files
         from tagrpo.plumbing.paths import shared_data_dir
 
         data_dir = shared_data_dir(config.common.data_dir)
+        # Before any row is read: a truncated benchmark must not become a shorter result.
+        names = [*settings.train, *settings.extra, *settings.benchmarks]
+        files = check_source_files(names, data_dir, refuse_mismatch=data.verify_sources)
 
         def load(name: str) -> LoadResult:
             options = settings.options.get(name, {})
@@ -54,7 +64,7 @@ def load_sources(config: Params) -> Sources:
     seen = {q.problem: q.id for result in train for q in result.questions}
     extra = [without_training_questions(load(name), seen) for name in settings.extra]
     benchmarks = {name: load(name) for name in settings.benchmarks}
-    return Sources(train, extra, benchmarks)
+    return Sources(train, extra, benchmarks, files)
 
 
 def without_training_questions(result: LoadResult, training: dict[str, str]) -> LoadResult:

@@ -19,7 +19,9 @@ Adding a benchmark
 2. Add the module to the import and the tuple in ``tagrpo/data/sources/registry.py``.
 3. Tests: a few rows in ``tests/fixtures/data/<name>/test.jsonl`` and their counts and
    rejection reasons in ``EXPECTED`` of ``tests/test_data_sources.py``; if the file ships in
-   ``shared/data``, its exact kept count in ``EXPECTED_KEPT`` of ``tests/test_data_shared.py``.
+   ``shared/data``, its exact kept count in ``EXPECTED_KEPT`` of ``tests/test_data_shared.py``
+   and its rows and SHA-256 (from SOURCES.md) in ``MANIFESTS`` of :mod:`.manifests` (the data
+   stage refuses a local file that differs; tests/test_input_checks.py checks the two agree).
 4. Use it: its name in ``data.local.benchmarks`` / ``data.hub.benchmarks`` of params.yaml or a
    profile, and in ``evaluate.groups`` where it has a ``group`` (a test keeps the paper and
    local profiles' groups equal to the sources'). Validation, the data stage's input manifest,

@@ -28,6 +28,16 @@ def source_path(name: str, data_dir: Path) -> Path:
     return path
 
 
+def source_file(name: str, data_dir: Path) -> Path:
+    """The file the loader reads for source ``name``: its jsonl file under ``data_dir``, or a
+    parquet copy beside it when the jsonl file is absent; FileNotFoundError if neither is."""
+    jsonl = Path(data_dir) / get_source(name).file
+    parquet = jsonl.with_suffix(".parquet")
+    if not jsonl.is_file() and parquet.is_file():
+        return parquet
+    return source_path(name, data_dir)
+
+
 def load_local(
     name: str,
     data_dir: str | Path | None = None,
@@ -45,10 +55,8 @@ def load_local(
     unknown = sorted(set(options) - source.loader_options())
     if unknown:
         raise TypeError(f"{name}: unknown loader options {unknown}")
-    jsonl = directory / source.file
-    parquet = jsonl.with_suffix(".parquet")
-    if not jsonl.is_file() and parquet.is_file():
-        records: Any = read_parquet_records(parquet)
-    else:
-        records = read_jsonl_records(source_path(name, directory))
+    path = source_file(name, directory)
+    records: Any = (
+        read_parquet_records(path) if path.suffix == ".parquet" else read_jsonl_records(path)
+    )
     return normalise_records(source, records, max_problem_chars=max_problem_chars, **options)
