@@ -35,6 +35,7 @@ from tagrpo.plumbing.paths import project_root, shared_data_dir
 from tagrpo.plumbing.verify import OutputCorruptedError, check_inputs, dvc_md5
 from tagrpo.report.build import data_section, source_files_sentence
 
+HINT = " (TAGRPO_TRACEBACK=1 or --traceback for the traceback)"  # the stages' one-line errors
 ROOT = project_root()
 AIME24 = MANIFESTS["aime24"]
 
@@ -171,7 +172,7 @@ def test_the_data_stage_refuses_a_truncated_benchmark_and_records_the_override(
         "from their manifests (tagrpo/data/sources/manifests.py): aime24/test.jsonl: found "
         f"17 rows, sha256 {digest}; its manifest has 30 rows, sha256 {AIME24.sha256}. Restore "
         "the files from their origin (SOURCES.md), or set data.verify_sources: false to use "
-        "your own copy (the report then says so)"
+        "your own copy (the report then says so)" + HINT
     )
     assert "Traceback" not in refused.stderr
     assert not (project / "metrics" / "data.json").exists()
@@ -312,7 +313,7 @@ def test_a_damaged_intermediate_parquet_is_refused_in_one_line(
         f"differs from dvc.lock ({found} != {locked}). It was changed after stage data wrote it "
         "(DVC's state cache trusts size and mtime, so `dvc status` may not see it): rebuild it "
         "with `dvc repro -f -s data`, or restore it with `dvc checkout --relink --force "
-        "data/processed`; if you changed it on purpose, `dvc commit data` records it"
+        "data/processed`; if you changed it on purpose, `dvc commit data` records it" + HINT
     )
     assert (root / "data/rephrased/candidates.parquet").read_bytes() == before
 
@@ -331,7 +332,7 @@ def test_a_damaged_intermediate_parquet_is_refused_in_one_line(
         "data/processed/benchmarks/mini_chains.parquet. It was changed after stage data wrote "
         "it (DVC's state cache trusts size and mtime, so `dvc status` may not see it): rebuild "
         "it with `dvc repro -f -s data`, or restore it with `dvc checkout --relink --force "
-        "data/processed`; if you changed it on purpose, `dvc commit data` records it"
+        "data/processed`; if you changed it on purpose, `dvc commit data` records it" + HINT
     )
     assert not (root / "models" / "base").exists()
     # The rephrase stage does not read the benchmarks: not refused for them.
