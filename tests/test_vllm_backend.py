@@ -334,7 +334,9 @@ def test_evaluate_refuses_another_served_model_before_sampling_and_saves_nothing
     benchmarks.mkdir()
     questions = [Question(f"q{i}", "t", "test", q, "1") for i, q in enumerate(QUESTIONS)]
     write_questions(questions, str(benchmarks / "mini.parquet"))
-    monkeypatch.setattr(runner, "grade_fn_for", lambda settings: contextlib.nullcontext(None))
+    monkeypatch.setattr(
+        runner, "grade_fn_for", lambda settings, grader: contextlib.nullcontext(None)
+    )
     with VLLMStandIn(other_policy_dir, served_name="policy", root="/elsewhere/other") as server:
         config = config_with(
             {

@@ -162,7 +162,7 @@ def test_server_evaluation_saves_samples_before_grading(served, tmp_path, monkey
     )
 
     @contextlib.contextmanager
-    def failing(settings):
+    def failing(settings, grader):
         def fail(responses, answers, kinds):
             raise RuntimeError("grading failed")
 
@@ -171,7 +171,9 @@ def test_server_evaluation_saves_samples_before_grading(served, tmp_path, monkey
     monkeypatch.setattr(runner, "grade_fn_for", failing)
     with pytest.raises(RuntimeError, match="grading failed"):
         evaluate_policy(config, Path(str(MODEL)), benchmarks, SampleStore(tmp_path / "s"), "e")
-    monkeypatch.setattr(runner, "grade_fn_for", lambda s: contextlib.nullcontext(boxed_grade))
+    monkeypatch.setattr(
+        runner, "grade_fn_for", lambda s, grader: contextlib.nullcontext(boxed_grade)
+    )
     store = SampleStore(tmp_path / "s")
     rerun = evaluate_policy(config, Path(str(MODEL)), benchmarks, store, "e")
     assert store.counts() == {"samples_reused": 4.0, "samples_resampled": 0.0}
