@@ -93,9 +93,12 @@ from tagrpo.plumbing.tracking import (
 )
 
 # The UI form's choices, read when the deployment is created (redeploy to list a new profile);
-# the docstring of `pipeline` names each delta profile with the base it is merged onto.
-PROFILE_HELP = profile_help(project_root())
-ProfileName = Literal[tuple(profile_names(project_root()))]  # type: ignore[valid-type]
+# the docstring of `pipeline` names each delta profile with the base it is merged onto. The
+# checkout is this file's (not the cwd's: a process that imports the flow from inside another
+# project, a test's scratch copy, would otherwise offer that project's profiles).
+CHECKOUT = project_root(Path(__file__).resolve().parent)
+PROFILE_HELP = profile_help(CHECKOUT)
+ProfileName = Literal[tuple(profile_names(CHECKOUT))]  # type: ignore[valid-type]
 MethodName = Literal[tuple(METHODS)]  # type: ignore[valid-type]
 Seed = Annotated[int, Field(ge=0)]
 # key.path=value. A value shaped like an API key is refused by the form and by the server (the
