@@ -8,9 +8,11 @@ The work is what a draw spends its time on: the local backend's training steps o
 (sampling G responses per prompt, grading, scoring, the optimiser updates) from the draw's base,
 with ``common.torch_threads`` as the study sets it (1), in a fresh process each. It runs that
 work twice one after the other, then twice at once, and prints both wall times and their ratio
-(serial / side by side; 2.0 would be perfect). ``--checkout`` is any checkout built up to its
-check_equivalence stage (``models/base``, ``data/rephrased/train.parquet``). Run it on an
-otherwise idle machine: another process on the cores changes both numbers.
+(serial / side by side; 2.0 would be perfect). ``--checkout`` is any folder with ``params.yaml``
+and ``dvc.yaml`` valid for this code and ``models/base`` and ``data/rephrased/train.parquet``
+built (a draw's checkout of an older commit: copy this tree's params with the study-pilot
+profile applied and link the draw's ``models/`` and ``data/``); the work runs this tree's
+code. Run it on an otherwise idle machine: another process on the cores changes both numbers.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def work(method: str, steps: int) -> float:
 
 def _workers(checkout: Path, method: str, steps: int, count: int) -> float:
     """``count`` worker processes started at once; the wall seconds until the last ends."""
-    env = {**os.environ, "PYTHONPATH": str(checkout.resolve())}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}  # this tree
     command = [sys.executable, __file__, "--worker", "--method", method, "--steps", str(steps)]
     started = time.perf_counter()
     processes = [subprocess.Popen(command, cwd=checkout, env=env) for _ in range(count)]
