@@ -13,8 +13,9 @@ from DVC's run cache.
 **Resuming** is DVC's: a killed draw's checkout keeps its ``dvc.lock``, and ``dvc repro`` there
 runs only the stages not yet recorded (a stage killed mid-way left its old outputs or none:
 ``tagrpo/pipeline/runtime.py`` commits a stage's outputs only when it finished). A draw whose
-record is committed is never run again. ``dvc repro`` dies with the command (``PR_SET_PDEATHSIG``),
-and each stage with ``dvc repro``, so a ``kill -9`` leaves nothing running.
+record is committed is never run again. ``dvc repro`` dies with the flow that starts it
+(:func:`flows.interrupts.start_child`), and each stage with ``dvc repro``, so a ``kill -9``
+leaves nothing running.
 
 **The record** of a finished draw, committed at once under ``reports/study/<phase>/draw<seed>/``:
 its params and ``dvc.lock``; its metrics, plots tables, probes and diagnostics (files up to
@@ -27,13 +28,10 @@ the study's analysis read it as they read a built checkout.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -59,7 +57,6 @@ RECORD_REPORT = ("reports/report.md", "reports/claims.md", "reports/tables", "re
 # The 1x training questions (the report's strategy section reads their phrasings).
 RECORD_FILES = ("params.yaml", "dvc.lock", "data/processed/train.parquet")
 DRAW_FILE = "DRAW.json"
-_PR_SET_PDEATHSIG = 1
 
 
 class StudyError(RuntimeError):
@@ -204,13 +201,6 @@ def commit_paths(root: Path, paths: list[Path], message: str, attempts: int = 30
         time.sleep(2)
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the study command dies (a ``kill -9`` of it
-    ends ``dvc repro``, whose stages end with it)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
-
 def tool(name: str) -> str:
     """A console script of this environment (dvc, tagrpo), beside the running Python."""
     found = Path(sys.executable).parent / name
@@ -327,26 +317,6 @@ def stage_progress(checkout: Path) -> tuple[int, int]:
     return min(done, total), total
 
 
-def build_draw(checkout: Path, log: Path, root: Path) -> int:
-    """``dvc repro`` in the draw's checkout (output to ``log``), dying with this process (one
-    draw at a time: ``preexec_fn`` is not for threads; the flow uses its own children's
-    launcher)."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("a") as out:
-        out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} dvc repro\n")
-        out.flush()
-        process = subprocess.Popen(
-            [tool("dvc"), "repro"],
-            cwd=checkout,
-            env=environment(checkout, root),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
-        )
-        return process.wait()
-
-
 def _slim_responses(source: Path, target: Path) -> None:
     import pyarrow.parquet as pq
 
@@ -397,11 +367,12 @@ def execute_draw(
     plan: DrawPlan,
     commit: str,
     cache: Path,
+    build: Callable[[Path, Path, Path], int],
     say: Callable[[str], None] = print,
-    build: Callable[[Path, Path, Path], int] | None = None,
 ) -> dict[str, Any]:
-    """Build one draw to its end (``build(checkout, log, root)`` -> exit status; default
-    :func:`build_draw`) and commit its record; a draw already recorded is skipped."""
+    """Build one draw to its end (``build(checkout, log, root)`` runs ``dvc repro`` there and
+    returns its exit status: the flow's launcher, whose children die with it) and commit its
+    record; a draw already recorded is skipped."""
     record = plan.record(root)
     if (record / DRAW_FILE).exists():
         say(f"{plan.label}: recorded in {record.relative_to(root)} (committed): not run again")
@@ -411,7 +382,7 @@ def execute_draw(
     say(f"{plan.label}: building in {checkout} ({done} of {total} stages recorded)")
     log = study_dir(root) / "logs" / f"{plan.label}.log"
     started = time.monotonic()
-    status = (build or build_draw)(checkout, log, root)
+    status = build(checkout, log, root)
     seconds = time.monotonic() - started
     if status != 0:
         raise StudyError(
