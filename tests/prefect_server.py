@@ -42,20 +42,35 @@ def prefect_env(home: Path, api_url: str) -> dict[str, str]:
 
 
 class PrefectAPI:
-    def __init__(self, url: str) -> None:
+    """``retry_seconds``: how long one call goes on retrying the server's 503s, counted from the
+    call's start. Prefect's server answers 503 ("Service Unavailable") for errors its clients may
+    retry, e.g. SQLite busy while the runner writes beside it on a loaded machine, and Prefect's
+    own client retries them; any other error status is raised at once."""
+
+    def __init__(self, url: str, retry_seconds: float = 120.0) -> None:
         self.url = url.rstrip("/")
+        self.retry_seconds = retry_seconds
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            f"{self.url}{path}",
-            data=data,
-            method=method,
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=60) as response:
-            text = response.read().decode()
-        return json.loads(text) if text else None
+        deadline = time.monotonic() + self.retry_seconds
+        pause = 0.5
+        while True:
+            request = urllib.request.Request(
+                f"{self.url}{path}",
+                data=data,
+                method=method,
+                headers={"Content-Type": "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    text = response.read().decode()
+                return json.loads(text) if text else None
+            except urllib.error.HTTPError as error:
+                if error.code != 503 or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 8.0)
 
     def healthy(self) -> bool:
         try:

@@ -228,8 +228,9 @@ def test_prefect_deployment_reruns_with_parameters(smoke_run: SmokeRun, tmp_path
             _check_form(deployment["parameter_openapi_schema"])
             # The server refuses a profile that is not one of profiles/ (the form's choices),
             # and a key-shaped override before the run (whose parameters it stores) exists.
-            with pytest.raises(urllib.error.HTTPError):
+            with pytest.raises(urllib.error.HTTPError) as refused_profile:
                 api.run_deployment(deployment["id"], {"profile": "nope"})
+            assert refused_profile.value.code == 409
             key = "sk-proj" + "1234567890abcdef"
             with pytest.raises(urllib.error.HTTPError) as refused_key:
                 api.run_deployment(
