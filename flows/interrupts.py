@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -377,3 +377,36 @@ def drain_prefect(timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
         if isinstance(result, tuple):
             complete = complete and not result[1]
     return complete
+
+
+@contextlib.contextmanager
+def prefect_api() -> Iterator[None]:
+    """The configured Prefect server, or a temporary one this process owns (started here and
+    stopped on the way out); runs an earlier owner left Running are marked crashed first. On
+    the way out Prefect's queued events and logs are sent while the server is still up (Prefect
+    would otherwise retry a dead one at exit for minutes); if they do not all go, the process
+    ends at once with 1 (or 128 + the signal that stopped it), saying so."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    server: OwnedServer | None = None
+    try:
+        with contextlib.ExitStack() as stack:
+            if not PREFECT_API_URL.value():
+                server = OwnedServer()
+                server.start()
+                stack.enter_context(temporary_settings(updates={PREFECT_API_URL: server.api_url}))
+            try:
+                mark_orphans_crashed(lambda line: print(f"tagrpo: {line}", file=sys.stderr))
+            except Exception as error:  # a clean-up of old runs must not stop this one
+                print(f"tagrpo: stale flow runs not checked: {error!r}", file=sys.stderr)
+            yield
+    finally:
+        flushed = drain_prefect()
+        if server is not None:
+            server.stop()
+        if not flushed:
+            print("tagrpo: Prefect's events/logs did not all reach the server", file=sys.stderr)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            signum = interrupted()
+            os._exit(1 if signum is None else 128 + signum)

@@ -52,12 +52,11 @@ from pydantic import AfterValidator, Field, StringConstraints, WithJsonSchema
 
 from flows.interrupts import (
     chain_sigterm,
-    drain_prefect,
     forget_child,
     install_handlers,
     interrupted,
-    mark_orphans_crashed,
     owner_tag,
+    prefect_api,
     start_child,
 )
 from tagrpo.algorithms import METHODS
@@ -566,22 +565,10 @@ def _run_once(args: argparse.Namespace) -> int:
     status: 0, or 128 + the signal."""
     from prefect import tags
     from prefect.exceptions import TerminationSignal
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    from flows.interrupts import OwnedServer
 
     install_handlers()
-    server: OwnedServer | None = None
     try:
-        with contextlib.ExitStack() as stack:
-            if not PREFECT_API_URL.value():
-                server = OwnedServer()
-                server.start()
-                stack.enter_context(temporary_settings(updates={PREFECT_API_URL: server.api_url}))
-            try:
-                mark_orphans_crashed(lambda line: print(f"tagrpo: {line}", file=sys.stderr))
-            except Exception as error:  # a clean-up of old runs must not stop this one
-                print(f"tagrpo: stale flow runs not checked: {error!r}", file=sys.stderr)
+        with prefect_api():
             with tags(owner_tag()):
                 outcome = pipeline(
                     profile=args.profile,
@@ -603,16 +590,6 @@ def _run_once(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 128 + signum
-    finally:
-        # While the server is up: Prefect would otherwise retry a dead one at exit for minutes.
-        flushed = drain_prefect()
-        if server is not None:
-            server.stop()
-        if not flushed:
-            print("tagrpo: Prefect's events/logs did not all reach the server", file=sys.stderr)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(1 if interrupted() is None else 128 + interrupted())
 
 
 if __name__ == "__main__":

@@ -29,11 +29,11 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.interrupts import (
     chain_sigterm,
-    drain_prefect,
     forget_child,
     install_handlers,
-    mark_orphans_crashed,
+    interrupted,
     owner_tag,
+    prefect_api,
     start_child,
 )
 from tagrpo.pipeline.study_run import (
@@ -157,20 +157,10 @@ def main(argv: list[str] | None = None) -> None:
 def _run(phases: list[str], jobs: int, every: float) -> int:
     from prefect import tags
     from prefect.exceptions import TerminationSignal
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    from flows.interrupts import OwnedServer, interrupted
 
     install_handlers()
-    server: OwnedServer | None = None
     try:
-        with contextlib.ExitStack() as stack:
-            if not PREFECT_API_URL.value():
-                server = OwnedServer()
-                server.start()
-                stack.enter_context(temporary_settings(updates={PREFECT_API_URL: server.api_url}))
-            with contextlib.suppress(Exception):
-                mark_orphans_crashed(lambda line: print(f"tagrpo: {line}", file=sys.stderr))
+        with prefect_api():
             runner = study.with_options(task_runner=ThreadPoolTaskRunner(max_workers=jobs))
             with tags(owner_tag()):
                 print(runner(phases=phases, every=every))
@@ -188,10 +178,6 @@ def _run(phases: list[str], jobs: int, every: float) -> int:
             file=sys.stderr,
         )
         return 128 + signum
-    finally:
-        drain_prefect()
-        if server is not None:
-            server.stop()
 
 
 if __name__ == "__main__":
