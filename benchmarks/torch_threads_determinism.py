@@ -11,8 +11,8 @@ Each thread count runs in a fresh process (torch fixes its pools at start-up):
 
     python benchmarks/torch_threads_determinism.py [--threads 1 2 4] [--sft-steps 40]
 
-It reports what differs; it has no target (docs/performance.md, "Determinism", gives the
-measurement and what the project does about it).
+It reports what differs; it has no target (docs/performance.md, "Determinism", says what the
+project does about it: the same outputs promised per thread count, not across them).
 """
 
 from __future__ import annotations

@@ -153,6 +153,40 @@ def test_readmes_good_run_tails_are_what_the_code_prints() -> None:
     )
 
 
+def test_constants_are_quoted_as_the_code_declares_them(tmp_path: Path) -> None:
+    """``constants``: a benchmark's target and a Makefile variable as their files write them; a
+    changed target makes the block stale and refreshing writes the new value."""
+    (tmp_path / "benchmarks").mkdir()
+    bench = tmp_path / "benchmarks" / "speed.py"
+    bench.write_text('"""A benchmark."""\nTARGET_MS = 5.0  # median, per call\n', encoding="utf-8")
+    (tmp_path / "Makefile").write_text("TEST_DEADLINE_S ?= 5200\n", encoding="utf-8")
+    spec = "constants benchmarks/speed.py TARGET_MS Makefile TEST_DEADLINE_S"
+    text = f"<!-- quote: {spec} -->\nold\n<!-- end quote -->\n"
+    current = refreshed(text, tmp_path)
+    assert current.splitlines()[1:5] == [
+        "| file | constant | value | its comment |",
+        "|---|---|---|---|",
+        "| `benchmarks/speed.py` | `TARGET_MS` | `5.0` | median, per call |",
+        "| `Makefile` | `TEST_DEADLINE_S` | `5200` |  |",
+    ]
+    bench.write_text("TARGET_MS: float = 2.5\n", encoding="utf-8")
+    assert refreshed(current, tmp_path) != current
+    assert "| `benchmarks/speed.py` | `TARGET_MS` | `2.5` |  |" in refreshed(current, tmp_path)
+
+
+def test_constants_name_a_missing_file_or_constant() -> None:
+    with pytest.raises(ValueError, match=r"benchmarks/none\.py: no such file"):
+        render("constants benchmarks/none.py TARGET", ROOT)
+    with pytest.raises(ValueError, match=r"benchmarks/advantages_speed\.py declares no TARGET_S"):
+        render("constants benchmarks/advantages_speed.py TARGET_S", ROOT)
+    with pytest.raises(ValueError, match="'TARGET_MS' before any file"):
+        render("constants TARGET_MS", ROOT)
+    rendered = render("constants benchmarks/advantages_speed.py TARGET_MS", ROOT)
+    assert (
+        rendered.splitlines()[-1] == "| `benchmarks/advantages_speed.py` | `TARGET_MS` | `5.0` |  |"
+    )
+
+
 # Numbers that are names, not measurements or settings: the paper's sections, figures and
 # tables, its arXiv id, the Python release, world and criterion names, the draw a run is of,
 # model and data-set names, list numbers, training-set multiples (1x, 2.5x).
@@ -170,10 +204,10 @@ NOT_PROSE = re.compile(
 )
 
 
-# docs/performance.md is the one log of dated measurements (each names its commit and load);
 # docs/paper-scale.md quotes the cost preflight.
 NUMBER_FREE_PAGES = [
     "README.md",
+    "docs/performance.md",
     "docs/results.md",
     "docs/glossary.md",
     "docs/design.md",

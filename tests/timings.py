@@ -3,7 +3,7 @@
 ``python tests/timings.py DIR`` reads the JUnit XML files the test tiers wrote into DIR
 (``pytest --junitxml``; each test's time is its setup, call and teardown together) and prints,
 per tier, its wall seconds and the seconds of its costliest modules and tests;
-``--slowest N`` prints instead the N costliest tests over all tiers, one table (the lists in
+``--slowest N`` prints instead the N costliest tests over all tiers, one table (the command in
 docs/performance.md). On the xdist tier
 a module's tests run on one worker in their order (tests/harness.py), so the costliest module
 bounds the tier from below. Printed last, after the tiers, so that the tail of a CI log shows it

@@ -33,6 +33,7 @@ import yaml
 from tagrpo.config.data import SyntheticBenchmark
 from tagrpo.config.params import Params, load_config, validate_params
 from tagrpo.config.profiles import merged_with_profile
+from tagrpo.pipeline.code_quotes import CODE_SOURCES
 from tagrpo.pipeline.cost_quotes import COST_SOURCES
 from tagrpo.plumbing.dvc_stages import expand_stages, pipeline_outputs, safe_load
 from tagrpo.plumbing.paths import project_root
@@ -444,6 +445,7 @@ SOURCES: dict[str, Renderer] = {
     "world-summary": world_summary,
     "scores": scores,
     **COST_SOURCES,  # plan-cost: docs/paper-scale.md's cost tables
+    **CODE_SOURCES,  # constants: a benchmark's target, a test's tolerance, as the code has them
 }
 
 
