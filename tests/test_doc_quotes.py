@@ -212,6 +212,7 @@ NUMBER_FREE_PAGES = [
     "docs/glossary.md",
     "docs/design.md",
     "docs/user-guide.md",
+    "docs/paper-scale.md",
 ]
 
 

@@ -189,6 +189,53 @@ def params_table(root: Path, args: list[str]) -> str:
     )
 
 
+def profile_keys(root: Path, args: list[str]) -> str:
+    """Keys under several profiles, a column each (``profile-keys NAME ... -- KEY ...``, each
+    profile merged over params.yaml as ``tagrpo params apply`` writes it; ``embedded`` is
+    params.yaml as committed): what one profile sets beside another."""
+    if "--" not in args:
+        raise QuoteError(f"profile-keys: profiles, then -- and the keys (got {args})")
+    names, keys = args[: args.index("--")], args[args.index("--") + 1 :]
+    if not names or not keys:
+        raise QuoteError(f"profile-keys: at least one profile and one key (got {args})")
+    configs = [_config(root, None if name == "embedded" else name) for name in names]
+    return _table(
+        ["key", *[f"`{name}`" for name in names]],
+        [[f"`{key}`", *[_shown(_value(config, key)) for config in configs]] for key in keys],
+    )
+
+
+REQUIREMENT = re.compile(r"^(?P<name>[A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==(?P<version>\S+)")
+
+
+def _pinned(root: Path, relative: str) -> dict[str, str]:
+    pins = {}
+    for line in _read(root, relative).splitlines():
+        match = REQUIREMENT.match(line.strip())
+        if match:
+            pins[match.group("name").lower().replace("_", "-")] = match.group("version")
+    return pins
+
+
+def pinned_versions(root: Path, args: list[str]) -> str:
+    """The versions requirements files pin, a column each (``pins FILE ... -- PACKAGE ...``):
+    a package a file does not pin with ``==`` reads "not pinned"."""
+    if "--" not in args:
+        raise QuoteError(f"pins: requirements files, then -- and the packages (got {args})")
+    files, packages = args[: args.index("--")], args[args.index("--") + 1 :]
+    if not files or not packages:
+        raise QuoteError(f"pins: at least one file and one package (got {args})")
+    pins = [_pinned(root, relative) for relative in files]
+    unknown = [name for name in packages if not any(name in pinned for pinned in pins)]
+    if unknown:
+        raise QuoteError(f"pins: {', '.join(unknown)} pinned in none of {', '.join(files)}")
+    rows = [
+        [f"`{name}`", *[f"`{pinned[name]}`" if name in pinned else "not pinned" for pinned in pins]]
+        for name in packages
+    ]
+    return _table(["package", *[f"`{relative}`" for relative in files]], rows)
+
+
 def runs_table(root: Path, args: list[str]) -> str:
     """Which methods train with which seeds (``runs`` of params.yaml, or ``runs NAME``: with
     profiles/NAME.yaml merged)."""
@@ -435,6 +482,8 @@ SOURCES: dict[str, Renderer] = {
     "file": whole_file,
     "paragraph": paragraph,
     "params": params_table,
+    "profile-keys": profile_keys,
+    "pins": pinned_versions,
     "runs": runs_table,
     "stage-seconds": stage_seconds,
     "committed-run": committed_run,
