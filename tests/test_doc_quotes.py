@@ -204,7 +204,6 @@ NOT_PROSE = re.compile(
 )
 
 
-# docs/paper-scale.md quotes the cost preflight.
 NUMBER_FREE_PAGES = [
     "README.md",
     "docs/performance.md",
