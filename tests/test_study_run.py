@@ -17,6 +17,7 @@ import pytest
 import yaml
 from scratch_project import write_empty_project
 
+from tagrpo.pipeline import study_run
 from tagrpo.pipeline.study_run import (
     DrawPlan,
     StudyError,
@@ -64,6 +65,9 @@ def _tiny_project(folder: Path) -> Path:
         "size": None,
     }
     (folder / "preregistration/study-v3.yaml").write_text(yaml.safe_dump(registration))
+    # Committed by another run (as the default's outputs are in git): not the draws' output.
+    (folder / "metrics/other_run.json").parent.mkdir()
+    (folder / "metrics/other_run.json").write_text("another run's\n")
     (folder / ".gitignore").write_text("/.tagrpo/\nmlflow.db\n")
     (folder / ".dvcignore").write_text("/.tagrpo/\n")
     for command in (
@@ -143,6 +147,7 @@ def test_the_study_runs_draws_side_by_side_and_resumes_after_kill_9(tmp_path: Pa
         assert draw["commit"] == started["commit"]
         assert (record / "metrics/slow.json").read_text() == str(seed)
         assert (record / "plots/last.csv").read_text() == str(seed)
+        assert not (record / "metrics/other_run.json").exists()
         assert (
             yaml.safe_load((record / "params.yaml").read_text())["base_model"]["warmstart"]["seed"]
             == seed
@@ -282,3 +287,47 @@ def test_a_sigterm_stops_the_study_promptly_and_leaves_nothing_running(tmp_path:
     time.sleep(2)
     assert _dvc_processes(folder) == [], "dvc or a stage outlived the stopped study"
     assert "make study` resumes every draw" in out
+
+
+def test_a_record_holds_only_what_the_draws_stages_wrote(tmp_path: Path) -> None:
+    """A draw's checkout also holds the files its commit has in git (the committed default's
+    metrics and evaluations of methods the draw never trains): they stay out of the record,
+    so no analysis of the records can read another run's numbers as the draw's."""
+    import pandas as pd
+
+    checkout, record = tmp_path / "checkout", tmp_path / "record"
+    written = {
+        "metrics/train/grpo-s0.json": "{}",
+        "plots/train/grpo-s0.csv": "step\n1\n",
+        "evals/grpo-s0/passk.csv": "k\n1\n",
+        "reports/report.md": "draw",
+    }
+    committed_elsewhere = {
+        "metrics/train/grpo_flipped-s0.json": "{}",
+        "plots/train/grpo_flipped-s0.csv": "step\n1\n",
+        "evals/grpo_flipped-s0/passk.csv": "k\n1\n",
+        "reports/claims.md": "the default's",
+    }
+    for relative, text in {**written, **committed_elsewhere, "params.yaml": "a: 1\n"}.items():
+        (checkout / relative).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / relative).write_text(text)
+    responses = pd.DataFrame(
+        {
+            "benchmark": ["b"],
+            "question_id": ["q"],
+            "correct": [True],
+            "strategy": ["s"],
+            "text": ["t"],
+        }
+    )
+    for run in ("grpo-s0", "grpo_flipped-s0"):
+        responses.to_parquet(checkout / f"evals/{run}/responses.parquet")
+    outs = [*written, "evals/grpo-s0/responses.parquet"]
+    stages = {f"s{i}": {"outs": [{"path": out}]} for i, out in enumerate(outs)}
+    (checkout / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": stages}))
+
+    assert study_run.collect_record(checkout, record) == []
+    kept = sorted(p.relative_to(record).as_posix() for p in record.rglob("*") if p.is_file())
+    assert kept == sorted([*written, "params.yaml", "dvc.lock", "evals/grpo-s0/responses.parquet"])
+    slim = pd.read_parquet(record / "evals/grpo-s0/responses.parquet")
+    assert list(slim.columns) == list(study_run.OUTCOME_COLUMNS)

@@ -324,15 +324,36 @@ def _slim_responses(source: Path, target: Path) -> None:
     pq.write_table(pq.read_table(source, columns=columns), target, compression="zstd")
 
 
+def lock_outputs(checkout: Path) -> list[str]:
+    """The outputs the draw's own stages wrote: every ``outs`` path of its dvc.lock."""
+    lock = yaml.safe_load((checkout / "dvc.lock").read_text()) or {}
+    return sorted(
+        str(out["path"])
+        for stage in lock.get("stages", {}).values()
+        for out in stage.get("outs", [])
+    )
+
+
 def collect_record(checkout: Path, record: Path) -> list[str]:
     """Copy the draw's small outputs into ``record`` (made anew); the files left out (over the
-    size limit), as 'path (bytes)'."""
+    size limit), as 'path (bytes)'. Only the outputs of the draw's own stages (its dvc.lock)
+    are outputs of the draw: the checkout also holds the files its commit has in git (e.g. the
+    committed default run's metrics of methods the draw never trains), which are not."""
     shutil.rmtree(record, ignore_errors=True)
     record.mkdir(parents=True)
     left_out: list[str] = []
+    outputs = lock_outputs(checkout)
+
+    def written_by_the_draw(relative: Path) -> bool:
+        text = relative.as_posix()
+        return any(text == out or text.startswith(out.rstrip("/") + "/") for out in outputs)
 
     def copy(source: Path) -> None:
         relative = source.relative_to(checkout)
+        if relative.as_posix() not in ("params.yaml", "dvc.lock") and not written_by_the_draw(
+            relative
+        ):
+            return
         size = source.stat().st_size
         if size > RECORD_LIMIT_BYTES:
             left_out.append(f"{relative} ({size} bytes)")
@@ -350,7 +371,8 @@ def collect_record(checkout: Path, record: Path) -> list[str]:
     for evaluation in sorted((checkout / "evals").glob("*/")):
         if (evaluation / "passk.csv").exists():
             copy(evaluation / "passk.csv")
-        if (evaluation / "responses.parquet").exists():
+        responses = (evaluation / "responses.parquet").relative_to(checkout)
+        if (checkout / responses).exists() and written_by_the_draw(responses):
             target = record / "evals" / evaluation.name / "responses.parquet"
             target.parent.mkdir(parents=True, exist_ok=True)
             _slim_responses(evaluation / "responses.parquet", target)
