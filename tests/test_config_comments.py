@@ -19,9 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 OWNED_ELSEWHERE = ("study",)
 
 # Names with digits that config comments need beyond the docs' NAMES: a pre-registration's
-# rules, candidates, drops and amendments, equations cited as "Eq. 2/4", "Section 5.5", upstream version pins
-# (verl 0.9.1, 0.5.0.dev) and commit hashes (67d09b7), upstream settings in Hydra/call form
-# (data.train_batch_size=256, n=128), and pass@k.
+# rules, candidates, drops and amendments, equations cited as "Eq. 2/4", "Section 5.5",
+# upstream version pins (verl 0.9.1, 0.5.0.dev) and commit hashes (67d09b7), upstream settings
+# in Hydra/call form (data.train_batch_size=256, n=128), pass@k, hub ids and paths
+# (Qwen/Qwen3-4B) and model names (Qwen3-4B).
 CONFIG_NAMES = re.compile(
     r"\b(?:rules?|candidates?|drops?|amendment) \d+(?: and \d+)*\b"
     r"|\bEqs?\. \d+(?:[/-]\d+)*|\bSections? \d+(?:\.\d+)*"
@@ -29,6 +30,8 @@ CONFIG_NAMES = re.compile(
     r"|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b"
     r"|\b[a-z_][\w.]*=[\w.\-]+"
     r"|@\w+"
+    r"|\b[A-Za-z][\w.-]*/[A-Za-z][\w.-]*"
+    r"|\b(?:Qwen3|Llama-3\.\d)-\d+(?:\.\d+)?B(?:-Instruct)?\b"
 )
 # A word: what a number or a name is made of. One that starts with a letter is a name
 # (H100, world-v3.md, grpo_x4, q0); one that starts with a digit is a number (5e-6, 4,309).
@@ -98,6 +101,8 @@ def test_the_scan_covers_params_and_the_profiles() -> None:
         ("# preregistration/world-v3.md, rule 7, drops 4 and 5; Eq. 2/4; section 5.5", []),
         ("# verl 0.9.1 (theirs 0.5.0.dev at 67d09b7): rollout.max_num_seqs=1024, n=128", []),
         ("# checkpoint-050, H100, grpo_x4, q0, pass@32, `12 + 7`, http://127.0.0.1:8000/v1", []),
+        ("# hub ids Qwen/Qwen3-1.7B, meta-llama/Llama-3.2-1B-Instruct; Qwen3-4B's state", []),
+        ("# a 1.7B policy, 256/128 rows", ["1.7B", "256/128"]),
     ],
 )
 def test_the_scan_finds_numbers_and_passes_names(line: str, numbers: list[str]) -> None:
