@@ -178,6 +178,8 @@ NUMBER_FREE_PAGES = [
     "docs/glossary.md",
     "docs/design.md",
     "docs/user-guide.md",
+    "tagrpo/algorithms/README.md",
+    "tagrpo/verl_ext/README.md",
 ]
 
 
