@@ -145,6 +145,7 @@ def test_the_study_runs_draws_side_by_side_and_resumes_after_kill_9(tmp_path: Pa
         record = folder / f"reports/study/pilot/draw{seed}"
         draw = json.loads((record / "DRAW.json").read_text())
         assert draw["commit"] == started["commit"]
+        assert draw["stages_recorded_at_start"] == ["first"]  # the resumed start ran the rest
         assert (record / "metrics/slow.json").read_text() == str(seed)
         assert (record / "plots/last.csv").read_text() == str(seed)
         assert not (record / "metrics/other_run.json").exists()

@@ -130,7 +130,26 @@ def test_the_seconds_come_from_the_records_and_the_default(tmp_path: Path) -> No
         (record / "params.yaml").write_text(
             yaml.safe_dump({"diagnostics": {"policies": ["a", "b"]}})
         )
-        (record / "DRAW.json").write_text(json.dumps({"seconds_this_start": 0.0, "stages": 10}))
+        # The last start found all but the evaluations of grpo and ta_grpo, the diagnostics
+        # and the report recorded: 60 + 80 + 30 s of their own work and 5 s (draw 0) or 7 s
+        # (draw 1) of each of the 4 stages' overhead.
+        outs = {
+            f"train@{name}": f"metrics/train/{name}.json"
+            for name in ("grpo-s0", "grpo-s1", "ta_grpo-s0", "ta_grpo_unanchored-s0")
+        }
+        outs |= {f"eval@{name}": f"metrics/eval/{name}.json" for name in ("base", "grpo-s0")}
+        outs |= {"eval@ta_grpo-s0": "metrics/eval/ta_grpo-s0.json"}
+        outs |= {name: f"metrics/{name}.json" for name in ("base_model", "diagnostics")}
+        outs |= {"check_equivalence": "metrics/check_equivalence.json", "report": "reports/r.md"}
+        stages = {name: {"outs": [{"path": out}]} for name, out in outs.items()}
+        (record / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": stages}))
+        last_start = {"eval@grpo-s0", "eval@ta_grpo-s0", "diagnostics", "report"}
+        draw_file = {
+            "seconds_this_start": 170.0 + 4 * (5.0 + 2.0 * draw),
+            "stages": len(stages),
+            "stages_recorded_at_start": sorted(set(stages) - last_start),
+        }
+        (record / "DRAW.json").write_text(json.dumps(draw_file))
         records.append(record)
     pieces = run_seconds(records, default, REGISTRATION["size_rule"]["cost"])
     grpo = (100 + 140 + 200 + 280) / 4
@@ -142,4 +161,17 @@ def test_the_seconds_come_from_the_records_and_the_default(tmp_path: Path) -> No
     assert pieces["evaluate_trained"] == 70.0 and pieces["evaluate_base"] == 90.0
     assert pieces["diagnostics_per_policy"] == 10.0  # 30 s over 2 policies and the base
     assert pieces["fixed"] == {"base_model": 400.0, "check_equivalence": 40.0}
-    assert pieces["overhead_per_stage"] == 0.0  # no one-start draw: not measured
+    assert pieces["overhead_per_stage"] == pytest.approx(6.0)  # the two last starts: 5 and 7 s
+
+    # A last start that ran no stage (the record collected again) measures nothing; with no
+    # measurement at all the cost cannot be priced, and an older record is refused by name.
+    for record in records:
+        draw_file = json.loads((record / "DRAW.json").read_text())
+        stages = yaml.safe_load((record / "dvc.lock").read_text())["stages"]
+        draw_file["stages_recorded_at_start"] = sorted(stages)
+        (record / "DRAW.json").write_text(json.dumps(draw_file))
+    with pytest.raises(ValueError, match="no pilot record has a last start that ran a stage"):
+        run_seconds(records, default, REGISTRATION["size_rule"]["cost"])
+    (records[0] / "DRAW.json").write_text(json.dumps({"seconds_this_start": 1.0, "stages": 10}))
+    with pytest.raises(ValueError, match=r"draw0/DRAW\.json: no stages_recorded_at_start"):
+        run_seconds(records, default, REGISTRATION["size_rule"]["cost"])

@@ -312,9 +312,7 @@ def stage_progress(checkout: Path) -> tuple[int, int]:
     from tagrpo.plumbing.dvc_stages import load_stages
 
     total = len(load_stages(checkout))
-    lock = checkout / "dvc.lock"
-    done = len((yaml.safe_load(lock.read_text()) or {}).get("stages", {})) if lock.exists() else 0
-    return min(done, total), total
+    return min(len(lock_stage_names(checkout)), total), total
 
 
 def _slim_responses(source: Path, target: Path) -> None:
@@ -322,6 +320,14 @@ def _slim_responses(source: Path, target: Path) -> None:
 
     columns = [c for c in OUTCOME_COLUMNS if c in pq.read_schema(source).names]
     pq.write_table(pq.read_table(source, columns=columns), target, compression="zstd")
+
+
+def lock_stage_names(checkout: Path) -> list[str]:
+    """The stages the checkout's dvc.lock records (none without one)."""
+    lock = checkout / "dvc.lock"
+    return (
+        sorted((yaml.safe_load(lock.read_text()) or {}).get("stages", {})) if lock.exists() else []
+    )
 
 
 def lock_outputs(checkout: Path) -> list[str]:
@@ -401,6 +407,9 @@ def execute_draw(
         return json.loads((record / DRAW_FILE).read_text())
     checkout = prepare_checkout(root, plan, commit, cache)
     done, total = stage_progress(checkout)
+    # What this start finds recorded: the stages it then runs are those the per-stage overhead
+    # of the study's cost rule is measured on (their own seconds against this start's wall).
+    recorded_at_start = lock_stage_names(checkout)
     say(f"{plan.label}: building in {checkout} ({done} of {total} stages recorded)")
     log = study_dir(root) / "logs" / f"{plan.label}.log"
     started = time.monotonic()
@@ -420,6 +429,7 @@ def execute_draw(
         "commit": commit,
         "device": describe_device(),
         "seconds_this_start": round(seconds, 1),
+        "stages_recorded_at_start": recorded_at_start,
         "stages": stage_progress(checkout)[1],
         "left_out": left_out,
         "finished": _now(),

@@ -1,5 +1,5 @@
 """The main study's size from the pilot (``python -m tagrpo.report.study --size``;
-``preregistration/study-v3.md``, "The size rule" and its amendment 1).
+``preregistration/study-v3.md``, "The size rule" and its amendments 1 and 2).
 
 From the pilot's committed draw records (3 base draws, GRPO and TA-GRPO with 2 seeds each):
 the problem component of TA-GRPO minus GRPO at the primary endpoint (``V_prob``), each
@@ -104,26 +104,21 @@ def run_seconds(records: Sequence[Path], default_root: Path, cost: Mapping[str, 
     base_eval, diagnostics, overheads = [], [], []
     for record in records:
         draw = json.loads((record / "DRAW.json").read_text())
-        recorded = 0.0
         for path in sorted((record / "metrics/train").glob("*.json")):
             method = path.stem.rpartition("-s")[0]
             train.setdefault(method, []).append(_seconds(path))
-            recorded += train[method][-1]
         for path in sorted((record / "metrics/eval").glob("*.json")):
             seconds = _seconds(path)
             (base_eval if path.stem == "base" else trained_evals).append(seconds)
-            recorded += seconds
         for stage in FIXED_STAGES:
             path = record / "metrics" / f"{stage}.json"
             if path.exists() and "seconds" in json.loads(path.read_text()):
                 fixed.setdefault(stage, []).append(_seconds(path))
-                recorded += fixed[stage][-1]
         policies = len(yaml_params(record)["diagnostics"]["policies"]) + 1  # and the base
         diagnostics.append(_seconds(record / "metrics/diagnostics.json") / policies)
-        recorded += diagnostics[-1] * policies
-        wall = float(draw.get("seconds_this_start", 0.0))
-        if wall >= recorded:  # the draw ran in one start: its stages' own overhead measured
-            overheads.append((wall - recorded) / int(draw["stages"]))
+        overhead = last_start_overhead(record, draw)
+        if overhead is not None:
+            overheads.append(overhead)
     grpo = _mean(train.get("grpo", []), "GRPO runs")
     default_grpo = _mean(
         [_seconds(p) for p in sorted((default_root / "metrics/train").glob("grpo-s*.json"))],
@@ -148,9 +143,43 @@ def run_seconds(records: Sequence[Path], default_root: Path, cost: Mapping[str, 
         "evaluate_base": _mean(base_eval, "the base's evaluation"),
         "diagnostics_per_policy": _mean(diagnostics, "diagnostics"),
         "fixed": {stage: _mean(values, stage) for stage, values in fixed.items()},
-        "overhead_per_stage": _mean(overheads, "a one-start draw") if overheads else 0.0,
+        "overhead_per_stage": _mean(overheads, "a last start that ran a stage"),
         "grpo_scale_from_default": scale,
     }
+
+
+def last_start_overhead(record: Path, draw: Mapping[str, Any]) -> float | None:
+    """Seconds per stage that the draw's last start (the one that finished it) spent outside
+    its stages' own work (process start-up, DVC's bookkeeping): its wall time less the
+    ``seconds`` of the metrics of the stages it ran (those its dvc.lock records and the start
+    did not find recorded), over their number; None if it ran none (a record collected
+    again). Every stage of that start ran to its end, so the two sides count the same work."""
+    import yaml
+
+    if "stages_recorded_at_start" not in draw:
+        raise ValueError(
+            f"{record / 'DRAW.json'}: no stages_recorded_at_start (a record of an older study "
+            "command): the per-stage overhead cannot be measured from it"
+        )
+    before = set(draw["stages_recorded_at_start"])
+    lock = yaml.safe_load((record / "dvc.lock").read_text())["stages"]
+    ran = [stage for name, stage in lock.items() if name not in before]
+    if not ran:
+        return None
+    own = 0.0
+    for stage in ran:
+        for out in stage.get("outs", []):
+            path = record / str(out["path"])
+            metrics = path.suffix == ".json" and str(out["path"]).startswith("metrics/")
+            if metrics and path.is_file() and "seconds" in json.loads(path.read_text()):
+                own += _seconds(path)
+    wall = float(draw["seconds_this_start"])
+    if wall + 1.0 < own:
+        raise ValueError(
+            f"{record / 'DRAW.json'}: its last start's stages report {own:.0f} s of their own "
+            f"work in a start of {wall:.0f} s"
+        )
+    return max(wall - own, 0.0) / len(ran)
 
 
 def yaml_params(record: Path) -> dict[str, Any]:
@@ -263,7 +292,7 @@ def size_markdown(
             "",
             f"Made by `{command}` from the pilot's records "
             + ", ".join(f"`{r}`" for r in records)
-            + " under `preregistration/study-v3.yaml` (the size rule and its amendment 1).",
+            + " under `preregistration/study-v3.yaml` (the size rule and its amendments 1 and 2).",
             "",
             f"Primary endpoint: TA-GRPO - GRPO at pass@{k} on `{group}` "
             f"({int(inputs.problem_df + len(members))} problems), {inputs.draws} pilot draws, "
