@@ -611,8 +611,13 @@ def _pilot(out: Path) -> None:
     from tagrpo.report.study_pilot import pilot_markdown
 
     registration, records = _pilot_records()
-    text = pilot_markdown(records, registration, "python -m tagrpo.report.study --pilot")
     out.parent.mkdir(parents=True, exist_ok=True)
+    text = pilot_markdown(
+        records,
+        registration,
+        "python -m tagrpo.report.study --pilot",
+        figure=out.with_name(out.stem + "-contrasts.png"),
+    )
     out.write_text(text + "\n", encoding="utf-8")
     print(f"{out}: {sum((r / 'DRAW.json').exists() for r in records)} of {len(records)} draws")
 

@@ -71,8 +71,73 @@ def zero_correct_share(runs: SeedRuns, members: Sequence[str]) -> float:
     return float((runs.values[:, keep, index] == 0.0).mean())
 
 
-def pilot_markdown(records: Sequence[Path], registration: Mapping[str, Any], command: str) -> str:
-    """The pilot's report from the records present (a draw not finished yet is named)."""
+def contrast_figure(
+    runs: Mapping[str, Sequence[SeedRuns]],
+    labels: Sequence[str],
+    members: Sequence[str],
+    k: int,
+    margin: float,
+    path: Path,
+    title: str,
+) -> None:
+    """One panel per registered contrast at pass@``k`` on ``members``: each draw's difference
+    (within the draw, conditional on it) and, with several draws, the pilot's paired by draw,
+    with 95% intervals; 0 and the no-effect band (+/- ``margin``) drawn behind."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    from tagrpo.report.style import fill_legend, panels_with_legend, save
+
+    contrasts = [(a, b) for a, b in CONTRASTS if a in runs and b in runs]
+    figure, panels, legend_axis = panels_with_legend(
+        len(contrasts), len(contrasts), (3.6, 3.2), legend_width=2.8
+    )
+    extent = [-100 * margin, 100 * margin]
+    paired = "all draws, paired"
+    for panel, (first, second) in zip(panels, contrasts, strict=True):
+        rows = [
+            (label, [a], [b]) for label, a, b in zip(labels, runs[first], runs[second], strict=True)
+        ]
+        if len(labels) > 1:
+            rows.append((paired, list(runs[first]), list(runs[second])))
+        for position, (label, a, b) in enumerate(rows):
+            estimate = next(e for e in draw_paired_difference(a, b, members) if e.k == k)
+            value, low, high = (100 * x for x in (estimate.value, estimate.low, estimate.high))
+            extent += [low, high]
+            colour, marker = ("#000000", "D") if label == paired else ("#555555", "o")
+            panel.errorbar(
+                value, position, xerr=[[value - low], [high - value]], fmt=marker,
+                color=colour, capsize=3,
+            )  # fmt: skip
+        panel.axvspan(-100 * margin, 100 * margin, color="#dddddd", zorder=0, lw=0)
+        panel.axvline(0.0, color="#888888", lw=1.0, zorder=1)
+        panel.set_yticks(range(len(rows)), [label for label, _, _ in rows])
+        panel.set_ylim(len(rows) - 0.5, -0.5)
+        panel.set_title(f"{first} - {second}", fontsize=9)
+        panel.set_xlabel(f"pass@{k} difference, points (95% CI)", fontsize=9)
+    pad = 0.05 * (max(extent) - min(extent))
+    for panel in panels:  # one scale, so the panels compare at a glance
+        panel.set_xlim(min(extent) - pad, max(extent) + pad)
+    entries = [
+        (Line2D([], [], color="#555555", marker="o", ls=""), "one draw"),
+        (Line2D([], [], color="#000000", marker="D", ls=""), paired),
+        (Patch(color="#dddddd"), f"no effect of the\npaper's size\n(+/- {100 * margin:g} points)"),
+    ]
+    fill_legend(legend_axis, entries)
+    figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    save(figure, path)
+
+
+def pilot_markdown(
+    records: Sequence[Path],
+    registration: Mapping[str, Any],
+    command: str,
+    figure: Path | None = None,
+) -> str:
+    """The pilot's report from the records present (a draw not finished yet is named); with
+    ``figure``, the primary endpoint's contrasts drawn there (and linked, relative to the
+    report's folder, which the figure shares)."""
     from tagrpo.config.params import load_config
     from tagrpo.plumbing.layout import policy_name
     from tagrpo.report.claims import load_policy_runs
@@ -135,6 +200,19 @@ def pilot_markdown(records: Sequence[Path], registration: Mapping[str, Any], com
             contrast_rows(runs, groups, sorted({1, k})),
         ),
         "",
+    ]
+    if figure is not None:
+        contrast_figure(
+            runs,
+            [record.name for record in finished],
+            groups[group],
+            k,
+            float(registration["study"]["no_effect_margin"]),
+            figure,
+            f"The pilot's primary endpoint (pass@{k}, {group}): {PILOT_LABEL}",
+        )
+        lines += [f"![The pilot's contrasts at pass@{k} on {group}]({figure.name})", ""]
+    lines += [
         f"## Problems never solved (pass@1 = 0 of {configs[finished[0]].evaluate.n} samples)",
         "",
         markdown_table(
