@@ -74,6 +74,7 @@ def test_a_server_that_stays_unavailable_is_given_up_on_by_the_deadline(delay: f
         elapsed = time.monotonic() - start
     assert raised.value.code == 503
     assert len(seen) >= 2
-    # The last request starts before the deadline; it takes at most one answer's delay.
-    assert seen[-1] - start <= retry_seconds
-    assert elapsed <= retry_seconds + delay + 1.0
+    # No request starts after the deadline (the server thread sees it up to a scheduling slice
+    # later on a loaded machine), and the last takes at most one answer's delay.
+    assert seen[-1] - start <= retry_seconds + 1.0
+    assert elapsed <= retry_seconds + delay + 2.0
