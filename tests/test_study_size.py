@@ -175,3 +175,20 @@ def test_the_seconds_come_from_the_records_and_the_default(tmp_path: Path) -> No
     (records[0] / "DRAW.json").write_text(json.dumps({"seconds_this_start": 1.0, "stages": 10}))
     with pytest.raises(ValueError, match=r"draw0/DRAW\.json: no stages_recorded_at_start"):
         run_seconds(records, default, REGISTRATION["size_rule"]["cost"])
+
+
+def test_the_chosen_size_is_written_once_into_the_registration() -> None:
+    from tagrpo.report.study_size import registration_with_size
+
+    text = (Path(__file__).resolve().parents[1] / "preregistration/study-v3.yaml").read_text()
+    size = {"draws": 4, "seeds_per_draw": 3, "projected_half_width": 0.0391, "why": "x"}
+    updated = registration_with_size(text, size)
+    assert yaml.safe_load(updated)["size"] == size
+    # Everything else byte for byte: only the size line changed.
+    before, after = text.splitlines(), updated.splitlines()
+    changed = [line for line in before if line not in after]
+    assert len(changed) == 1 and changed[0].startswith("size: null")
+    with pytest.raises(ValueError, match="already has its size"):
+        registration_with_size(updated, size)
+    with pytest.raises(ValueError, match="0 'size: null' lines"):
+        registration_with_size(text.replace("size: null", "size:  null"), size)

@@ -517,6 +517,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         "(reports/study/pilot/draw*/; default out reports/study/size.md)",
     )  # fmt: skip
     parser.add_argument(
+        "--write-size", action="store_true",
+        help="with --size: write the chosen `size` into preregistration/study-v3.yaml (once; "
+        "commit it with reports/study/pilot.md and size.md before any main draw)",
+    )  # fmt: skip
+    parser.add_argument(
         "--pilot", action="store_true",
         help="the study's internal pilot from its committed records (reports/study/pilot/draw*/; "
         "default out reports/study/pilot.md)",
@@ -534,7 +539,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         _pilot(args.out or Path("reports/study/pilot.md"))
         return
     if args.size:
-        _size(args.out or Path("reports/study/size.md"))
+        _size(args.out or Path("reports/study/size.md"), args.write_size)
         return
     try:
         checkouts = parse_runs(args.run)
@@ -622,11 +627,12 @@ def _pilot(out: Path) -> None:
     print(f"{out}: {sum((r / 'DRAW.json').exists() for r in records)} of {len(records)} draws")
 
 
-def _size(out: Path) -> None:
-    """study-v3's size rule on the pilot's records; the ``size`` section it chooses, printed."""
+def _size(out: Path, write: bool = False) -> None:
+    """study-v3's size rule on the pilot's records; the ``size`` section it chooses, printed
+    (with ``write``, written into the registration)."""
     import yaml
 
-    from tagrpo.report.study_size import size_markdown
+    from tagrpo.report.study_size import registration_with_size, size_markdown
 
     registration, records = _pilot_records()
     missing = [str(r) for r in records if not (r / "DRAW.json").exists()]
@@ -640,8 +646,14 @@ def _size(out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text + "\n", encoding="utf-8")
     print(text)
-    print("\nstudy-v3.yaml's `size`, to commit before any main draw:")
-    print(yaml.safe_dump({"size": {**chosen, "table": str(out)}}, sort_keys=False))
+    size = {**chosen, "table": str(out)}
+    if write:
+        path = Path("preregistration/study-v3.yaml")
+        path.write_text(registration_with_size(path.read_text(encoding="utf-8"), size))
+        print(f"\n{path}: `size` written; commit it with {out} before any main draw")
+        return
+    print("\nstudy-v3.yaml's `size`, to commit before any main draw (or --write-size):")
+    print(yaml.safe_dump({"size": size}, sort_keys=False))
 
 
 if __name__ == "__main__":

@@ -326,3 +326,23 @@ def size_markdown(
         ]
     )
     return text, chosen
+
+
+def registration_with_size(text: str, size: Mapping[str, Any]) -> str:
+    """study-v3.yaml's text with its one ``size: null`` line replaced by ``size`` (the rest
+    byte for byte as committed); refused when the size is already set or the line is not there
+    once."""
+    import re
+
+    import yaml
+
+    if yaml.safe_load(text).get("size") is not None:
+        raise ValueError("the registration already has its size: the main study's size is set once")
+    lines = re.findall(r"^size: null\b.*$", text, flags=re.MULTILINE)
+    if len(lines) != 1:
+        raise ValueError(f"the registration has {len(lines)} 'size: null' lines, not one")
+    block = yaml.safe_dump({"size": dict(size)}, sort_keys=False).rstrip("\n")
+    updated = text.replace(lines[0], block, 1)
+    if yaml.safe_load(updated)["size"] != dict(size):
+        raise ValueError("the size written does not read back as chosen")
+    return updated
