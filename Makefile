@@ -1,5 +1,5 @@
 # Two commands do everything on a fresh clone (Python 3.11 is the only prerequisite):
-#   make run    set up (if needed) and run the pipeline: `dvc repro` on the embedded default
+#   make run    set up (if needed) and run the pipeline: `dvc repro` on params.yaml as it is
 #   make test   set up (if needed), lint and run the test suite
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)

@@ -1,7 +1,7 @@
 """DVC stage ``preflight``: validate params.yaml and record the data stage's external inputs.
 
-DVC deletes a stage's outputs before it runs the stage's command, so a stage that refuses bad
-params has already lost its outputs. Every other stage depends on ``data/preflight/params.ok``:
+A stage that refused bad params itself would do so only once DVC reached it, after the stages
+before it ran on them. Every other stage depends on ``data/preflight/params.ok``:
 DVC runs this stage first and stops at its failure, before it touches any other stage. The
 file's text is constant, so a valid params change reruns only the stages whose params changed.
 

@@ -216,8 +216,8 @@ NUMBER_FREE_PAGES = [
 
 @pytest.mark.parametrize("name", NUMBER_FREE_PAGES)
 def test_no_hand_written_number_in_the_quoted_pages(name: str) -> None:
-    """README, the results page and the glossary state no number in their own prose: every
-    figure is inside a quoted block (or names a section, figure or version)."""
+    """README, every page of docs/ and the package READMEs state no number in their own prose:
+    every figure is inside a quoted block (or names a section, figure or version)."""
     prose = NAMES.sub("", NOT_PROSE.sub("", (ROOT / name).read_text(encoding="utf-8")))
     numbers = [line.strip() for line in prose.splitlines() if re.search(r"(?<![\w@])\d", line)]
     assert not numbers, f"{name}: numbers outside quoted blocks:\n" + "\n".join(numbers)

@@ -18,8 +18,8 @@ draws, and wrapping changes no random stream.
 
 Writes are atomic (a temporary file, fsync, then a rename): a run killed mid-write leaves no
 file under a chunk's name, and a chunk that does not parse or does not match its fingerprint
-is resampled, never trusted. The store is a recovery journal outside DVC's outputs (DVC
-deletes a stage's outputs before running it): default ``.cache/samples/`` in the user's
+is resampled, never trusted. The store is a recovery journal outside DVC's outputs (a stage
+replaces those whole, and only when it succeeds): default ``.cache/samples/`` in the user's
 checkout (``TAGRPO_SAMPLE_STORE`` overrides), and a stage :meth:`SampleStore.discard`\\ s its
 chunks once its outputs are committed, so a later forced rerun samples afresh.
 """

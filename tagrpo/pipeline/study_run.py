@@ -7,8 +7,8 @@ draw's checkout outlives a work tree laid anew) at the commit its phase started 
 (recorded and committed in ``reports/study/<phase>/STARTED.json`` before the first draw, so a
 resumed or restarted draw runs the same code), the phase's profile applied and the SFT seed
 (and, for the main study, the seeds S gives) set, built by ``dvc repro``. All draws share one
-DVC cache, so a stage whose inputs and params are the same in every draw (the data stage) comes
-from DVC's run cache.
+DVC cache (a file several draws write alike is stored once); DVC's run cache skips stages with
+``persist`` outputs (every stage here), so each draw runs every one of its stages.
 
 **Resuming** is DVC's: a killed draw's checkout keeps its ``dvc.lock``, and ``dvc repro`` there
 runs only the stages not yet recorded (a stage killed mid-way left its old outputs or none:

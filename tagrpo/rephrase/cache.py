@@ -11,7 +11,8 @@ run loses at most the requests that were in flight. Only successful replies are 
 failure (429 to the end of the retries, a timeout) is retried by the next run.
 
 The store lives outside DVC outputs (default ``.cache/rephrase/`` in the user's checkout)
-because DVC deletes a stage's outputs before it runs the stage again.
+because a stage replaces its outputs whole, and only when it succeeds (a failed run's staging
+folder is removed, :mod:`tagrpo.pipeline.commit`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The rephrase and solver reply cache, kept outside DVC outputs (DVC deletes those before a
-rerun): a rerun sends no request whose reply is stored, and a killed run resumes."""
+"""The rephrase and solver reply cache, kept outside DVC outputs (a stage replaces those whole,
+and only when it succeeds): a rerun sends no request whose reply is stored, and a killed run
+resumes."""
 
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ are ``runtime.gpu`` (the card, what share of its peak the passes reach, how long
 are) and each is printed with the numbers. ``python -m stages.train --method M --dry-run``
 prints the plan of one run; the train stage refuses a run that does not fit before verl
 starts (:func:`check_fits`: the message names the setting to change); ``tagrpo plan --cost``
-adds it up over the trainings and evaluations of a profile (docs/paper-scale.md, "Cost").
+adds it up over the trainings and evaluations of a profile (docs/paper-scale.md, "Cost in
+detail").
 
 Memory per card, in the two phases of a colocated verl step (vLLM sleeps during the update):
 

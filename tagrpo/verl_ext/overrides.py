@@ -13,6 +13,7 @@ grpo, grpo_ds          G           single_turn     grpo              q0         
 grpo_x4, grpo_x4_ds    (N+1)G      single_turn     grpo              q0              ds
 ta_grpo_star           (N+1)G      tagrpo_agent    grpo (per q^n)    own q^n
 ta_grpo                (N+1)G      tagrpo_agent    grpo (joint)      q0
+ta_grpo_unanchored     (N+1)G      tagrpo_agent    grpo (joint)      own q^n
 avspo                  G           single_turn     avspo             q0
 grpo_flipped           G           single_turn     grpo_flipped      q0
 =====================  ==========  ==============  ================  ==============  ====

@@ -1,6 +1,6 @@
 """A verl run's work area: what survives a failed or killed train stage, and when it is resumed.
 
-DVC deletes a stage's outputs before it runs it, and the stage writes into a staging folder
+A stage replaces its outputs only when it succeeds, and it writes into a staging folder
 removed when it fails (:mod:`tagrpo.pipeline.runtime`): anything a run wrote there is lost with
 the run. So a verl run writes everything into a work area of its own,
 ``<runtime.verl.checkpoint_dir>/<policy>/``, which no stage declares as an output::
