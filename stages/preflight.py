@@ -24,6 +24,7 @@ from tagrpo.pipeline.runtime import refuse_concurrent_dvc, run_main
 from tagrpo.plumbing.layout import preflight_outputs
 from tagrpo.plumbing.paths import project_root
 from tagrpo.plumbing.verify import prune_lock
+from tagrpo.report.inputs import judging_problem
 from tagrpo.splits.inputs import (
     INPUT_LINKS,
     PARAMS_OK,
@@ -57,7 +58,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     # A second `dvc repro` in this checkout stops here, before it rewrites anything the running
     # one reads (this stage's outputs, dvc.lock).
     refuse_concurrent_dvc(root, "preflight")
-    problem = data_dir_problem(config, root)
+    # The report stage judges the run under report.preregistration: a file it cannot judge
+    # under is refused now, not after every training.
+    problem = data_dir_problem(config, root) or judging_problem(config, root)
     if problem:
         print(f"[preflight] {problem}", file=sys.stderr)
         print(

@@ -264,7 +264,7 @@ def with_code(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for stage in ("train", "evaluate"):
         dag["stages"][stage]["deps"] += _code_deps(real[stage]["deps"])
         dag["stages"][stage]["params"] = real[stage]["params"]
-    copy_checkout(root, "tagrpo", "stages")
+    copy_checkout(root, "tagrpo", "stages", "preregistration")
     env = small_project(root, yaml.safe_dump(dag, sort_keys=False))
     assert len(_ran(run_checked([dvc_binary(), "repro"], root, env))) == 6
     run_checked([*GIT, "add", "-A"], root, env)
@@ -434,7 +434,7 @@ def with_preflight(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "    cmd: echo data > data.txt\n"
         "    deps:\n      - data/preflight/params.ok\n      - data/preflight/inputs.json\n",
     )
-    copy_checkout(root, "tagrpo", "stages")
+    copy_checkout(root, "tagrpo", "stages", "preregistration")
     env = small_project(root, dag)
     assert len(_ran(run_checked([dvc_binary(), "repro"], root, env))) == 7
     run_checked([*GIT, "add", "-A"], root, env)

@@ -116,6 +116,31 @@ def claims_family(config: Params, root: Path) -> str:
     return registered_family(root / relative if relative is not None else None)
 
 
+PIPELINE_FAMILIES = ("v2", "v3")
+
+
+def judging_problem(config: Params, root: Path) -> str | None:
+    """Why a pipeline run's report could not judge the run under its pre-registration
+    (``report.preregistration``): a file missing or naming no claims family, or the study's
+    re-registration, whose family is judged across base draws by ``python -m
+    tagrpo.report.study --main``, never within one run. None when it can."""
+    relative = config.report.preregistration
+    if relative is not None and not (root / relative).is_file():
+        return f"report.preregistration: {relative} does not exist"
+    try:
+        family = claims_family(config, root)
+    except (ValueError, KeyError, TypeError) as error:
+        return f"report.preregistration: {error}"
+    if family not in PIPELINE_FAMILIES:
+        return (
+            f"report.preregistration: {relative} registers the {family} family, judged across "
+            "base draws by `python -m tagrpo.report.study --main`, not by one run's report; a "
+            "study draw's report is judged under preregistration/world-v3.yaml (its profiles set "
+            "it)"
+        )
+    return None
+
+
 def draw_label(config: Params) -> str:
     """The base draw a checkout is: its warm-start's SFT seed (``SFT seed 0``)."""
     if config.base_model.kind != "warmstart":

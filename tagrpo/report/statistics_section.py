@@ -31,6 +31,7 @@ from tagrpo.report.inputs import (
     claims_family,
     draw_label,
     in_distribution_benchmarks,
+    judging_problem,
     primary_benchmarks,
 )
 from tagrpo.report.training import load_training_summaries, updates_by_method, updates_of
@@ -91,6 +92,9 @@ def statistics_sections(
             load_policy_runs(root, [policy_name("grpo", s, largest) for s in scaling.seeds], ks),
         )
     updates = updates_by_method(load_training_summaries(root, config.runs.policies()))
+    problem = judging_problem(config, root)
+    if problem:
+        raise ValueError(problem)
     if claims_family(config, root) == "v3":
         # World v3's family (m = 11) with this checkout as its one base draw: the crossed
         # seeds x problems model within it, every row conditional on that draw.
