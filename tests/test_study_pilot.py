@@ -112,3 +112,24 @@ def test_a_pilot_with_no_record_yet_says_so(tmp_path: Path) -> None:
     assert text.endswith(
         f"Draws recorded: 0 of 1 (still running or not started: {tmp_path}/draw0)."
     )
+
+
+def test_the_measured_speed_up_is_reported_as_measured(tmp_path: Path) -> None:
+    parallel = tmp_path / "parallel.json"
+    measured = {
+        "method": "grpo",
+        "steps_per_draw": 6,
+        "serial_s": 44.9,
+        "side_by_side_s": 27.3,
+        "speedup": 1.65,
+        "load_average_before": [3.56, 3.28, 3.13],
+        "device": "a CPU",
+        "commit": "0553ede3c9690244284a9fffd9943cad0218dbb0",
+        "measured": "2026-12-02T02:16:57+00:00",
+    }
+    parallel.write_text(json.dumps(measured))
+    text = pilot_markdown([tmp_path / "draw0"], REGISTRATION, "the test", parallel=parallel)
+    assert (
+        "6 grpo steps a draw): 44.9 s one after the other, 27.3 s side by side, **1.65x**, on a "
+        "CPU at 0553ede3c969, 2026-12-02T02:16:57+00:00, load average 3.56 before it"
+    ) in text

@@ -622,6 +622,7 @@ def _pilot(out: Path) -> None:
         registration,
         "python -m tagrpo.report.study --pilot",
         figure=out.with_name(out.stem + "-contrasts.png"),
+        parallel=Path("reports/study/parallel.json"),
     )
     out.write_text(text + "\n", encoding="utf-8")
     print(f"{out}: {sum((r / 'DRAW.json').exists() for r in records)} of {len(records)} draws")

@@ -134,10 +134,12 @@ def pilot_markdown(
     registration: Mapping[str, Any],
     command: str,
     figure: Path | None = None,
+    parallel: Path | None = None,
 ) -> str:
     """The pilot's report from the records present (a draw not finished yet is named); with
     ``figure``, the primary endpoint's contrasts drawn there (and linked, relative to the
-    report's folder, which the figure shares)."""
+    report's folder, which the figure shares); with ``parallel`` (benchmarks/study_parallel.py's
+    JSON), the measured speed-up of two draws side by side."""
     from tagrpo.config.params import load_config
     from tagrpo.plumbing.layout import policy_name
     from tagrpo.report.claims import load_policy_runs
@@ -160,6 +162,18 @@ def pilot_markdown(
         + (f" (still running or not started: {', '.join(waiting)})" if waiting else "")
         + ".",
     ]
+    if parallel is not None and parallel.is_file():
+        measured = json.loads(parallel.read_text())
+        lines += [
+            "",
+            f"Two draws side by side against one after the other "
+            f"(`benchmarks/study_parallel.py`, `{parallel}`; {measured['steps_per_draw']} "
+            f"{measured['method']} steps a draw): {measured['serial_s']} s one after the other, "
+            f"{measured['side_by_side_s']} s side by side, **{measured['speedup']}x**, on "
+            f"{measured['device']} at {measured['commit'][:12]}, {measured['measured']}, load "
+            f"average {measured['load_average_before'][0]} before it (the pilot ran beside it). "
+            "Reported, not in the size rule (amendment 1).",
+        ]
     if not finished:
         return "\n".join(lines)
     configs = {r: load_config(r / "params.yaml") for r in finished}
