@@ -84,11 +84,16 @@ def build_draw(root: str, plan: DrawPlan, commit: str, cache: str) -> dict[str, 
 
 
 def _report_progress(
-    root: Path, plans: list[DrawPlan], started: dict, stop: threading.Event, every: float
+    root: Path,
+    plans: list[DrawPlan],
+    started: dict,
+    seen: dict[str, int],
+    stop: threading.Event,
+    every: float,
 ) -> None:
     while not stop.wait(every):
         with contextlib.suppress(Exception):  # a progress line must never stop the study
-            print(progress_line(root, plans, started), flush=True)
+            print(progress_line(root, plans, started, seen), flush=True)
 
 
 @flow(name="study", log_prints=True)
@@ -106,7 +111,7 @@ def study(phases: list[str], every: float = 60.0) -> dict[str, Any]:
             continue
         commit = phase_commit(root, phase)
         cache = study_dir(root) / "cache"
-        started = {}
+        started, seen = {}, {}
         for plan in plans:
             checkout = plan.checkout(root)
             done = stage_progress(checkout)[0] if (checkout / "dvc.yaml").exists() else 0
@@ -117,7 +122,7 @@ def study(phases: list[str], every: float = 60.0) -> dict[str, Any]:
         )
         stop = threading.Event()
         reporter = threading.Thread(
-            target=_report_progress, args=(root, plans, started, stop, every), daemon=True
+            target=_report_progress, args=(root, plans, started, seen, stop, every), daemon=True
         )
         reporter.start()
         try:
@@ -126,7 +131,7 @@ def study(phases: list[str], every: float = 60.0) -> dict[str, Any]:
         finally:
             stop.set()
         outcome[phase] = [r["label"] for r in results]
-        print(progress_line(root, plans, started))
+        print(progress_line(root, plans, started, seen))
     return outcome
 
 

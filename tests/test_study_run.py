@@ -332,3 +332,30 @@ def test_a_record_holds_only_what_the_draws_stages_wrote(tmp_path: Path) -> None
     assert kept == sorted([*written, "params.yaml", "dvc.lock", "evals/grpo-s0/responses.parquet"])
     slim = pd.read_parquet(record / "evals/grpo-s0/responses.parquet")
     assert list(slim.columns) == list(study_run.OUTCOME_COLUMNS)
+
+
+def test_the_progress_line_never_counts_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read of dvc.lock while DVC rewrites it can see fewer stages than are recorded: the
+    line keeps each draw's highest count, and its time left comes from the pace so far."""
+    monkeypatch.delenv(study_run.STUDY_DIR_ENV, raising=False)
+    plan = study_run.DrawPlan("pilot", 5, "profiles/tiny.yaml")
+    checkout = plan.checkout(tmp_path)
+    (checkout / ".tagrpo").mkdir(parents=True)
+    (checkout / ".tagrpo/study-draw.json").write_text("{}")
+    stages = {f"s{i}": {"cmd": "true"} for i in range(4)}
+    (checkout / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+
+    def lock(names: list[str]) -> None:
+        recorded = {name: {"cmd": "true"} for name in names}
+        (checkout / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": recorded}))
+
+    started = {plan.label: (time.monotonic() - 600.0, 0)}  # 10 minutes ago, nothing recorded
+    seen: dict[str, int] = {}
+    lock(["s0", "s1"])
+    line = study_run.progress_line(tmp_path, [plan], started, seen)
+    assert line == "study: 0 of 1 draws done; pilot-draw5 2/4 stages, about 10 min left"
+    lock(["s0"])  # a half-written lock
+    line = study_run.progress_line(tmp_path, [plan], started, seen)
+    assert "pilot-draw5 2/4 stages" in line

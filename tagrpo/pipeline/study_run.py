@@ -445,10 +445,15 @@ def execute_draw(
 
 
 def progress_line(
-    root: Path, plans: list[DrawPlan], started: Mapping[str, tuple[float, int]]
+    root: Path,
+    plans: list[DrawPlan],
+    started: Mapping[str, tuple[float, int]],
+    seen: dict[str, int] | None = None,
 ) -> str:
     """Draws done of total, and each running draw's stages and a time left from its pace since
-    this start (``started``: label -> (monotonic time, stages recorded then))."""
+    this start (``started``: label -> (monotonic time, stages recorded then)). ``seen`` keeps
+    each draw's highest count so far: DVC rewrites dvc.lock in place, and a read in the middle
+    of a write can see fewer stages than are recorded."""
     parts, done_draws = [], 0
     for plan in plans:
         if (plan.record(root) / DRAW_FILE).exists():
@@ -458,6 +463,8 @@ def progress_line(
         if plan.label not in started or not (checkout / ".tagrpo" / "study-draw.json").exists():
             continue
         done, total = stage_progress(checkout)
+        if seen is not None:
+            done = seen[plan.label] = max(done, seen.get(plan.label, 0))
         since, done_then = started[plan.label]
         pace = (time.monotonic() - since) / (done - done_then) if done > done_then else None
         left = f", about {pace * (total - done) / 60:.0f} min left" if pace else ""
