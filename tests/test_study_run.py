@@ -309,7 +309,10 @@ def test_a_record_holds_only_what_the_draws_stages_wrote(tmp_path: Path) -> None
         "evals/grpo_flipped-s0/passk.csv": "k\n1\n",
         "reports/claims.md": "the default's",
     }
-    for relative, text in {**written, **committed_elsewhere, "params.yaml": "a: 1\n"}.items():
+    params = "report:\n  preregistration: preregistration/world.yaml\n"
+    inputs = {"params.yaml": params, "preregistration/world.yaml": "bands: {}\n"}
+    other = {"preregistration/other.yaml": "not this draw's\n"}
+    for relative, text in {**written, **committed_elsewhere, **inputs, **other}.items():
         (checkout / relative).parent.mkdir(parents=True, exist_ok=True)
         (checkout / relative).write_text(text)
     responses = pd.DataFrame(
@@ -329,7 +332,9 @@ def test_a_record_holds_only_what_the_draws_stages_wrote(tmp_path: Path) -> None
 
     assert study_run.collect_record(checkout, record) == []
     kept = sorted(p.relative_to(record).as_posix() for p in record.rglob("*") if p.is_file())
-    assert kept == sorted([*written, "params.yaml", "dvc.lock", "evals/grpo-s0/responses.parquet"])
+    assert kept == sorted([*written, *inputs, "dvc.lock", "evals/grpo-s0/responses.parquet"])
+    # The pre-registration its report judged it under, as the checkout's commit had it.
+    assert (record / "preregistration/world.yaml").read_text() == "bands: {}\n"
     slim = pd.read_parquet(record / "evals/grpo-s0/responses.parquet")
     assert list(slim.columns) == list(study_run.OUTCOME_COLUMNS)
 

@@ -349,6 +349,11 @@ def collect_record(checkout: Path, record: Path) -> list[str]:
     record.mkdir(parents=True)
     left_out: list[str] = []
     outputs = lock_outputs(checkout)
+    # Besides its params and dvc.lock, the one input the report tools read from a checkout:
+    # the pre-registration its report judged it under (its bands), as the phase's commit had it.
+    params = yaml.safe_load((checkout / "params.yaml").read_text()) or {}
+    judged_under = (params.get("report") or {}).get("preregistration")
+    inputs = {"params.yaml", "dvc.lock", *([str(judged_under)] if judged_under else [])}
 
     def written_by_the_draw(relative: Path) -> bool:
         text = relative.as_posix()
@@ -356,9 +361,7 @@ def collect_record(checkout: Path, record: Path) -> list[str]:
 
     def copy(source: Path) -> None:
         relative = source.relative_to(checkout)
-        if relative.as_posix() not in ("params.yaml", "dvc.lock") and not written_by_the_draw(
-            relative
-        ):
+        if relative.as_posix() not in inputs and not written_by_the_draw(relative):
             return
         size = source.stat().st_size
         if size > RECORD_LIMIT_BYTES:
@@ -367,7 +370,7 @@ def collect_record(checkout: Path, record: Path) -> list[str]:
         (record / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, record / relative)
 
-    for name in RECORD_FILES:
+    for name in [*RECORD_FILES, *sorted(inputs)]:
         if (checkout / name).exists():
             copy(checkout / name)
     for folder in RECORD_FOLDERS:
