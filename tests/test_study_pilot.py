@@ -133,3 +133,36 @@ def test_the_measured_speed_up_is_reported_as_measured(tmp_path: Path) -> None:
         "6 grpo steps a draw): 44.9 s one after the other, 27.3 s side by side, **1.65x**, on a "
         "CPU at 0553ede3c969, 2026-12-02T02:16:57+00:00, load average 3.56 before it"
     ) in text
+
+
+def test_only_the_registered_rows_decide_a_draw() -> None:
+    deciding = REGISTRATION["pilot"]["deciding_rows"]
+    decides = {
+        "edges: mini_chains": True,
+        "harder: competition": True,
+        "regime": True,
+        "V2": True,
+        "V3": True,
+        "V1 (policy)": False,
+        "V1 (reward)": False,
+        "V4": False,
+        "V5": False,
+    }
+    assert {row: study_pilot.row_decides(row, deciding) for row in decides} == decides
+
+
+def test_a_failed_deciding_row_leaves_the_draw_not_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tagrpo.report.draw_checkouts as draw_checkouts
+
+    rows = pd.DataFrame(
+        {"criterion": ["V1 (reward)", "regime", "V3"], "verdict": ["FAIL", "PASS", "FAIL"]}
+    )
+    monkeypatch.setattr(draw_checkouts, "recomputed_rows", lambda record: rows)
+    text = pilot_markdown([_record(tmp_path / "draw0", 0)], REGISTRATION, "the test")
+    assert "### draw0 (SFT seed 0; cpu kind 0): **NOT accepted**" in text
+    assert "| no | V1 (reward) | FAIL |" in text and "| yes | V3 | FAIL |" in text
+    rows.loc[2, "verdict"] = "PASS"  # V1 does not decide
+    text = pilot_markdown([tmp_path / "draw0"], REGISTRATION, "the test")
+    assert "### draw0 (SFT seed 0; cpu kind 0): **accepted**" in text

@@ -27,13 +27,20 @@ NOT_ACCEPTANCE = ("V5",)
 # them (report). A key added to them after a checkout ran may be filled from this checkout's
 # params.yaml to read that run; a missing key of any other section is an error.
 FILLABLE_SECTIONS = ("runtime", "report")
+# Experiment keys added after some checkouts ran, each with the one value that the code before
+# it had (no choice existed then), so a run of that code reads as what it was.
+KEYS_OLDER_CODE_LACKED: dict[str, tuple[Any, str]] = {
+    "common.grading.grader": ("tagrpo", "before the key every answer was graded by tagrpo's"),
+    "data.verify_sources": (False, "before the key no source file was checked by manifest"),
+}
 
 
 def checkout_config(root: Path) -> tuple[object, list[str]]:
     """A built checkout's params, validated by this code; keys that this code's schema asks for
-    and the checkout (run by older code) lacks are filled from the current directory's
-    params.yaml when they belong to :data:`FILLABLE_SECTIONS` (returned, to be said), else the
-    schema's error stands."""
+    and the checkout (run by older code) lacks are filled (returned, to be said): from the
+    current directory's params.yaml when they belong to :data:`FILLABLE_SECTIONS`, with the
+    value the older code had for those of :data:`KEYS_OLDER_CODE_LACKED`; any other missing key
+    is the schema's error."""
     from tagrpo.config.params import (
         ConfigError,
         deep_merge,
@@ -51,13 +58,21 @@ def checkout_config(root: Path) -> tuple[object, list[str]]:
             if line.endswith("required key is missing")
         ]
         if len(missing) != len(error.problems) or not all(
-            key.split(".")[0] in FILLABLE_SECTIONS for key in missing
+            key.split(".")[0] in FILLABLE_SECTIONS or key in KEYS_OLDER_CODE_LACKED
+            for key in missing
         ):
             raise
     own = read_yaml_mapping(root / "params.yaml")
     current = read_yaml_mapping(Path("params.yaml"))
     filled = deep_merge({s: current[s] for s in FILLABLE_SECTIONS}, own)
     merged = {**own, **{s: filled[s] for s in FILLABLE_SECTIONS}}
+    for key in missing:
+        if key in KEYS_OLDER_CODE_LACKED:
+            *parents, leaf = key.split(".")
+            section = merged
+            for name in parents:
+                section = section.setdefault(name, {})
+            section[leaf] = KEYS_OLDER_CODE_LACKED[key][0]
     return validate_params(merged, str(root / "params.yaml")), missing
 
 

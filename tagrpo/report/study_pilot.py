@@ -71,6 +71,15 @@ def zero_correct_share(runs: SeedRuns, members: Sequence[str]) -> float:
     return float((runs.values[:, keep, index] == 0.0).mean())
 
 
+def row_decides(criterion: str, deciding: Sequence[str]) -> bool:
+    """Whether an acceptance row is one of ``deciding`` (study-v3.yaml ``pilot.deciding_rows``):
+    a name matches a row of that name, a row ``name: ...`` (one per benchmark) or the harder
+    group's band ``harder: name``."""
+    head = criterion.split(":")[0].split(" (")[0]
+    tail = criterion.split(":", 1)[1].strip() if ":" in criterion else ""
+    return head in deciding or (head == "harder" and tail in deciding)
+
+
 def contrast_figure(
     runs: Mapping[str, Sequence[SeedRuns]],
     labels: Sequence[str],
@@ -140,13 +149,17 @@ def pilot_markdown(
     ``figure``, the primary endpoint's contrasts drawn there (and linked, relative to the
     report's folder, which the figure shares); with ``parallel`` (benchmarks/study_parallel.py's
     JSON), the measured speed-up of two draws side by side."""
-    from tagrpo.config.params import load_config
     from tagrpo.plumbing.layout import policy_name
     from tagrpo.report.claims import load_policy_runs
-    from tagrpo.report.draw_checkouts import recomputed_rows
+    from tagrpo.report.draw_checkouts import (
+        KEYS_OLDER_CODE_LACKED,
+        checkout_config,
+        recomputed_rows,
+    )
 
     finished = [r for r in records if (r / "DRAW.json").exists()]
     waiting = [str(r) for r in records if r not in finished]
+    deciding = [str(name) for name in registration["pilot"]["deciding_rows"]]
     endpoint = registration["primary_endpoint"]
     group, k = str(endpoint["group"]), int(endpoint["k"])
     groups = dict(registration["groups"])
@@ -176,7 +189,21 @@ def pilot_markdown(
         ]
     if not finished:
         return "\n".join(lines)
-    configs = {r: load_config(r / "params.yaml") for r in finished}
+    loaded = {r: checkout_config(r) for r in finished}
+    configs = {r: config for r, (config, _) in loaded.items()}
+    filled = sorted({key for _, keys in loaded.values() for key in keys})
+    if filled:
+        lines += [
+            "",
+            "The records' code lacked keys this code's params have; read with "
+            + "; ".join(
+                f"`{key}` = {KEYS_OLDER_CODE_LACKED[key][0]!r} ({KEYS_OLDER_CODE_LACKED[key][1]})"
+                if key in KEYS_OLDER_CODE_LACKED
+                else f"`{key}` from this checkout's params.yaml (how runs execute or are read)"
+                for key in filled
+            )
+            + ".",
+        ]
     ks = next(iter(configs.values())).evaluate.ks
     runs = {
         method: [
@@ -189,18 +216,25 @@ def pilot_markdown(
         "",
         "## Acceptance rows per draw",
         "",
-        "The base's rows decide (edges, competition, regime, V2, V3); V1 and V4 are shown, "
-        "not deciding (2 GRPO seeds, no negative control in the pilot).",
+        f"The rows of study-v3.yaml's `pilot.deciding_rows` ({', '.join(deciding)}: the base's) "
+        "decide whether a draw is accepted; the others (V1, V4, V5 under world v3's bands: 2 "
+        "GRPO seeds, no negative control, 2 seeds a method in the pilot) are shown, not "
+        "deciding.",
         "",
     ]
     for record in finished:
-        rows = recomputed_rows(record)
+        rows = recomputed_rows(record).astype(str)
+        rows.insert(0, "decides", [
+            "yes" if row_decides(criterion, deciding) else "no" for criterion in rows["criterion"]
+        ])  # fmt: skip
+        verdicts = rows.loc[rows["decides"] == "yes", "verdict"]
+        accepted = bool(len(verdicts)) and bool((verdicts == "PASS").all())
         draw = json.loads((record / "DRAW.json").read_text())
         lines += [
             f"### {record.name} (SFT seed {configs[record].base_model.warmstart.seed}; "
-            f"{draw['device']})",
+            f"{draw['device']}): **{'accepted' if accepted else 'NOT accepted'}**",
             "",
-            markdown_table(list(rows.columns), rows.astype(str).values.tolist()),
+            markdown_table(list(rows.columns), rows.values.tolist()),
             "",
         ]
     lines += [

@@ -254,14 +254,14 @@ def size_markdown(
     records: Sequence[Path], registration: Mapping[str, Any], default_root: Path, command: str
 ) -> tuple[str, dict[str, Any]]:
     """The size table from the pilot's records, and the ``size`` section it chooses."""
-    from tagrpo.config.params import load_config
     from tagrpo.plumbing.layout import policy_name
     from tagrpo.report.claims import load_policy_runs
+    from tagrpo.report.draw_checkouts import checkout_config
 
     endpoint = registration["primary_endpoint"]
     group, k = str(endpoint["group"]), int(endpoint["k"])
     members = list(registration["groups"][group])
-    configs = [load_config(record / "params.yaml") for record in records]
+    configs = [checkout_config(record)[0] for record in records]
     ks = configs[0].evaluate.ks
     seeds = registration["pilot"]["runs"]
 
