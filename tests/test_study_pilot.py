@@ -166,3 +166,21 @@ def test_a_failed_deciding_row_leaves_the_draw_not_accepted(
     rows.loc[2, "verdict"] = "PASS"  # V1 does not decide
     text = pilot_markdown([tmp_path / "draw0"], REGISTRATION, "the test")
     assert "### draw0 (SFT seed 0; cpu kind 0): **accepted**" in text
+
+
+def test_records_of_older_code_read_with_the_value_that_code_had(tmp_path: Path) -> None:
+    """The pilot's records ran at a commit before common.grading.grader and data.verify_sources
+    existed: read with the one value that code had, and said; another missing key is an error."""
+    from tagrpo.config.params import ConfigError
+    from tagrpo.report.draw_checkouts import checkout_config
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    del params["common"]["grading"]["grader"], params["data"]["verify_sources"]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    config, filled = checkout_config(tmp_path)
+    assert sorted(filled) == ["common.grading.grader", "data.verify_sources"]
+    assert config.common.grading.grader == "tagrpo" and config.data.verify_sources is False
+    del params["train"]["kl_coef"]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    with pytest.raises(ConfigError, match=r"train\.kl_coef"):
+        checkout_config(tmp_path)
