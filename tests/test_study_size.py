@@ -108,6 +108,9 @@ def test_the_rule_chooses_the_cheapest_design_within_4_points_then_5_then_the_na
 def test_the_seconds_come_from_the_records_and_the_default(tmp_path: Path) -> None:
     default = tmp_path / "default"
     (default / "metrics/train").mkdir(parents=True)
+    # The project's DAG: its preflight runs on every start (always_changed).
+    stages = {"preflight": {"cmd": "true", "always_changed": True}, "data": {"cmd": "true"}}
+    (default / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
     for name, seconds in (("grpo-s0", 50.0), ("grpo-s1", 70.0), ("grpo_x4-s0", 200.0)):
         (default / f"metrics/train/{name}.json").write_text(json.dumps({"seconds": seconds}))
     records = []
@@ -131,8 +134,8 @@ def test_the_seconds_come_from_the_records_and_the_default(tmp_path: Path) -> No
             yaml.safe_dump({"diagnostics": {"policies": ["a", "b"]}})
         )
         # The last start found all but the evaluations of grpo and ta_grpo, the diagnostics
-        # and the report recorded: 60 + 80 + 30 s of their own work and 5 s (draw 0) or 7 s
-        # (draw 1) of each of the 4 stages' overhead.
+        # and the report recorded, and ran those and the preflight: 60 + 80 + 30 + 1 s of their
+        # own work and 5 s (draw 0) or 7 s (draw 1) of each of the 5 stages' overhead.
         outs = {
             f"train@{name}": f"metrics/train/{name}.json"
             for name in ("grpo-s0", "grpo-s1", "ta_grpo-s0", "ta_grpo_unanchored-s0")
@@ -141,11 +144,13 @@ def test_the_seconds_come_from_the_records_and_the_default(tmp_path: Path) -> No
         outs |= {"eval@ta_grpo-s0": "metrics/eval/ta_grpo-s0.json"}
         outs |= {name: f"metrics/{name}.json" for name in ("base_model", "diagnostics")}
         outs |= {"check_equivalence": "metrics/check_equivalence.json", "report": "reports/r.md"}
+        outs |= {"preflight": "metrics/preflight.json"}  # recorded at start, run again
+        (record / "metrics/preflight.json").write_text(json.dumps({"seconds": 1.0}))
         stages = {name: {"outs": [{"path": out}]} for name, out in outs.items()}
         (record / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": stages}))
         last_start = {"eval@grpo-s0", "eval@ta_grpo-s0", "diagnostics", "report"}
         draw_file = {
-            "seconds_this_start": 170.0 + 4 * (5.0 + 2.0 * draw),
+            "seconds_this_start": 171.0 + 5 * (5.0 + 2.0 * draw),
             "stages": len(stages),
             "stages_recorded_at_start": sorted(set(stages) - last_start),
         }
@@ -160,11 +165,13 @@ def test_the_seconds_come_from_the_records_and_the_default(tmp_path: Path) -> No
     assert pieces["train"]["grpo_data2.5x"] == 2.5 * grpo
     assert pieces["evaluate_trained"] == 70.0 and pieces["evaluate_base"] == 90.0
     assert pieces["diagnostics_per_policy"] == 10.0  # 30 s over 2 policies and the base
-    assert pieces["fixed"] == {"base_model": 400.0, "check_equivalence": 40.0}
+    assert pieces["fixed"] == {"base_model": 400.0, "check_equivalence": 40.0, "preflight": 1.0}
     assert pieces["overhead_per_stage"] == pytest.approx(6.0)  # the two last starts: 5 and 7 s
 
-    # A last start that ran no stage (the record collected again) measures nothing; with no
-    # measurement at all the cost cannot be priced, and an older record is refused by name.
+    # A last start that ran no stage (the record collected again, in a DAG with no stage that
+    # runs on every start) measures nothing; with no measurement at all the cost cannot be
+    # priced, and an older record is refused by name.
+    (default / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"data": {"cmd": "true"}}}))
     for record in records:
         draw_file = json.loads((record / "DRAW.json").read_text())
         stages = yaml.safe_load((record / "dvc.lock").read_text())["stages"]

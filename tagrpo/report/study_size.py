@@ -102,6 +102,7 @@ def run_seconds(records: Sequence[Path], default_root: Path, cost: Mapping[str, 
     trained_evals: list[float] = []
     fixed: dict[str, list[float]] = {}
     base_eval, diagnostics, overheads = [], [], []
+    always_run = always_changed_stages(default_root)
     for record in records:
         draw = json.loads((record / "DRAW.json").read_text())
         for path in sorted((record / "metrics/train").glob("*.json")):
@@ -116,7 +117,7 @@ def run_seconds(records: Sequence[Path], default_root: Path, cost: Mapping[str, 
                 fixed.setdefault(stage, []).append(_seconds(path))
         policies = len(yaml_params(record)["diagnostics"]["policies"]) + 1  # and the base
         diagnostics.append(_seconds(record / "metrics/diagnostics.json") / policies)
-        overhead = last_start_overhead(record, draw)
+        overhead = last_start_overhead(record, draw, always_run)
         if overhead is not None:
             overheads.append(overhead)
     grpo = _mean(train.get("grpo", []), "GRPO runs")
@@ -148,12 +149,23 @@ def run_seconds(records: Sequence[Path], default_root: Path, cost: Mapping[str, 
     }
 
 
-def last_start_overhead(record: Path, draw: Mapping[str, Any]) -> float | None:
+def always_changed_stages(root: Path) -> list[str]:
+    """The stages of ``root``'s dvc.yaml that run on every ``dvc repro`` (``always_changed``)."""
+    import yaml
+
+    stages = (yaml.safe_load((root / "dvc.yaml").read_text()) or {}).get("stages", {})
+    return sorted(name for name, stage in stages.items() if stage.get("always_changed"))
+
+
+def last_start_overhead(
+    record: Path, draw: Mapping[str, Any], always_run: Sequence[str] = ()
+) -> float | None:
     """Seconds per stage that the draw's last start (the one that finished it) spent outside
     its stages' own work (process start-up, DVC's bookkeeping): its wall time less the
     ``seconds`` of the metrics of the stages it ran (those its dvc.lock records and the start
-    did not find recorded), over their number; None if it ran none (a record collected
-    again). Every stage of that start ran to its end, so the two sides count the same work."""
+    did not find recorded, and those DVC runs on every start), over their number; None if it
+    ran none (a record collected again). Every stage of that start ran to its end, so the two
+    sides count the same work."""
     import yaml
 
     if "stages_recorded_at_start" not in draw:
@@ -163,7 +175,8 @@ def last_start_overhead(record: Path, draw: Mapping[str, Any]) -> float | None:
         )
     before = set(draw["stages_recorded_at_start"])
     lock = yaml.safe_load((record / "dvc.lock").read_text())["stages"]
-    ran = [stage for name, stage in lock.items() if name not in before]
+    # A stage DVC reruns on every start (``always_run``: the preflight) ran in this one too.
+    ran = [stage for name, stage in lock.items() if name not in before or name in always_run]
     if not ran:
         return None
     own = 0.0
