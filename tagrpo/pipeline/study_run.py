@@ -42,6 +42,8 @@ from typing import Any
 
 import yaml
 
+from tagrpo.plumbing.verify import lock_stages
+
 REGISTRATION = Path("preregistration/study-v3.yaml")
 STUDY_DIR = Path(".tagrpo/study")
 STUDY_DIR_ENV = "TAGRPO_STUDY_DIR"
@@ -324,15 +326,12 @@ def _slim_responses(source: Path, target: Path) -> None:
 
 def lock_stage_names(checkout: Path) -> list[str]:
     """The stages the checkout's dvc.lock records (none without one)."""
-    lock = checkout / "dvc.lock"
-    return (
-        sorted((yaml.safe_load(lock.read_text()) or {}).get("stages", {})) if lock.exists() else []
-    )
+    return sorted(lock_stages(checkout))
 
 
 def lock_outputs(checkout: Path) -> list[str]:
     """The outputs the draw's own stages wrote: every ``outs`` path of its dvc.lock."""
-    lock = yaml.safe_load((checkout / "dvc.lock").read_text()) or {}
+    lock = yaml.safe_load((checkout / "dvc.lock").read_text()) or {}  # a built draw has one
     return sorted(
         str(out["path"])
         for stage in lock.get("stages", {}).values()

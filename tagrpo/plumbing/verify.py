@@ -67,7 +67,7 @@ def dvc_md5(path: Path, skip_bytecode: bool = False) -> str:
     return file_md5(path)
 
 
-def _lock_stages(root: Path) -> dict[str, Any]:
+def lock_stages(root: Path) -> dict[str, Any]:
     """Every entry of ``root/dvc.lock`` (stale ones included)."""
     lock = root / "dvc.lock"
     if not lock.is_file():
@@ -96,7 +96,7 @@ def lock_entries(root: Path, stages: Collection[str] | None = None) -> dict[str,
     """
     if stages is None:
         stages = pipeline_stage_names(root)
-    entries = _lock_stages(root)
+    entries = lock_stages(root)
     if stages is None:
         return entries
     return {name: entry for name, entry in entries.items() if name in stages}
@@ -122,7 +122,7 @@ def stale_lock_entries(root: Path, stages: Collection[str] | None = None) -> dic
         return {}
     return {
         name: [out["path"] for out in entry.get("outs") or []]
-        for name, entry in _lock_stages(root).items()
+        for name, entry in lock_stages(root).items()
         if name not in stages
     }
 
@@ -140,7 +140,7 @@ def prune_lock(root: Path, stages: Collection[str] | None = None) -> list[str]:
     lock = root / "dvc.lock"
     if stages is None or not lock.is_file():
         return []
-    stale = sorted(set(_lock_stages(root)) - set(stages))
+    stale = sorted(set(lock_stages(root)) - set(stages))
     if not stale:
         return []
     from dvc.utils.serialize import modify_yaml  # DVC's writer (slow import: only when needed)
