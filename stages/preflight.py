@@ -21,6 +21,7 @@ from typing import Any
 
 from tagrpo.config.params import ConfigError, load_config
 from tagrpo.pipeline.runtime import refuse_concurrent_dvc, run_main
+from tagrpo.plumbing.dvc_stages import outputs_outside_project
 from tagrpo.plumbing.layout import preflight_outputs
 from tagrpo.plumbing.paths import project_root
 from tagrpo.plumbing.verify import prune_lock
@@ -60,9 +61,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     refuse_concurrent_dvc(root, "preflight")
     # The report stage judges the run under report.preregistration: a file it cannot judge
     # under is refused now, not after every training.
-    problem = data_dir_problem(config, root) or judging_problem(config, root)
-    if problem:
-        print(f"[preflight] {problem}", file=sys.stderr)
+    problems = [data_dir_problem(config, root) or judging_problem(config, root)]
+    # An output behind a symlink out of the project: DVC refuses it after its stage ran.
+    problems += outputs_outside_project(root)
+    problems = [problem for problem in problems if problem]
+    if problems:
+        for problem in problems:
+            print(f"[preflight] {problem}", file=sys.stderr)
         print(
             "[preflight] refused before any stage ran: no output was deleted",
             file=sys.stderr,

@@ -374,3 +374,111 @@ def test_a_read_only_scratch_disk_is_refused_before_the_stage_works(
     ):
         ran = True
     assert not ran and _snapshot(empty_project, scratch) == old
+
+
+# Outputs behind a symlink that leaves the project. DVC writes a .gitignore beside each cached
+# output and refuses one whose folder's real path is outside the repository, after its stage
+# ran; a folder output that is itself such a symlink it records. The stages refuse the first
+# layout before any work (the drill's evaluation ran, then DVC refused it).
+_SYMLINK_STAGES = {
+    "file_out": {"cmd": "echo new > behind/out.txt", "outs": ["behind/out.txt"]},
+    "folder_out": {"cmd": "echo new > folder/out.txt", "outs": ["folder"]},
+    "uncached": {
+        "cmd": "echo new > quiet/out.json",
+        "metrics": [{"quiet/out.json": {"cache": False}}],
+    },
+    "inside": {"cmd": "echo new > near/out.txt", "outs": ["near/out.txt"]},
+}
+
+
+def _symlink_project(project: Path, outside: Path) -> None:
+    """``behind``, ``folder`` and ``quiet`` link to folders of ``outside``; ``near`` to a
+    folder of the project."""
+    (project / "dvc.yaml").write_text(yaml.safe_dump({"stages": _SYMLINK_STAGES}))
+    for name in ("behind", "folder", "quiet"):
+        (outside / name).mkdir(parents=True)
+        (project / name).symlink_to(outside / name)
+    (project / "real_near").mkdir()
+    (project / "near").symlink_to(project / "real_near")
+
+
+def _outside_line(name: str, outside: Path, out: str) -> str:
+    return (
+        f"{name} resolves to {outside / name}, outside the project: DVC records no output "
+        f"there (it refuses {out} after the stage has run); mount that folder on {name} "
+        f"instead (mount --bind {outside / name} {name}), or put DVC's cache on that disk "
+        "(dvc cache dir PATH) and keep the outputs in the project"
+    )
+
+
+def test_outputs_behind_a_symlink_out_of_the_project_are_named_as_dvc_refuses_them(
+    tmp_path: Path,
+) -> None:
+    """The rule is DVC's own: a real ``dvc repro`` of each stage, beside what the check says."""
+    from tagrpo.plumbing.dvc_stages import outputs_outside_project
+
+    if shutil.which("dvc") is None:
+        pytest.skip("dvc is not installed")
+    project, outside = tmp_path / "project", tmp_path / "scratch"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    subprocess.run(["dvc", "init", "-q"], cwd=project, check=True)
+    _symlink_project(project, outside)
+    assert outputs_outside_project(project) == [_outside_line("behind", outside, "behind/out.txt")]
+    assert outputs_outside_project(project, ["folder_out", "uncached", "inside"]) == []
+    refused = {}
+    for stage in _SYMLINK_STAGES:
+        done = subprocess.run(
+            ["dvc", "repro", "-s", stage], cwd=project, capture_output=True, text=True
+        )
+        refused[stage] = done.returncode != 0
+        if refused[stage]:
+            assert "is outside of git repository" in done.stdout + done.stderr
+    # If a DVC release records the first layout, this check (and its refusal) can go.
+    assert refused == {"file_out": True, "folder_out": False, "uncached": False, "inside": False}
+
+
+def test_a_stage_under_dvc_refuses_outputs_behind_a_symlink_out_of_the_project(
+    empty_project: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused before the stage works, in one line; run by hand (no DVC_STAGE) it commits."""
+    from tagrpo.plumbing.errors import OutputOutsideProjectError
+
+    outside = tmp_path_factory.mktemp("scratch")
+    _symlink_project(empty_project, outside)
+    outputs = Outputs({"out": Path("behind/out.txt")}, Path("m/toy.json"))
+    monkeypatch.setenv("DVC_STAGE", "file_out")
+    ran = False
+    with (
+        pytest.raises(OutputOutsideProjectError) as refused,
+        running_stage("file_out", outputs, _config()),
+    ):
+        ran = True
+    assert not ran and not (outside / "behind/out.txt").exists()
+    assert str(refused.value) == "stage file_out refused before it ran: " + _outside_line(
+        "behind", outside, "behind/out.txt"
+    )
+    monkeypatch.delenv("DVC_STAGE")
+    with running_stage("file_out", outputs, _config()) as ctx:
+        ctx.path("out").write_text("new\n")
+        ctx.set_metrics({"seconds": 1.0})
+    assert (outside / "behind/out.txt").read_text() == "new\n"
+
+
+def test_the_preflight_refuses_outputs_behind_a_symlink_out_of_the_project(
+    empty_project: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Before any stage of a ``dvc repro`` runs; nothing written."""
+    from stages import preflight
+
+    outside = tmp_path_factory.mktemp("scratch")
+    _symlink_project(empty_project, outside)
+    with pytest.raises(SystemExit) as stopped:
+        preflight.main([])
+    assert stopped.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert f"[preflight] {_outside_line('behind', outside, 'behind/out.txt')}" in lines
+    assert lines[-1] == "[preflight] refused before any stage ran: no output was deleted"
+    assert not (empty_project / "data").exists()

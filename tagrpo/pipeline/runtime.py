@@ -59,7 +59,14 @@ from tagrpo.pipeline.commit import (
 from tagrpo.pipeline.parent_run import dvc_arguments
 from tagrpo.pipeline.stage_run import stage_run
 from tagrpo.plumbing.device import describe_device
-from tagrpo.plumbing.errors import DiskFullError, UserMistake, disk_full, is_disk_full
+from tagrpo.plumbing.dvc_stages import outputs_outside_project
+from tagrpo.plumbing.errors import (
+    DiskFullError,
+    OutputOutsideProjectError,
+    UserMistake,
+    disk_full,
+    is_disk_full,
+)
 from tagrpo.plumbing.layout import Outputs
 from tagrpo.plumbing.paths import project_root
 from tagrpo.plumbing.procfs import pid_alive, proc_stat, process_alive, started_at
@@ -380,6 +387,19 @@ def check_writable(root: Path, paths: list[Path]) -> None:
         raise PermissionError("cannot write the stage's outputs:\n  " + "\n  ".join(problems))
 
 
+def refuse_outputs_outside(root: Path, dvc_name: str) -> None:
+    """Under DVC (it sets DVC_STAGE for a stage's command), refuse before any work a stage
+    whose cached outputs sit behind a symlink that leaves the project: DVC would refuse them
+    only after the stage ran. Run by hand, such a layout is the user's to keep."""
+    if not os.environ.get("DVC_STAGE"):
+        return
+    problems = outputs_outside_project(root, [dvc_name])
+    if problems:
+        raise OutputOutsideProjectError(
+            f"stage {dvc_name} refused before it ran: " + "; ".join(problems)
+        )
+
+
 def remove_path(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
@@ -527,6 +547,7 @@ def running_stage(
         inputs = stage_inputs(root, dvc_name or name)
         check_inputs(root, [path for path in inputs if path not in set(checked_inputs)])
         check_writable(root, outputs.all())
+        refuse_outputs_outside(root, dvc_name or name)
         recover_commits(root, _journal_owner_gone)  # before the staging they may come from
         remove_stale_staging(root)
         staging = root / STATE_DIR / "staging" / f"{name.replace('/', '_')}-{os.getpid()}"

@@ -44,6 +44,8 @@ class ExpandedStage:
     deps: tuple[str, ...] = ()
     params: tuple[str, ...] = ()
     outs: tuple[str, ...] = ()  # outs, metrics and plots declared by the stage
+    # the outs DVC caches (not ``cache: false``): DVC writes a .gitignore beside each
+    cached_outs: tuple[str, ...] = ()
 
 
 def _lookup(path: str, context: Mapping[str, Any]) -> Any:
@@ -67,6 +69,14 @@ def interpolate(value: Any, context: Mapping[str, Any]) -> Any:
 
 def _entry_path(entry: Any) -> str:
     return next(iter(entry)) if isinstance(entry, Mapping) else str(entry)
+
+
+def _entry_cached(entry: Any) -> bool:
+    """Whether DVC caches an out, metric or plot: its default, unless ``cache: false``."""
+    if not isinstance(entry, Mapping):
+        return True
+    options = next(iter(entry.values()))
+    return not isinstance(options, Mapping) or options.get("cache", True) is not False
 
 
 def expand_stages(
@@ -104,6 +114,12 @@ def expand_stages(
                     interpolate(_entry_path(entry), context)
                     for section in ("outs", "metrics", "plots")
                     for entry in stage.get(section, [])
+                ),
+                cached_outs=tuple(
+                    interpolate(_entry_path(entry), context)
+                    for section in ("outs", "metrics", "plots")
+                    for entry in stage.get(section, [])
+                    if _entry_cached(entry)
                 ),
             )
     return expanded
@@ -154,3 +170,44 @@ def deps_hash(dvc_name: str, root: Path | None = None) -> str:
             node = node.get(part) if isinstance(node, Mapping) else None
         digest.update(f"{key}={json.dumps(node, sort_keys=True, default=str)}".encode())
     return digest.hexdigest()[:16]
+
+
+def outputs_outside_project(root: str | Path, dvc_names: list[str] | None = None) -> list[str]:
+    """One line per folder that holds a cached output of the stages ``dvc_names`` (every stage
+    when None) and resolves outside the project (a symlink to a scratch disk).
+
+    DVC writes a .gitignore beside each cached output and refuses one whose real path leaves
+    the repository ("... is outside of git repository"), but only after the stage has run, so
+    the work is done and not recorded. A folder mounted on the output's place stays inside.
+    """
+    root = Path(root)
+    real_root = root.resolve()
+    stages = load_stages(root)
+    chosen = stages.values() if dvc_names is None else [stages[n] for n in dvc_names if n in stages]
+    problems: dict[str, str] = {}
+    for stage in chosen:
+        for out in stage.cached_outs:
+            leaving = _first_leaving(root, real_root, Path(out).parent)
+            if leaving is None:
+                continue
+            relative, real = leaving
+            problems.setdefault(
+                relative,
+                f"{relative} resolves to {real}, outside the project: DVC records no output "
+                f"there (it refuses {out} after the stage has run); mount that folder on "
+                f"{relative} instead (mount --bind {real} {relative}), or put DVC's cache on "
+                "that disk (dvc cache dir PATH) and keep the outputs in the project",
+            )
+    return list(problems.values())
+
+
+def _first_leaving(root: Path, real_root: Path, folder: Path) -> tuple[str, Path] | None:
+    """The first folder on the way from ``root`` to ``root/folder`` whose real path is outside
+    the project (the symlink to name), with that real path; None when all stay inside."""
+    prefix = Path()
+    for part in folder.parts:
+        prefix = prefix / part
+        real = (root / prefix).resolve()
+        if real != real_root and real_root not in real.parents:
+            return prefix.as_posix(), real
+    return None

@@ -26,6 +26,10 @@ class MissingSecretError(UserMistake, RuntimeError):
     """A secret's environment variable (an API key) is not set."""
 
 
+class OutputOutsideProjectError(UserMistake):
+    """An output's folder resolves outside the project, where DVC cannot record it."""
+
+
 class DiskFullError(UserMistake, OSError):
     """No space left where the stage writes; the message names the path and what is free."""
 
