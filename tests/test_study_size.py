@@ -184,10 +184,28 @@ def test_the_seconds_come_from_the_records_and_the_default(tmp_path: Path) -> No
         run_seconds(records, default, REGISTRATION["size_rule"]["cost"])
 
 
+def _unsized(text: str) -> str:
+    """The registration as it was before its size was written: the top-level ``size:`` block
+    (once written, the committed file has it) back to the one ``size: null`` line."""
+    lines, kept, skipping = text.splitlines(keepends=True), [], False
+    for line in lines:
+        if line.startswith("size:"):
+            kept.append("size: null\n" if line.rstrip() == "size:" else line)
+            skipping = line.rstrip() == "size:"
+            continue
+        if skipping and line.startswith(" "):
+            continue
+        skipping = False
+        kept.append(line)
+    return "".join(kept)
+
+
 def test_the_chosen_size_is_written_once_into_the_registration() -> None:
     from tagrpo.report.study_size import registration_with_size
 
-    text = (Path(__file__).resolve().parents[1] / "preregistration/study-v3.yaml").read_text()
+    text = _unsized(
+        (Path(__file__).resolve().parents[1] / "preregistration/study-v3.yaml").read_text()
+    )
     size = {"draws": 4, "seeds_per_draw": 3, "projected_half_width": 0.0391, "why": "x"}
     updated = registration_with_size(text, size)
     assert yaml.safe_load(updated)["size"] == size
