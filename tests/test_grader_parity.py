@@ -17,9 +17,11 @@ from tagrpo.config.profiles import merged_with_profile
 from tagrpo.data.schema import Question, write_questions
 from tagrpo.evaluation.parity import (
     GRADERS,
+    disagreeing,
     grade_parity,
     parity_section,
     parity_table,
+    plain_integer_box,
     verdict_columns,
 )
 from tagrpo.evaluation.runner import evaluate, grade_responses, sample_benchmarks
@@ -94,7 +96,7 @@ def test_the_table_per_benchmark(graded) -> None:
     assert set(table["k"]) == {2}  # the largest k every question has samples for
     assert math["disagreements"].tolist() == [2, 2, 2]
     assert math["errors"].tolist() == [0, 0, 0]
-    assert math["unboxed_disagreements"].tolist() == [0, 0, 0]
+    assert math["malformed_disagreements"].tolist() == [0, 0, 0]  # math500 need not agree
     assert shown.loc[("gpqa_diamond", "tagrpo"), "pass_at_1"] == 0.5  # chance floor: 1 of 4
     assert shown.loc["mini_chains"]["disagreements"].tolist() == [0, 0, 0]
     assert shown.loc["mini_chains"]["must_agree"].all()
@@ -107,10 +109,20 @@ def test_the_markdown_section(graded) -> None:
     gpqa = "| `base` | option letters (every grader) | 2 | 50.0 | 100.0 (k=2) | 0 | 0 |"
     assert gpqa in text  # one row: the letter rule under every grader
     assert "| `base` | `m1` #0 | `5` | `5.` | right (exact) | wrong (mismatch) | " in text
-    assert "The mini world's boxed integer answers: every grader agrees.\n" in text
+    assert (
+        "The mini world's plain boxed integer answers (each `\\boxed{...}` closed, all the same "
+        "integer): every grader agrees.\n" in text
+    )
     assert "**Bug" not in text
-    buggy = parity_section({"base": graded}, [1, 2], must_agree={"math500"})
-    assert "**Bug: the graders disagree on 2 boxed integer answer(s) of the mini world**" in buggy
+    # A plain integer box the graders read differently is a bug (a verdict planted here).
+    planted = graded.copy()
+    plain = planted.index[(planted["benchmark"] == "mini_chains") & planted["correct_tagrpo"]][0]
+    planted.loc[plain, "correct_math_verify"] = False
+    buggy = parity_section({"base": planted}, [1, 2], must_agree={"mini_chains"})
+    assert (
+        "**Bug: the graders disagree on 1 plain boxed integer answer(s) of the mini world**"
+        in buggy
+    )
     withheld = parity_section({"base": graded}, [1, 2], withheld={"math500": "not shown"})
     assert "Examples withheld: not shown." in withheld
     assert "`m1` #0" not in withheld
@@ -127,13 +139,58 @@ def test_an_unboxed_mini_world_answer_is_no_bug() -> None:
     assert graded["reason_tagrpo"].tolist() == ["exact", "no_answer"]
     table = parity_table(graded, [1, 2], must_agree={"mini_chains"})
     assert table["disagreements"].tolist() == [1, 1, 1]
-    assert table["unboxed_disagreements"].tolist() == [1, 1, 1]
+    assert table["malformed_disagreements"].tolist() == [1, 1, 1]
     text = parity_section({"base": graded}, [1, 2], must_agree={"mini_chains"})
     assert (
-        "The mini world's boxed integer answers: every grader agrees. 1 response(s) without a "
-        "box disagree: math-verify reads the last number of the prose, the others find no "
-        "answer." in text
+        "every grader agrees. 1 response(s) without such a box (none, `\\boxed` without its "
+        "brace, an unclosed brace, boxes of different values, a box that is not an integer) "
+        "disagree: each grader reads those its own way." in text
     )
+
+
+@pytest.mark.parametrize(
+    ("response", "plain"),
+    [
+        ("The answer is \\boxed{9}.", True),
+        ("The answer is \\boxed{ -4 }.", True),
+        ("\\boxed{9}. Again: \\boxed{9}.", True),  # the same value twice
+        ("No box: 15 + 8 = 23.", False),
+        ("The answer is \\boxed 20}.", False),  # no brace: verl reads `\\boxed ` first
+        ("\\boxed 11 - 4 = 7. The answer is \\boxed{9}.", False),
+        ("\\boxed{14}. The answer is \\boxed{0{-2}.", False),  # the last one never closes
+        ("\\boxed{3}. The answer is \\boxed{5}.", False),  # two values
+        ("The answer is \\boxed{1 11}.", False),  # not an integer
+        ("The answer is \\boxed{\\frac{1}{2}}.", False),
+        ("The answer is \\boxed{}.", False),
+    ],
+)
+def test_a_plain_integer_box(response: str, plain: bool) -> None:
+    assert plain_integer_box(response) is plain
+
+
+def test_malformed_boxes_of_the_mini_world_are_no_bug() -> None:
+    """Responses the default run's policies wrote (evals/*/responses.parquet), on which the
+    graders disagree: a brace-less ``\\boxed`` verl's math_reward reads first, a last box that
+    never closes, a box that is not an integer. Counted apart; a plain box stays a bug."""
+    frame = responses_frame().iloc[6:].copy()
+    frame = pd.concat([frame] * 2, ignore_index=True)
+    frame["question_id"] = [f"c{i // 2}" for i in range(len(frame))]
+    frame["answer"] = ["9", "9", "14", "14"]
+    frame["response"] = [
+        "Right The answer is \\boxed 11 - 4 = 7. 7 + 2 = 9. The answer is \\boxed{9}.",
+        "Right to left: 9 - 7 = 2. The answer is \\boxed{9 0}.",
+        "6 - 1 = 5. 5 + 2 = 7. 7 + 7 = 14. The answer is \\boxed{14}. The20 The answer is "
+        "\\boxed{0{-2}.",
+        "7 + 7 = 14. The answer is \\boxed{14}.",
+    ]
+    with make_grade_fn(workers=1) as grade:
+        graded = grade_parity(frame, grade)
+    differ = disagreeing(graded).tolist()
+    assert differ[0] and differ[2] and not differ[3]
+    table = parity_table(graded, [1, 2], must_agree={"mini_chains"})
+    assert table["disagreements"].tolist() == [sum(differ)] * 3
+    assert table["malformed_disagreements"].tolist() == [sum(differ)] * 3
+    assert "**Bug" not in parity_section({"base": graded}, [1, 2], must_agree={"mini_chains"})
 
 
 def spinning(response: str, answer: str) -> tuple[bool, str, str]:

@@ -10,15 +10,19 @@ which the graders disagree, and a few of them.
 
 Multiple choice is graded by option letters under every grader
 (:func:`tagrpo.grading.graders.applicable_graders`), so its chance floor is the same under each
-and its table has one row. The mini world's answers are plain integers in a box: every grader
-reads a box alike, so a disagreement on a boxed answer there is reported as a bug. A response
-with no box (a chain cut at the token limit) is another matter: math-verify, as verl calls it,
-reads the last number of the prose (``15 + 8 = 23.``) where the other two find no answer; such
-disagreements are counted apart (``unboxed``).
+and its table has one row. The mini world's answers are plain integers in a box: where a
+response's every ``\\boxed{...}`` is closed and holds the same plain integer, every grader reads
+it alike, so a disagreement there is reported as a bug. Any other response (no box, a chain cut
+at the token limit; ``\\boxed`` without its brace, an unclosed brace, boxes of different
+values, a box that is not an integer) is read by each grader its own way: math-verify, as verl
+calls it, takes the last number it can parse (``15 + 8 = 23.``), verl's ``math_reward`` takes a
+``\\boxed `` without a brace before any braced box; such disagreements are counted apart
+(``malformed``: :func:`plain_integer_box`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
@@ -32,6 +36,33 @@ from tagrpo.plumbing.markdown import markdown_table
 ERROR_REASONS = frozenset({"timeout", "wall_timeout", "error"})
 SHOWN_EXAMPLES = 3
 _SHOWN_CHARS = 80
+
+
+_BOX = "\\boxed"
+_PLAIN_INTEGER = re.compile(r"\s*[-+]?\d+\s*")
+
+
+def plain_integer_box(response: str) -> bool:
+    """Whether every ``\\boxed`` of ``response`` opens a brace that closes, each holding the same
+    plain integer: the one answer form every grader reads alike."""
+    values = set()
+    start = response.find(_BOX)
+    if start < 0:
+        return False
+    while start >= 0:
+        opening = start + len(_BOX)
+        if not response.startswith("{", opening):
+            return False
+        depth, end = 1, opening + 1
+        while end < len(response) and depth:
+            depth += {"{": 1, "}": -1}.get(response[end], 0)
+            end += 1
+        content = response[opening + 1 : end - 1]
+        if depth or not _PLAIN_INTEGER.fullmatch(content):
+            return False
+        values.add(int(content))
+        start = response.find(_BOX, end)
+    return len(values) == 1
 
 
 def verdict_columns(grader: str) -> tuple[str, str, str]:
@@ -110,8 +141,9 @@ def parity_table(
 ) -> pd.DataFrame:
     """One row per (benchmark, grader that applies): responses, ``pass_at_1``, ``pass_at_k``
     (``k``: the largest of ``ks`` every question has samples for), errors, and the benchmark's
-    disagreements, those on responses without a box among them (the same on each of its
-    rows)."""
+    disagreements, and for a benchmark of ``must_agree`` those on responses without a plain
+    integer box among them (``malformed``: :func:`plain_integer_box`; 0 for the others; the
+    same on each of a benchmark's rows)."""
     rows = []
     for benchmark, table in responses.groupby("benchmark", sort=False):
         sizes = table.groupby("question_id", sort=False).size()
@@ -119,7 +151,11 @@ def parity_table(
         largest = max(feasible)
         differ = disagreeing(table)
         disagreements = int(differ.sum())
-        unboxed = int((differ & (table[verdict_columns("tagrpo")[2]] == "no_answer")).sum())
+        malformed = 0
+        if benchmark in must_agree:  # which of its disagreements are bugs: the texts say
+            if "response" not in table:
+                raise ValueError(f"{benchmark} must agree: its responses' texts are needed")
+            malformed = int((differ & ~table["response"].map(plain_integer_box)).sum())
         for grader in _graders_of(table):
             correct, _, reason = verdict_columns(grader)
             sums = table.groupby("question_id", sort=False)[correct].sum()
@@ -133,7 +169,7 @@ def parity_table(
                     "pass_at_k": float(np.mean(pass_at_k_per_problem(sizes, sums, largest))),
                     "errors": int(table[reason].isin(ERROR_REASONS).sum()),
                     "disagreements": disagreements,
-                    "unboxed_disagreements": unboxed,
+                    "malformed_disagreements": malformed,
                     "must_agree": benchmark in must_agree,
                 }
             )
@@ -222,7 +258,7 @@ def parity_section(
     benchmarks = list(dict.fromkeys(b for t in parity.values() for b in t["benchmark"]))
     for benchmark in benchmarks:
         lines += [f"### {benchmark}", ""]
-        rows, bug, unboxed, graders = [], 0, 0, GRADERS
+        rows, bug, malformed, graders = [], 0, 0, GRADERS
         for policy, table in parity.items():
             members = table[table["benchmark"] == benchmark]
             graders = tuple(members["grader"]) or graders
@@ -239,21 +275,24 @@ def parity_section(
                     ]
                 )
                 if row.must_agree and row.grader == "tagrpo":  # once per policy
-                    bug += row.disagreements - row.unboxed_disagreements
-                    unboxed += row.unboxed_disagreements
+                    bug += row.disagreements - row.malformed_disagreements
+                    malformed += row.malformed_disagreements
         header = ["policy", "grader", "responses", "pass@1 (%)", "pass@k (%)", "errors"]
         lines += [markdown_table([*header, "disagreements"], rows), ""]
         if benchmark in must_agree:
             verdict = (
-                f"**Bug: the graders disagree on {bug} boxed integer answer(s) of the mini "
-                "world** (every grader reads a box alike)."
+                f"**Bug: the graders disagree on {bug} plain boxed integer answer(s) of the mini "
+                "world** (each `\\boxed{...}` closed, all the same integer: every grader reads "
+                "those alike)."
                 if bug
-                else "The mini world's boxed integer answers: every grader agrees."
+                else "The mini world's plain boxed integer answers (each `\\boxed{...}` closed, "
+                "all the same integer): every grader agrees."
             )
-            if unboxed:
+            if malformed:
                 verdict += (
-                    f" {unboxed} response(s) without a box disagree: math-verify reads the "
-                    "last number of the prose, the others find no answer."
+                    f" {malformed} response(s) without such a box (none, `\\boxed` without its "
+                    "brace, an unclosed brace, boxes of different values, a box that is not an "
+                    "integer) disagree: each grader reads those its own way."
                 )
             lines += [verdict, ""]
         if withheld and benchmark in withheld:

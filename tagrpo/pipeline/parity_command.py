@@ -133,12 +133,12 @@ def cmd_grade_parity(args: argparse.Namespace) -> int:
     table = parity_table(graded, ks, mini_world)
     for line in parity_lines(table):
         print(line)
-    boxed = table["disagreements"] - table["unboxed_disagreements"]
+    boxed = table["disagreements"] - table["malformed_disagreements"]
     bugs = table[table["must_agree"] & (boxed > 0)]
     print(f"graded {len(graded)} responses, nothing sampled{note}; wrote {args.output}")
     if not bugs.empty:
         names = sorted(set(bugs["benchmark"]))
-        print(f"tagrpo grade --parity: graders disagree on boxed mini-world answers: {names}",
+        print(f"tagrpo grade --parity: graders disagree on plain boxed mini-world answers: {names}",
               file=sys.stderr)  # fmt: skip
         return 1
     return 0

@@ -261,8 +261,10 @@ def grader_parity_section(config: Params, root: Path, policies: list[str]) -> st
     from tagrpo.evaluation.parity import parity_section
     from tagrpo.report.examples import WITHHELD
 
-    responses = parity_responses(root, policies)
     mini_world = config.data.source == "synthetic"
+    # The texts only where answers must agree (which disagreements are bugs); a paper-scale
+    # run's texts are gigabytes.
+    responses = parity_responses(root, policies, with_texts=mini_world)
     must_agree = {b for t in responses.values() for b in t["benchmark"]} if mini_world else set()
     grader = config.common.grading.grader
     heading = f"## Grader parity (pass@k above: `common.grading.grader: {grader}`)"

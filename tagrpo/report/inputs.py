@@ -80,15 +80,19 @@ def strategy_responses(root: Path, policies: Sequence[str]) -> dict[str, pd.Data
     return frames
 
 
-def parity_responses(root: Path, policies: Sequence[str]) -> dict[str, pd.DataFrame]:
+def parity_responses(
+    root: Path, policies: Sequence[str], with_texts: bool = False
+) -> dict[str, pd.DataFrame]:
     """Each policy's evaluated responses with the columns the grader-parity table reads
-    (every grader's verdicts, when the evaluation graded them: older ones lack them)."""
+    (every grader's verdicts, when the evaluation graded them: older ones lack them), and the
+    response texts when ``with_texts``."""
     import pyarrow.parquet as pq
 
     from tagrpo.evaluation.parity import GRADERS, verdict_columns
 
     base = ["benchmark", "question_id", "sample_index", "answer", "answer_kind"]
     wanted = [*base, *(column for g in GRADERS for column in verdict_columns(g))]
+    wanted += ["response"] if with_texts else []
     frames = {}
     for policy in policies:
         path = root / evaluate_outputs(policy)["responses"]
