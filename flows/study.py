@@ -6,8 +6,11 @@ builds one draw's checkout with ``dvc repro`` and commits its record
 total, each running draw's stages and the time left at its pace.
 
 Run again after a kill, a reboot or a lost session, it resumes: recorded draws are skipped,
-a draw with a checkout resumes where its dvc.lock stands (DVC reruns nothing finished), and
-``dvc repro`` and its stages die with the flow (:func:`flows.interrupts.start_child`).
+a draw with a checkout resumes where its dvc.lock stands (DVC reruns nothing finished), a draw
+whose checkout is gone (a lost machine) starts from its committed progress
+(:func:`tagrpo.pipeline.study_run.restore_progress`; ``dvc repro --allow-missing`` skips the
+finished stages whose trained models were not kept), and ``dvc repro`` and its stages die with
+the flow (:func:`flows.interrupts.start_child`).
 
     python -m flows.study                 # every phase (the main study once `size` is committed)
     python -m flows.study --phase pilot --jobs 2
@@ -58,7 +61,9 @@ def _build(checkout: Path, log: Path, root: Path) -> int:
     """``dvc repro`` in the draw's checkout as a child of the flow (its own process group, dying
     with the flow), its output appended to ``log``."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    process = start_child([tool("dvc"), "repro"], checkout, environment(checkout, root))
+    process = start_child(
+        [tool("dvc"), "repro", "--allow-missing"], checkout, environment(checkout, root)
+    )
     try:
         with log.open("ab") as out:
             out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} dvc repro\n".encode())
@@ -72,7 +77,9 @@ def _build(checkout: Path, log: Path, root: Path) -> int:
 
 
 @task(task_run_name="{plan.label}")
-def build_draw(root: str, plan: DrawPlan, commit: str, cache: str) -> dict[str, Any]:
+def build_draw(
+    root: str, plan: DrawPlan, commit: str, cache: str, keep_every: float = 30.0
+) -> dict[str, Any]:
     return execute_draw(
         Path(root),
         plan,
@@ -80,6 +87,7 @@ def build_draw(root: str, plan: DrawPlan, commit: str, cache: str) -> dict[str, 
         Path(cache),
         say=lambda line: print(line, flush=True),
         build=_build,
+        progress_every=keep_every,
     )
 
 
@@ -97,7 +105,7 @@ def _report_progress(
 
 
 @flow(name="study", log_prints=True)
-def study(phases: list[str], every: float = 60.0) -> dict[str, Any]:
+def study(phases: list[str], every: float = 60.0, keep_every: float = 30.0) -> dict[str, Any]:
     chain_sigterm()  # a SIGTERM stops the dvc children before Prefect's engine handles it
     root = project_root()
     registration = read_registration(root)
@@ -126,7 +134,9 @@ def study(phases: list[str], every: float = 60.0) -> dict[str, Any]:
         )
         reporter.start()
         try:
-            futures = [build_draw.submit(str(root), plan, commit, str(cache)) for plan in plans]
+            futures = [
+                build_draw.submit(str(root), plan, commit, str(cache), keep_every) for plan in plans
+            ]
             results = [future.result() for future in futures]
         finally:
             stop.set()
@@ -148,6 +158,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--jobs", type=int, default=2, help="draws side by side (default 2)")
     parser.add_argument("--every", type=float, default=60.0, help="seconds between progress lines")
+    parser.add_argument(
+        "--keep-every",
+        type=float,
+        default=30.0,
+        help="seconds between checks for newly recorded stages to commit as progress (default 30)",
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
@@ -156,10 +172,10 @@ def main(argv: list[str] | None = None) -> None:
     except (OSError, StudyError) as error:
         print(f"python -m flows.study: {error}", file=sys.stderr)
         raise SystemExit(2) from None
-    sys.exit(_run(list(args.phase or PHASES), args.jobs, args.every))
+    sys.exit(_run(list(args.phase or PHASES), args.jobs, args.every, args.keep_every))
 
 
-def _run(phases: list[str], jobs: int, every: float) -> int:
+def _run(phases: list[str], jobs: int, every: float, keep_every: float = 30.0) -> int:
     from prefect import tags
     from prefect.exceptions import TerminationSignal
 
@@ -168,7 +184,7 @@ def _run(phases: list[str], jobs: int, every: float) -> int:
         with prefect_api():
             runner = study.with_options(task_runner=ThreadPoolTaskRunner(max_workers=jobs))
             with tags(owner_tag()):
-                print(runner(phases=phases, every=every))
+                print(runner(phases=phases, every=every, keep_every=keep_every))
             return 0
     except StudyError as error:
         print(f"python -m flows.study: {error}", file=sys.stderr)

@@ -82,12 +82,13 @@ def _tiny_project(folder: Path) -> Path:
     return folder
 
 
-def _study(folder: Path) -> subprocess.Popen[str]:
+def _study(folder: Path, *extra: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_HOME": str(folder / ".prefect")}
     env.pop("PREFECT_API_URL", None)
     env.pop("TAGRPO_STUDY_DIR", None)  # the default: .tagrpo/study in the project
     return subprocess.Popen(
-        [sys.executable, "-m", "flows.study", "--phase", "pilot", "--jobs", "2", "--every", "2"],
+        [sys.executable, "-m", "flows.study", "--phase", "pilot", "--jobs", "2", "--every", "2",
+         *extra],
         cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )  # fmt: skip
@@ -364,3 +365,95 @@ def test_the_progress_line_never_counts_back(
     lock(["s0"])  # a half-written lock
     line = study_run.progress_line(tmp_path, [plan], started, seen)
     assert "pilot-draw5 2/4 stages" in line
+
+
+def _models_project(folder: Path) -> Path:
+    """The tiny project with a miniature of a draw's model flow: a cached base model every
+    training reads, a trained policy's model (cached, not kept by a progress) its evaluation
+    reads, and a last stage reading only the evaluation."""
+    _tiny_project(folder)
+    stages = {}
+    for name, write, out, cache, sleep, dep in (
+        ("base", "models/base/w.txt", "models/base", True, 0, None),
+        ("train", "models/p-s0/w.txt", "models/p-s0", True, 0, "models/base"),
+        ("evaluate", "evals/p-s0/passk.csv", "evals/p-s0/passk.csv", False, 0, "models/p-s0"),
+        ("last", "plots/last.csv", "plots/last.csv", False, 8, "evals/p-s0/passk.csv"),
+    ):
+        stages[name] = {
+            "cmd": STAGE.format(name=name, out=write, sleep=sleep),
+            "params": ["base_model.warmstart.seed"],
+            "outs": [{out: {"cache": cache}}],
+            **({"deps": [dep]} if dep else {}),
+        }
+    (folder / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}, sort_keys=False))
+    subprocess.run(["git", "commit", "-qam", "model flow"], cwd=folder, check=True)
+    return folder
+
+
+def _kept(folder: Path, seed: int) -> int:
+    """The stages the draw's committed progress holds (0 before its first)."""
+    progress = folder / f"reports/study/pilot/progress/draw{seed}/PROGRESS.json"
+    tracked = subprocess.run(["git", "ls-files", str(progress)], cwd=folder,
+                             capture_output=True, text=True).stdout  # fmt: skip
+    return len(json.loads(progress.read_text())["stages"]) if tracked.strip() else 0
+
+
+@pytest.mark.timeout(900)
+def test_a_lost_machine_loses_only_the_stages_in_flight(tmp_path: Path) -> None:
+    folder = _models_project(tmp_path / "project")
+    first = _study(folder, "--keep-every", "0.5")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:  # both draws in their last stage, its progress committed
+        if all(_runs(folder, s)[-1:] == ["last"] and _kept(folder, s) == 3 for s in (5, 6)):
+            break
+        assert first.poll() is None, first.stdout.read() if first.stdout else ""
+        time.sleep(0.2)
+    else:
+        first.kill()
+        pytest.fail("the draws never reached their last stage with their progress committed")
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    for seed in (5, 6):
+        progress = folder / f"reports/study/pilot/progress/draw{seed}"
+        kept = json.loads((progress / "PROGRESS.json").read_text())
+        assert kept["stages"] == ["base", "evaluate", "train"]
+        assert kept["not_kept"] == ["models/p-s0"]  # the trained model stays out of git
+        assert (progress / "models/base/w.txt").read_text() == str(seed)
+        assert not (progress / "models/p-s0").exists()
+    # The machine is lost: the draws' checkouts and the shared DVC cache are gone.
+    subprocess.run(["rm", "-rf", str(folder / ".tagrpo/study")], check=True)
+
+    second = _study(folder)
+    out, _ = second.communicate(timeout=600)
+    assert second.returncode == 0, out
+    assert out.count("restored 3 stages") == 2, out
+    for seed in (5, 6):
+        # Only the stage in flight ran again: the finished evaluation needs no model.
+        assert _runs(folder, seed) == ["last"], seed
+        record = folder / f"reports/study/pilot/draw{seed}"
+        assert (record / "evals/p-s0/passk.csv").read_text() == str(seed)
+        assert (record / "plots/last.csv").read_text() == str(seed)
+        assert not (folder / f"reports/study/pilot/progress/draw{seed}").exists()
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=folder, capture_output=True,
+                            text=True).stdout  # fmt: skip
+    assert "reports/study" not in status  # the records committed, the progress removed
+
+
+def test_a_restore_runs_again_the_stages_whose_models_a_pending_stage_reads(
+    tmp_path: Path,
+) -> None:
+    folder = _models_project(tmp_path / "project")
+    lock = {"schema": "2.0", "stages": {}}
+    for name, out in (("base", "models/base"), ("train", "models/p-s0")):
+        lock["stages"][name] = {"cmd": "x", "outs": [{"path": out, "md5": "0" * 32 + ".dir"}]}
+    progress = tmp_path / "progress"
+    (progress / "models/base").mkdir(parents=True)
+    (progress / "models/base/w.txt").write_text("5")
+    (progress / "dvc.lock").write_text(yaml.safe_dump(lock))
+    restored = study_run.restore_progress(progress, folder)
+    # evaluate is still to run and reads models/p-s0, which no progress keeps: train again.
+    assert restored == {"restored": ["base"], "again": ["train"]}
+    assert set(study_run.lock_stages(folder)) == {"base"}
+    assert (folder / "models/base/w.txt").read_text() == "5"
+    with pytest.raises(StudyError, match=r"has a dvc\.lock"):
+        study_run.restore_progress(progress, folder)

@@ -59,6 +59,17 @@ RECORD_REPORT = ("reports/report.md", "reports/claims.md", "reports/tables", "re
 # The 1x training questions (the report's strategy section reads their phrasings).
 RECORD_FILES = ("params.yaml", "dvc.lock", "data/processed/train.parquet")
 DRAW_FILE = "DRAW.json"
+# A draw's progress (its finished stages' outputs, models left out), committed while it builds
+# so that a lost machine loses only the runs in flight: reports/study/<phase>/progress/draw<seed>.
+PROGRESS = "progress"
+PROGRESS_FILE = "PROGRESS.json"
+# The one model a progress keeps: every training of the draw reads it. A trained policy's
+# model (7 MB each, about 29 per main draw) is not kept: the stages reading it are its
+# evaluation and the diagnostics; a policy they still need on a new machine is trained again.
+KEPT_MODELS = ("models/base",)
+# The diagnostics stage's DVC dependency is the whole `models` folder, but it reads only the
+# base and its policies' checkpoints (params `diagnostics.policies`): those it still needs.
+FOLDER_READERS = {"diagnostics": "models"}
 
 
 class StudyError(RuntimeError):
@@ -83,6 +94,9 @@ class DrawPlan:
 
     def record(self, root: Path) -> Path:
         return root / RECORDS / self.phase / f"draw{self.seed}"
+
+    def progress(self, root: Path) -> Path:
+        return root / RECORDS / self.phase / PROGRESS / f"draw{self.seed}"
 
 
 def study_dir(root: Path) -> Path:
@@ -179,13 +193,14 @@ def git(root: Path, *args: str, check: bool = True) -> str:
 
 
 def commit_paths(root: Path, paths: list[Path], message: str, attempts: int = 300) -> None:
-    """Commit exactly ``paths`` (``git commit -- paths``: whatever else is staged stays staged),
+    """Commit exactly ``paths`` as they are (a removed one as removed: ``git add -A``; ``git
+    commit -- paths``: whatever else is staged stays staged),
     retrying (2 s apart) while another git command holds the index lock or a merge is under
     way in the checkout."""
     relative = [str(p.relative_to(root)) for p in paths]
     for attempt in range(attempts):
         added = subprocess.run(
-            ["git", "add", "-f", "--", *relative], cwd=root, capture_output=True, text=True
+            ["git", "add", "-A", "-f", "--", *relative], cwd=root, capture_output=True, text=True
         )
         done = added
         if added.returncode == 0:
@@ -392,6 +407,166 @@ def collect_record(checkout: Path, record: Path) -> list[str]:
     return left_out
 
 
+# --------------------------------------------------------------------------- progress
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _kept(path: str) -> bool:
+    """Whether a progress keeps this output: all but the trained policies' models."""
+    return not _under(path, "models") or any(_under(path, kept) for kept in KEPT_MODELS)
+
+
+def _files(root: Path, relative: str) -> list[Path]:
+    source = root / relative
+    if source.is_dir():
+        return sorted(p for p in source.rglob("*") if p.is_file())
+    return [source] if source.is_file() else []
+
+
+def save_progress(checkout: Path, progress: Path) -> list[str]:
+    """Copy the outputs of every stage the draw's dvc.lock records (but the trained models:
+    :func:`_kept`) and the dvc.lock itself into ``progress`` (made anew); the stages saved."""
+    lock_text = (checkout / "dvc.lock").read_text(encoding="utf-8")
+    entries = (yaml.safe_load(lock_text) or {}).get("stages") or {}
+    staging = progress.with_name(progress.name + ".new")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    left_out: list[str] = []
+    for entry in entries.values():
+        for out in entry.get("outs") or []:
+            path = str(out["path"])
+            if not _kept(path):
+                left_out.append(path)
+                continue
+            for source in _files(checkout, path):
+                relative = source.relative_to(checkout)
+                if source.stat().st_size > RECORD_LIMIT_BYTES:
+                    left_out.append(relative.as_posix())
+                    continue
+                (staging / relative).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, staging / relative)
+    (staging / "dvc.lock").write_text(lock_text, encoding="utf-8")
+    from tagrpo.plumbing.device import describe_device
+
+    summary = {
+        "stages": sorted(entries),
+        "not_kept": sorted(left_out),
+        "device": describe_device(),
+        "saved": _now(),
+    }
+    (staging / PROGRESS_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    shutil.rmtree(progress, ignore_errors=True)
+    staging.rename(progress)
+    return sorted(entries)
+
+
+def _needed_paths(checkout: Path, pending: list[str]) -> list[str]:
+    """What the stages not yet recorded read: their deps, and for a stage of
+    :data:`FOLDER_READERS` the base and policies it names in params instead of the folder."""
+    from tagrpo.plumbing.dvc_stages import load_stages
+
+    stages = load_stages(checkout)
+    params = yaml.safe_load((checkout / "params.yaml").read_text()) or {}
+    needed: list[str] = []
+    for name in pending:
+        stage = stages[name]
+        folder = FOLDER_READERS.get(stage.stage)
+        for dep in stage.deps:
+            if folder is not None and dep == folder:
+                read = params.get(stage.stage) or {}
+                needed += [f"{folder}/{policy}" for policy in read.get("policies") or []]
+                needed += [str(read["base_model"])] if read.get("base_model") else []
+            else:
+                needed.append(dep)
+    return needed
+
+
+def restore_progress(progress: Path, checkout: Path) -> dict[str, list[str]]:
+    """Bring a draw's committed progress into its new checkout (one without a dvc.lock: a lost
+    machine's): the saved outputs copied back, and the dvc.lock with every entry but those
+    whose missing output a stage still to run reads (those stages run again). The restored
+    stages whose models are not kept stay recorded: ``dvc repro --allow-missing`` skips them."""
+    if (checkout / "dvc.lock").exists():
+        raise StudyError(f"{checkout} has a dvc.lock: its own progress, not restored over")
+    lock = yaml.safe_load((progress / "dvc.lock").read_text(encoding="utf-8")) or {}
+    entries = lock.get("stages") or {}
+    for source in sorted(progress.rglob("*")):
+        relative = source.relative_to(progress)
+        if source.is_file() and relative.as_posix() not in ("dvc.lock", PROGRESS_FILE):
+            (checkout / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, checkout / relative)
+    from tagrpo.plumbing.dvc_stages import load_stages
+
+    pending = [name for name in load_stages(checkout) if name not in entries]
+    needed = _needed_paths(checkout, pending)
+    again: list[str] = []
+    missing_kept: list[str] = []
+    for name, entry in list(entries.items()):
+        missing = [
+            str(out["path"])
+            for out in entry.get("outs") or []
+            if not (checkout / str(out["path"])).exists()
+        ]
+        if any(_under(m, n) or _under(n, m) for m in missing for n in needed):
+            again.append(name)
+            del entries[name]
+        elif any(_kept(m) for m in missing):  # left out for its size: run again
+            missing_kept.append(name)
+            again.append(name)
+            del entries[name]
+    (checkout / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False), encoding="utf-8")
+    return {"restored": sorted(entries), "again": sorted(again)}
+
+
+class ProgressKeeper:
+    """While a draw builds, commit its progress each time its dvc.lock records more stages
+    (checked every ``every`` seconds, and once more when the build ends)."""
+
+    def __init__(self, root: Path, plan: DrawPlan, checkout: Path, every: float = 30.0) -> None:
+        import threading
+
+        self.root, self.plan, self.checkout, self.every = root, plan, checkout, every
+        self.saved: set[str] = set(lock_stage_names(checkout))
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> ProgressKeeper:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.keep()
+
+    def _loop(self) -> None:
+        while not self.stop.wait(self.every):
+            try:
+                self.keep()
+            except Exception as error:  # a failed save is tried again next round
+                print(f"{self.plan.label}: progress not saved this round: {error}", flush=True)
+
+    def keep(self) -> None:
+        try:
+            recorded = set(lock_stages(self.checkout))
+        except yaml.YAMLError:  # read in the middle of DVC's write: next round
+            return
+        if not recorded or recorded <= self.saved:
+            return
+        progress = self.plan.progress(self.root)
+        saved = save_progress(self.checkout, progress)
+        commit_paths(
+            self.root,
+            [progress],
+            f"Study {self.plan.label}: progress, {len(saved)} stages recorded "
+            f"({progress.relative_to(self.root)})",
+        )
+        self.saved = set(saved)
+
+
 def execute_draw(
     root: Path,
     plan: DrawPlan,
@@ -399,6 +574,7 @@ def execute_draw(
     cache: Path,
     build: Callable[[Path, Path, Path], int],
     say: Callable[[str], None] = print,
+    progress_every: float = 30.0,
 ) -> dict[str, Any]:
     """Build one draw to its end (``build(checkout, log, root)`` runs ``dvc repro`` there and
     returns its exit status: the flow's launcher, whose children die with it) and commit its
@@ -408,6 +584,14 @@ def execute_draw(
         say(f"{plan.label}: recorded in {record.relative_to(root)} (committed): not run again")
         return json.loads((record / DRAW_FILE).read_text())
     checkout = prepare_checkout(root, plan, commit, cache)
+    progress = plan.progress(root)
+    if not (checkout / "dvc.lock").exists() and (progress / "dvc.lock").exists():
+        restored = restore_progress(progress, checkout)
+        say(
+            f"{plan.label}: restored {len(restored['restored'])} stages from "
+            f"{progress.relative_to(root)} (committed); to run again: "
+            f"{', '.join(restored['again']) or 'none'}"
+        )
     done, total = stage_progress(checkout)
     # What this start finds recorded: the stages it then runs are those the per-stage overhead
     # of the study's cost rule is measured on (their own seconds against this start's wall).
@@ -415,7 +599,8 @@ def execute_draw(
     say(f"{plan.label}: building in {checkout} ({done} of {total} stages recorded)")
     log = study_dir(root) / "logs" / f"{plan.label}.log"
     started = time.monotonic()
-    status = build(checkout, log, root)
+    with ProgressKeeper(root, plan, checkout, every=progress_every):
+        status = build(checkout, log, root)
     seconds = time.monotonic() - started
     if status != 0:
         raise StudyError(
@@ -437,9 +622,10 @@ def execute_draw(
         "finished": _now(),
     }
     (record / DRAW_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    shutil.rmtree(progress, ignore_errors=True)  # the record replaces it (git keeps its history)
     commit_paths(
         root,
-        [record],
+        [record, *([progress] if git(root, "ls-files", "--", str(progress)) else [])],
         f"Study {plan.label}: record of the finished draw ({record.relative_to(root)})",
     )
     say(f"{plan.label}: finished in {seconds:.0f} s; record committed ({record.relative_to(root)})")
