@@ -450,6 +450,14 @@ def test_a_restore_runs_again_the_stages_whose_models_a_pending_stage_reads(
     (progress / "models/base").mkdir(parents=True)
     (progress / "models/base/w.txt").write_text("5")
     (progress / "dvc.lock").write_text(yaml.safe_dump(lock))
+    made_on = {"device": "a GPU machine; GPUs: 8 x NVIDIA H200"}
+    (progress / "PROGRESS.json").write_text(json.dumps(made_on))
+    with pytest.raises(StudyError, match="never split across devices"):
+        study_run.restore_progress(progress, folder)
+    assert not (folder / "dvc.lock").exists()  # nothing restored
+    from tagrpo.plumbing.device import describe_device
+
+    (progress / "PROGRESS.json").write_text(json.dumps({"device": describe_device()}))
     restored = study_run.restore_progress(progress, folder)
     # evaluate is still to run and reads models/p-s0, which no progress keeps: train again.
     assert restored == {"restored": ["base"], "again": ["train"]}

@@ -486,11 +486,20 @@ def _needed_paths(checkout: Path, pending: list[str]) -> list[str]:
 
 def restore_progress(progress: Path, checkout: Path) -> dict[str, list[str]]:
     """Bring a draw's committed progress into its new checkout (one without a dvc.lock: a lost
-    machine's): the saved outputs copied back, and the dvc.lock with every entry but those
+    machine's; refused when the progress was made on another device kind): the saved outputs
+    copied back, and the dvc.lock with every entry but those
     whose missing output a stage still to run reads (those stages run again). The restored
     stages whose models are not kept stay recorded: ``dvc repro --allow-missing`` skips them."""
     if (checkout / "dvc.lock").exists():
         raise StudyError(f"{checkout} has a dvc.lock: its own progress, not restored over")
+    from tagrpo.plumbing.device import describe_device
+
+    made_on = json.loads((progress / PROGRESS_FILE).read_text())["device"]
+    if made_on != describe_device():
+        raise StudyError(
+            f"{progress} was made on {made_on!r}, this machine is {describe_device()!r}: a draw "
+            f"is never split across devices (git rm -r {progress} to start the draw anew here)"
+        )
     lock = yaml.safe_load((progress / "dvc.lock").read_text(encoding="utf-8")) or {}
     entries = lock.get("stages") or {}
     for source in sorted(progress.rglob("*")):
