@@ -44,6 +44,7 @@ from tagrpo.pipeline.study_run import (
     REGISTRATION,
     DrawPlan,
     StudyError,
+    build_order,
     environment,
     execute_draw,
     phase_commit,
@@ -58,22 +59,28 @@ from tagrpo.plumbing.paths import project_root
 
 
 def _build(checkout: Path, log: Path, root: Path) -> int:
-    """``dvc repro`` in the draw's checkout as a child of the flow (its own process group, dying
-    with the flow), its output appended to ``log``."""
+    """``dvc repro --allow-missing`` in the draw's checkout, one evaluation at a time and then
+    the whole pipeline (:func:`tagrpo.pipeline.study_run.build_order`), each a child of the flow
+    (its own process group, dying with the flow), its output appended to ``log``; the first
+    nonzero exit status ends the build."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    process = start_child(
-        [tool("dvc"), "repro", "--allow-missing"], checkout, environment(checkout, root)
-    )
-    try:
-        with log.open("ab") as out:
-            out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} dvc repro\n".encode())
-            assert process.stdout is not None
-            for line in process.stdout:
-                out.write(line)
-                out.flush()
-        return process.wait()
-    finally:
-        forget_child(process)
+    for targets in build_order(checkout):
+        command = [tool("dvc"), "repro", "--allow-missing", *targets]
+        process = start_child(command, checkout, environment(checkout, root))
+        try:
+            with log.open("ab") as out:
+                when = time.strftime("%Y-%m-%d %H:%M:%S")
+                out.write(f"\n=== {when} {' '.join(command[1:])}\n".encode())
+                assert process.stdout is not None
+                for line in process.stdout:
+                    out.write(line)
+                    out.flush()
+            status = process.wait()
+        finally:
+            forget_child(process)
+        if status != 0:
+            return status
+    return 0
 
 
 @task(task_run_name="{plan.label}")

@@ -465,3 +465,28 @@ def test_a_restore_runs_again_the_stages_whose_models_a_pending_stage_reads(
     assert (folder / "models/base/w.txt").read_text() == "5"
     with pytest.raises(StudyError, match=r"has a dvc\.lock"):
         study_run.restore_progress(progress, folder)
+
+
+def test_a_main_draw_evaluates_each_policy_after_its_training_diagnosed_ones_last(
+    tmp_path: Path,
+) -> None:
+    """DVC alone would train all 26 policies before evaluating one (a lost machine would then
+    lose every model whose evaluation had not run): the build runs one evaluation at a time."""
+    _main_draw_config(tmp_path, 100, 3)
+    (tmp_path / "params.yaml").write_text((tmp_path / "params-100.yaml").read_text())
+    (tmp_path / "dvc.yaml").write_text((ROOT / "dvc.yaml").read_text())
+    order = study_run.build_order(tmp_path)
+    from tagrpo.plumbing.dvc_stages import load_stages
+
+    stages = load_stages(tmp_path)
+    evaluations = [n for n, s in stages.items() if s.stage.startswith("evaluate")]
+    assert order[-1] == [] and sorted(t for [t] in order[:-1]) == sorted(evaluations)
+    assert len(evaluations) == 27  # the base and 26 trained policies
+    diagnosed = {"ta_grpo-s0", "ta_grpo-s1", "ta_grpo-s2", "grpo-s0"}
+    last = [t for [t] in order[-5:-1]]
+    assert {
+        next(d for d in stages[t].deps if d.startswith("models/"))[7:] for t in last
+    } == diagnosed
+    # Recorded evaluations are not run again.
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump({"stages": {order[0][0]: {"cmd": "x"}}}))
+    assert study_run.build_order(tmp_path) == order[1:]

@@ -530,6 +530,33 @@ def restore_progress(progress: Path, checkout: Path) -> dict[str, list[str]]:
     return {"restored": sorted(entries), "again": sorted(again)}
 
 
+def build_order(checkout: Path) -> list[list[str]]:
+    """The ``dvc repro`` targets a draw's build runs in turn: each evaluation still to run
+    (its training first, as DVC plans a target), then the whole pipeline. A plain ``dvc repro``
+    would train every policy before evaluating any, so a lost machine would lose every trained
+    model (no progress keeps them) whose evaluation had not run. The policies the diagnostics
+    read go last, so their models are likeliest to be on the machine that runs the diagnostics.
+    The stages and their inputs are the same either way: only the order changes."""
+    from tagrpo.plumbing.dvc_stages import load_stages
+
+    stages = load_stages(checkout)
+    recorded = set(lock_stages(checkout))
+    params = yaml.safe_load((checkout / "params.yaml").read_text()) or {}
+    folder = next(iter(FOLDER_READERS.values()))
+    read_last = {
+        f"{folder}/{policy}"
+        for reader in FOLDER_READERS
+        for policy in ((params.get(reader) or {}).get("policies") or [])
+    }
+    evaluations = [
+        stage
+        for name, stage in stages.items()
+        if stage.stage.startswith("evaluate") and name not in recorded
+    ]
+    evaluations.sort(key=lambda stage: any(dep in read_last for dep in stage.deps))
+    return [[stage.name] for stage in evaluations] + [[]]
+
+
 class ProgressKeeper:
     """While a draw builds, commit its progress each time its dvc.lock records more stages
     (checked every ``every`` seconds, and once more when the build ends)."""
