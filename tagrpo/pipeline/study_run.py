@@ -354,6 +354,10 @@ def lock_outputs(checkout: Path) -> list[str]:
     )
 
 
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
 def collect_record(checkout: Path, record: Path) -> list[str]:
     """Copy the draw's small outputs into ``record`` (made anew); the files left out (over the
     size limit), as 'path (bytes)'. Only the outputs of the draw's own stages (its dvc.lock)
@@ -370,8 +374,7 @@ def collect_record(checkout: Path, record: Path) -> list[str]:
     inputs = {"params.yaml", "dvc.lock", *([str(judged_under)] if judged_under else [])}
 
     def written_by_the_draw(relative: Path) -> bool:
-        text = relative.as_posix()
-        return any(text == out or text.startswith(out.rstrip("/") + "/") for out in outputs)
+        return any(_under(relative.as_posix(), out) for out in outputs)
 
     def copy(source: Path) -> None:
         relative = source.relative_to(checkout)
@@ -408,10 +411,6 @@ def collect_record(checkout: Path, record: Path) -> list[str]:
 
 
 # --------------------------------------------------------------------------- progress
-
-
-def _under(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def _kept(path: str) -> bool:
@@ -463,6 +462,14 @@ def save_progress(checkout: Path, progress: Path) -> list[str]:
     return sorted(entries)
 
 
+def _folder_reads(params: Mapping[str, Any], reader: str) -> list[str]:
+    """What a stage of :data:`FOLDER_READERS` reads from its folder: its params' policies and
+    base model."""
+    read = params.get(reader) or {}
+    policies = [f"{FOLDER_READERS[reader]}/{policy}" for policy in read.get("policies") or []]
+    return policies + ([str(read["base_model"])] if read.get("base_model") else [])
+
+
 def _needed_paths(checkout: Path, pending: list[str]) -> list[str]:
     """What the stages not yet recorded read: their deps, and for a stage of
     :data:`FOLDER_READERS` the base and policies it names in params instead of the folder."""
@@ -473,12 +480,9 @@ def _needed_paths(checkout: Path, pending: list[str]) -> list[str]:
     needed: list[str] = []
     for name in pending:
         stage = stages[name]
-        folder = FOLDER_READERS.get(stage.stage)
         for dep in stage.deps:
-            if folder is not None and dep == folder:
-                read = params.get(stage.stage) or {}
-                needed += [f"{folder}/{policy}" for policy in read.get("policies") or []]
-                needed += [str(read["base_model"])] if read.get("base_model") else []
+            if FOLDER_READERS.get(stage.stage) == dep:
+                needed += _folder_reads(params, stage.stage)
             else:
                 needed.append(dep)
     return needed
@@ -512,18 +516,15 @@ def restore_progress(progress: Path, checkout: Path) -> dict[str, list[str]]:
     pending = [name for name in load_stages(checkout) if name not in entries]
     needed = _needed_paths(checkout, pending)
     again: list[str] = []
-    missing_kept: list[str] = []
     for name, entry in list(entries.items()):
         missing = [
             str(out["path"])
             for out in entry.get("outs") or []
             if not (checkout / str(out["path"])).exists()
         ]
-        if any(_under(m, n) or _under(n, m) for m in missing for n in needed):
-            again.append(name)
-            del entries[name]
-        elif any(_kept(m) for m in missing):  # left out for its size: run again
-            missing_kept.append(name)
+        read_later = any(_under(m, n) or _under(n, m) for m in missing for n in needed)
+        too_large = any(_kept(m) for m in missing)  # a kept output left out for its size
+        if read_later or too_large:
             again.append(name)
             del entries[name]
     (checkout / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False), encoding="utf-8")
@@ -542,12 +543,7 @@ def build_order(checkout: Path) -> list[list[str]]:
     stages = load_stages(checkout)
     recorded = set(lock_stages(checkout))
     params = yaml.safe_load((checkout / "params.yaml").read_text()) or {}
-    folder = next(iter(FOLDER_READERS.values()))
-    read_last = {
-        f"{folder}/{policy}"
-        for reader in FOLDER_READERS
-        for policy in ((params.get(reader) or {}).get("policies") or [])
-    }
+    read_last = {path for reader in FOLDER_READERS for path in _folder_reads(params, reader)}
     evaluations = [
         stage
         for name, stage in stages.items()
