@@ -51,7 +51,6 @@ from tagrpo.pipeline.study_run import (
     plan_phase,
     progress_line,
     read_registration,
-    stage_progress,
     study_dir,
     tool,
 )
@@ -101,14 +100,13 @@ def build_draw(
 def _report_progress(
     root: Path,
     plans: list[DrawPlan],
-    started: dict,
     seen: dict[str, int],
     stop: threading.Event,
     every: float,
 ) -> None:
     while not stop.wait(every):
         with contextlib.suppress(Exception):  # a progress line must never stop the study
-            print(progress_line(root, plans, started, seen), flush=True)
+            print(progress_line(root, plans, seen), flush=True)
 
 
 @flow(name="study", log_prints=True)
@@ -126,18 +124,11 @@ def study(phases: list[str], every: float = 60.0, keep_every: float = 30.0) -> d
             continue
         commit = phase_commit(root, phase)
         cache = study_dir(root) / "cache"
-        started, seen = {}, {}
-        for plan in plans:
-            checkout = plan.checkout(root)
-            done = stage_progress(checkout)[0] if (checkout / "dvc.yaml").exists() else 0
-            started[plan.label] = (time.monotonic(), done)
-        print(
-            f"study: {phase}: {len(plans)} draws at {commit[:12]}; "
-            + progress_line(root, plans, started)
-        )
+        seen: dict[str, int] = {}
+        print(f"study: {phase}: {len(plans)} draws at {commit[:12]}; " + progress_line(root, plans))
         stop = threading.Event()
         reporter = threading.Thread(
-            target=_report_progress, args=(root, plans, started, seen, stop, every), daemon=True
+            target=_report_progress, args=(root, plans, seen, stop, every), daemon=True
         )
         reporter.start()
         try:
@@ -148,7 +139,7 @@ def study(phases: list[str], every: float = 60.0, keep_every: float = 30.0) -> d
         finally:
             stop.set()
         outcome[phase] = [r["label"] for r in results]
-        print(progress_line(root, plans, started, seen))
+        print(progress_line(root, plans, seen))
     return outcome
 
 

@@ -340,31 +340,46 @@ def test_a_record_holds_only_what_the_draws_stages_wrote(tmp_path: Path) -> None
     assert list(slim.columns) == list(study_run.OUTCOME_COLUMNS)
 
 
-def test_the_progress_line_never_counts_back(
+def test_the_progress_line_never_counts_back_nor_counts_restored_stages(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A read of dvc.lock while DVC rewrites it can see fewer stages than are recorded: the
-    line keeps each draw's highest count, and its time left comes from the pace so far."""
+    line keeps each draw's highest count. Its time left comes from the pace of the stages
+    recorded since the build started: stages restored before it took no time."""
     monkeypatch.delenv(study_run.STUDY_DIR_ENV, raising=False)
     plan = study_run.DrawPlan("pilot", 5, "profiles/tiny.yaml")
     checkout = plan.checkout(tmp_path)
     (checkout / ".tagrpo").mkdir(parents=True)
-    (checkout / ".tagrpo/study-draw.json").write_text("{}")
-    stages = {f"s{i}": {"cmd": "true"} for i in range(4)}
+    stages = {f"s{i}": {"cmd": "true"} for i in range(6)}
     (checkout / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
 
     def lock(names: list[str]) -> None:
         recorded = {name: {"cmd": "true"} for name in names}
         (checkout / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": recorded}))
 
-    started = {plan.label: (time.monotonic() - 600.0, 0)}  # 10 minutes ago, nothing recorded
+    def build_started(seconds_ago: float, recorded: int) -> None:
+        since = {"since": time.time() - seconds_ago, "recorded": recorded}
+        (checkout / study_run.BUILD_START_FILE).write_text(json.dumps(since))
+
     seen: dict[str, int] = {}
     lock(["s0", "s1"])
-    line = study_run.progress_line(tmp_path, [plan], started, seen)
-    assert line == "study: 0 of 1 draws done; pilot-draw5 2/4 stages, about 10 min left"
+    assert study_run.progress_line(tmp_path, [plan], seen) == (
+        "study: 0 of 1 draws done; none running"  # not building yet
+    )
+    build_started(600.0, 0)  # 10 minutes ago, nothing recorded then
+    line = study_run.progress_line(tmp_path, [plan], seen)
+    assert line == "study: 0 of 1 draws done; pilot-draw5 2/6 stages, about 20 min left"
     lock(["s0"])  # a half-written lock
-    line = study_run.progress_line(tmp_path, [plan], started, seen)
-    assert "pilot-draw5 2/4 stages" in line
+    line = study_run.progress_line(tmp_path, [plan], seen)
+    assert "pilot-draw5 2/6 stages" in line
+    # A new start that restored 3 stages and has recorded 1 more in 5 minutes: 2 to go.
+    lock(["s0", "s1", "s2", "s3"])
+    build_started(300.0, 3)
+    line = study_run.progress_line(tmp_path, [plan], {})
+    assert line == "study: 0 of 1 draws done; pilot-draw5 4/6 stages, about 10 min left"
+    build_started(300.0, 4)  # nothing new yet: no pace, no time left claimed
+    line = study_run.progress_line(tmp_path, [plan], {})
+    assert line == "study: 0 of 1 draws done; pilot-draw5 4/6 stages"
 
 
 def _models_project(folder: Path) -> Path:

@@ -59,6 +59,7 @@ RECORD_REPORT = ("reports/report.md", "reports/claims.md", "reports/tables", "re
 # The 1x training questions (the report's strategy section reads their phrasings).
 RECORD_FILES = ("params.yaml", "dvc.lock", "data/processed/train.parquet")
 DRAW_FILE = "DRAW.json"
+BUILD_START_FILE = ".tagrpo/study-build-start.json"  # in a draw's checkout
 # A draw's progress (its finished stages' outputs, models left out), committed while it builds
 # so that a lost machine loses only the runs in flight: reports/study/<phase>/progress/draw<seed>.
 PROGRESS = "progress"
@@ -630,6 +631,8 @@ def execute_draw(
     recorded_at_start = lock_stage_names(checkout)
     say(f"{plan.label}: building in {checkout} ({done} of {total} stages recorded)")
     log = study_dir(root) / "logs" / f"{plan.label}.log"
+    # The progress line's pace counts from here: stages restored above took no time this start.
+    (checkout / BUILD_START_FILE).write_text(json.dumps({"since": time.time(), "recorded": done}))
     started = time.monotonic()
     with ProgressKeeper(root, plan, checkout, every=progress_every):
         status = build(checkout, log, root)
@@ -664,29 +667,26 @@ def execute_draw(
     return summary
 
 
-def progress_line(
-    root: Path,
-    plans: list[DrawPlan],
-    started: Mapping[str, tuple[float, int]],
-    seen: dict[str, int] | None = None,
-) -> str:
-    """Draws done of total, and each running draw's stages and a time left from its pace since
-    this start (``started``: label -> (monotonic time, stages recorded then)). ``seen`` keeps
-    each draw's highest count so far: DVC rewrites dvc.lock in place, and a read in the middle
-    of a write can see fewer stages than are recorded."""
+def progress_line(root: Path, plans: list[DrawPlan], seen: dict[str, int] | None = None) -> str:
+    """Draws done of total, and each building draw's stages and a time left from its pace since
+    its build started (``BUILD_START_FILE``, written after any restore, so restored stages
+    do not count as fast ones). ``seen`` keeps each draw's highest count so far: DVC rewrites
+    dvc.lock in place, and a read in the middle of a write can see fewer stages than are
+    recorded."""
     parts, done_draws = [], 0
     for plan in plans:
         if (plan.record(root) / DRAW_FILE).exists():
             done_draws += 1
             continue
-        checkout = plan.checkout(root)
-        if plan.label not in started or not (checkout / ".tagrpo" / "study-draw.json").exists():
+        start_file = plan.checkout(root) / BUILD_START_FILE
+        if not start_file.exists():
             continue
-        done, total = stage_progress(checkout)
+        start = json.loads(start_file.read_text())
+        done, total = stage_progress(plan.checkout(root))
         if seen is not None:
             done = seen[plan.label] = max(done, seen.get(plan.label, 0))
-        since, done_then = started[plan.label]
-        pace = (time.monotonic() - since) / (done - done_then) if done > done_then else None
+        new = done - start["recorded"]
+        pace = (time.time() - start["since"]) / new if new > 0 else None
         left = f", about {pace * (total - done) / 60:.0f} min left" if pace else ""
         parts.append(f"{plan.label} {done}/{total} stages{left}")
     running = "; ".join(parts) if parts else "none running"

@@ -45,9 +45,10 @@ none reaches it.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,10 @@ from tagrpo.report.study_power import power_markdown
 
 # --------------------------------------------------------------------------- the analysis
 
+# study-v3 judges every draw on V1-V4 and the base's bands, with world v3's; its V5 is over the
+# draws (5 points), so world v3's per-draw V5 (2 points) is not one of a draw's rows there.
+NOT_PER_DRAW = {"study-v3": ("V5",)}
+
 
 @dataclass(frozen=True)
 class StudyResult:
@@ -82,6 +87,12 @@ class StudyResult:
     v5: dict[str, Any]
     scores: pd.DataFrame
     differences: pd.DataFrame
+    inputs: dict[str, DrawInputs] = field(default_factory=dict)
+    # study-v3: the draws that pass every row they are judged on, and the claims over them
+    # alone where some draw does not (reported beside the claims over all draws).
+    passing: list[str] = field(default_factory=list)
+    claims_passing: list[Claim] | None = None
+    v5_passing: dict[str, Any] | None = None
 
 
 def v5_over_draws(claims: Sequence[Claim], draws: int, target: float) -> dict[str, Any]:
@@ -179,17 +190,34 @@ def analyse(study: Study) -> StudyResult:
     }
     claims = build_v3_claims(inputs, settings)
     per_draw = {label: build_v3_claims({label: draw}, settings) for label, draw in inputs.items()}
-    validity = {label: recomputed_rows(root) for label, root in study.checkouts.items()}
+    dropped = NOT_PER_DRAW.get(study.family, ())
+    validity = {
+        label: (rows := recomputed_rows(root))[~rows["criterion"].isin(dropped)].reset_index(
+            drop=True
+        )
+        for label, root in study.checkouts.items()
+    }
     target = (
         study.v5_target if study.v5_target is not None else run_bands(first, root0).max_half_width
     )
     v5 = v5_over_draws(claims, len(inputs), target)
     if v5["verdict"] != "PASS":
         claims = underpowered(claims)
+    passing = [label for label, rows in validity.items() if (rows["verdict"] == "PASS").all()]
+    claims_passing, v5_passing = None, None
+    if study.family == "study-v3" and passing and len(passing) < len(inputs):
+        kept = {label: inputs[label] for label in passing}
+        claims_passing = build_v3_claims(kept, settings)
+        v5_passing = v5_over_draws(claims_passing, len(kept), target)
+        if v5_passing["verdict"] != "PASS":
+            claims_passing = underpowered(claims_passing)
     benchmarks = sorted(first.benchmark_names())
     groups = {**first.evaluate.groups, "all benchmarks": benchmarks}
     scores, differences = score_tables(inputs, groups, sorted({1, settings.k}))
-    return StudyResult(claims, per_draw, validity, v5, scores, differences)
+    return StudyResult(
+        claims, per_draw, validity, v5, scores, differences, inputs, passing, claims_passing,
+        v5_passing,
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- the report
@@ -261,7 +289,7 @@ def per_draw_table(per_draw: Mapping[str, Sequence[Claim]]) -> tuple[str, pd.Dat
 
 
 def _validity_markdown(
-    validity: Mapping[str, pd.DataFrame], v5: Mapping[str, Any]
+    validity: Mapping[str, pd.DataFrame], v5: Mapping[str, Any], judged: str = "V1-V5"
 ) -> tuple[str, pd.DataFrame]:
     from tagrpo.report.draws import draws_markdown
 
@@ -281,7 +309,7 @@ def _validity_markdown(
                 [[v5["criterion"], v5["requirement"], v5["measured"], v5["verdict"]]],
             ),
             "",
-            f"**V1-V5 and every band pass on {len(passed)} of {len(validity)} draws; V5 over "
+            f"**{judged} and every band pass on {len(passed)} of {len(validity)} draws; V5 over "
             f"the draws: {v5['verdict']}.**",
         ]
     )
@@ -316,16 +344,56 @@ def design_table(study: Study) -> str:
             f"{config.evaluate.backend}/{config.hf.device}, diagnostics "
             f"{config.diagnostics.backend}"
         )
-        rows.append([label, config.base_model.warmstart.seed, head + dirty, lock, device])
-    return markdown_table(
-        ["draw", "SFT seed", "checkout commit", "dvc.lock SHA-256", "devices (params)"], rows
-    )
+        row = [label, config.base_model.warmstart.seed, head + dirty, lock, device]
+        record = study.checkouts[label] / "DRAW.json"  # a committed record names its machine
+        rows.append(row + ([json.loads(record.read_text())["device"]] if record.is_file() else []))
+    columns = ["draw", "SFT seed", "checkout commit", "dvc.lock SHA-256", "devices (params)"]
+    if all(len(row) > len(columns) for row in rows):
+        columns.append("ran on (DRAW.json)")
+    else:
+        rows = [row[: len(columns)] for row in rows]
+    return markdown_table(columns, rows)
+
+
+def _passing_lines(study: Study, result: StudyResult) -> list[str]:
+    """study-v3's rule: the estimates over the draws that pass every row, beside those over all
+    draws (where some draw fails)."""
+    if study.family != "study-v3":
+        return []
+    total = len(result.validity)
+    if len(result.passing) == total:
+        return [
+            f"Every draw passes every row it is judged on: the claims above are over all {total}.",
+            "",
+        ]
+    if not result.passing:
+        return [
+            "No draw passes every row it is judged on: the claims above are over all draws.",
+            "",
+        ]
+    assert result.claims_passing is not None and result.v5_passing is not None
+    return [
+        f"### Over the {len(result.passing)} draw(s) that pass every row "
+        f"({', '.join(result.passing)})",
+        "",
+        f"The registered rule: a draw that fails a row is reported as failed, and the estimates "
+        f"are reported over the draws that pass every row beside those over all {total} above. "
+        f"V5 over these draws: {result.v5_passing['measured']}, {result.v5_passing['verdict']}.",
+        "",
+        claims_table(result.claims_passing),
+        "",
+    ]
 
 
 def study_markdown(
-    study: Study, result: StudyResult, command: str, deviations: Sequence[str]
+    study: Study,
+    result: StudyResult,
+    command: str,
+    deviations: Sequence[str],
+    extra: str = "",
 ) -> tuple[str, str, dict[str, pd.DataFrame]]:
-    """The study report (markdown), the claims table alone, and the CSV tables by name."""
+    """The study report (markdown), the claims table alone, and the CSV tables by name;
+    ``extra`` (markdown sections) goes before the provenance."""
     from tagrpo.report.inputs import preregistration_line, registration_line
 
     first_label = next(iter(study.configs))
@@ -343,7 +411,8 @@ def study_markdown(
         if study.family == "v3"
         else (size.get("draws"), size.get("seeds_per_draw"))
     )
-    validity_text, validity_long = _validity_markdown(result.validity, result.v5)
+    judged = "V1-V4" if study.family == "study-v3" else "V1-V5"
+    validity_text, validity_long = _validity_markdown(result.validity, result.v5, judged)
     per_draw_text, per_draw_long = per_draw_table(result.per_draw)
     claims = claims_table(result.claims)
     ks = sorted({1, k})
@@ -399,7 +468,7 @@ def study_markdown(
             "",
             design_table(study),
             "",
-            "## Testbed validity on every draw (V1-V5, the bands) and V5 over the draws",
+            f"## Testbed validity on every draw ({judged}, the bands) and V5 over the draws",
             "",
             validity_text,
             "",
@@ -426,6 +495,7 @@ def study_markdown(
             "",
             claims,
             "",
+            *_passing_lines(study, result),
             "## Each draw alone",
             "",
             "Each row within one draw (the crossed seeds x problems model of that draw: "
@@ -446,6 +516,7 @@ def study_markdown(
             "",
             _percent_table(result.differences, "baseline", ks),
             "",
+            *([extra, ""] if extra else []),
             "## Provenance",
             "",
             "Each draw's `params.yaml` and `dvc.lock` are copied under `draws/<draw>/` beside "
@@ -459,6 +530,8 @@ def study_markdown(
         "scores": result.scores,
         "differences": result.differences,
     }
+    if result.claims_passing is not None:
+        tables["claims_passing_draws"] = claims_frame(result.claims_passing)
     return text, claims, tables
 
 
@@ -468,10 +541,11 @@ def write_study(
     out: Path,
     command: str,
     deviations: Sequence[str],
+    extra: str = "",
 ) -> Path:
     """Write the study folder: ``report.md``, ``claims.md``, ``tables/*.csv`` and each draw's
     ``params.yaml`` and ``dvc.lock`` under ``draws/<label>/``; returns the report's path."""
-    text, claims, tables = study_markdown(study, result, command, deviations)
+    text, claims, tables = study_markdown(study, result, command, deviations, extra)
     out.mkdir(parents=True, exist_ok=True)
     (out / "tables").mkdir(exist_ok=True)
     for name, frame in tables.items():
@@ -576,6 +650,7 @@ def _main_study(out: Path, exploratory: bool) -> None:
     import yaml
 
     from tagrpo.report.study_checkouts import read_records, study_v3_deviations
+    from tagrpo.report.study_main import main_sections
 
     path = Path("preregistration/study-v3.yaml")
     registration = yaml.safe_load(path.read_text())
@@ -597,7 +672,18 @@ def _main_study(out: Path, exploratory: bool) -> None:
         raise SystemExit("the records are not the registered study:\n- " + "\n- ".join(deviations))
     command = "python -m tagrpo.report.study --main" + (" --exploratory" if deviations else "")
     result = analyse(study)
-    report = write_study(study, result, out, command, deviations)
+    first = next(iter(study.configs.values()))
+    out.mkdir(parents=True, exist_ok=True)
+    extra = main_sections(
+        present,
+        result.inputs,
+        {m: first.runs.seeds_of(m) for m in first.runs.all_methods()},
+        registration,
+        result.v5["half_width"],
+        pilot_records=_pilot_records()[1],
+        figure=out / "contrasts.png",
+    )
+    report = write_study(study, result, out, command, deviations, extra)
     print(f"{report}: V5 over the draws {result.v5['verdict']}")
 
 
