@@ -241,3 +241,33 @@ def test_the_command_lists_then_rewrites_stale_blocks(
     assert doc_quotes.main(["--write"]) == 0
     assert "| `runs.seeds` |" in page.read_text(encoding="utf-8")
     assert doc_quotes.main([]) == 0
+
+
+def test_the_study_source_renders_the_verdicts_from_the_report_tables(tmp_path: Path) -> None:
+    """``study FOLDER``: the draws' validity and V5 over them in a sentence, then the controls
+    and the family rows (a row beside a family row left out), each value as the CSV has it."""
+    tables = tmp_path / "rep" / "tables"
+    tables.mkdir(parents=True)
+    (tables / "validity_by_draw.csv").write_text(
+        "draw,criterion,requirement,measured,verdict\n"
+        "d1,V1 (policy),r,m,PASS\nd1,V4,r,m,PASS\nd2,V1 (policy),r,m,PASS\nd2,V4,r,m,FAIL\n"
+        "over draws,V5 (over draws),r,+/-4.20 points,PASS\n"
+    )
+    header = "claim,kind,in_family,measure,estimate,ci_low,ci_high,interval,holm_p,verdict,unit\n"
+    (tables / "claims.csv").write_text(
+        header
+        + "Negative control,control,False,m,0.3,0.25,0.35,95%,,detected,points\n"
+        + "Primary,claim,True,m,-0.1,-0.15,-0.05,95%,0.0123,reversed,points\n"
+        + "On log scale,beside,False,m,-0.4,-0.7,-0.1,95%,,reversed,plain\n"
+        + "Entropy,claim,True,m,0.01,0.0,0.02,95%,0.3,undecided,plain\n"
+        + "Equivalent,equivalence,True,m,,,,90% (TOST),1.0,not run (not supported),points\n"
+    )
+    assert render("study rep", tmp_path) == (
+        "V1-V4 and every band pass on 1 of 2 draws (d1); V5 over the draws: +/-4.20 points, "
+        "**PASS**.\n\n"
+        "| row | estimate [interval] | Holm p | verdict |\n|---|---|---|---|\n"
+        "| Negative control | +30.00 [+25.00, +35.00] points | - | detected |\n"
+        "| Primary | -10.00 [-15.00, -5.00] points | 0.012 | reversed |\n"
+        "| Entropy | +0.01 [+0.00, +0.02] | 0.300 | undecided |\n"
+        "| Equivalent | - | 1.000 | not run (not supported) |\n"
+    )

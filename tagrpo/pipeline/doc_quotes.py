@@ -475,6 +475,52 @@ def scores(root: Path, args: list[str]) -> str:
     return _table(["method", "seeds", f"pass@{k} on {group} (%, 95% CI)"], rows)
 
 
+def _float(cell: str) -> float | None:
+    return float(cell) if cell not in ("", "nan") else None
+
+
+def study(root: Path, args: list[str]) -> str:
+    """The study's verdicts (``study FOLDER``: a report folder of ``python -m
+    tagrpo.report.study``): a sentence of the draws' validity and V5 over the draws
+    (``tables/validity_by_draw.csv``), then the controls' and every family row's estimate,
+    Holm p and verdict (``tables/claims.csv``)."""
+    _expect(args, 1, "study: the report folder")
+    validity = list(
+        csv.DictReader(_read(root, f"{args[0]}/tables/validity_by_draw.csv").splitlines())
+    )
+    over = [row for row in validity if row["draw"] == "over draws"]
+    if len(over) != 1:
+        raise QuoteError(f"{args[0]}/tables/validity_by_draw.csv: no single 'over draws' row")
+    draws: dict[str, bool] = {}
+    for row in validity:
+        if row["draw"] != "over draws":
+            draws[row["draw"]] = draws.get(row["draw"], True) and row["verdict"] == "PASS"
+    judged = "V1-V5" if any(row["criterion"] == "V5" for row in validity) else "V1-V4"
+    passed = [draw for draw, ok in draws.items() if ok]
+    sentence = (
+        f"{judged} and every band pass on {len(passed)} of {len(draws)} draws"
+        + (f" ({', '.join(passed)})" if passed else "")
+        + f"; V5 over the draws: {over[0]['measured']}, **{over[0]['verdict']}**."
+    )
+    rows = []
+    for row in csv.DictReader(_read(root, f"{args[0]}/tables/claims.csv").splitlines()):
+        if row["in_family"] != "True" and "control" not in row["kind"]:
+            continue  # the rows beside a family row stay in the report
+        value, low, high = (_float(row[key]) for key in ("estimate", "ci_low", "ci_high"))
+        scale, unit = (100.0, " points") if row["unit"] == "points" else (1.0, "")
+        shown = (
+            f"{scale * value:+.2f} [{scale * low:+.2f}, {scale * high:+.2f}]{unit}"
+            + (" (90%, TOST)" if row["interval"] != "95%" else "")
+            if value is not None and low is not None and high is not None
+            else "-"
+        )
+        holm = _float(row["holm_p"])
+        rows.append(
+            [row["claim"], shown, f"{holm:.3f}" if holm is not None else "-", row["verdict"]]
+        )
+    return sentence + "\n\n" + _table(["row", "estimate [interval]", "Holm p", "verdict"], rows)
+
+
 SOURCES: dict[str, Renderer] = {
     "validity": validity_table,
     "controls": controls,
@@ -493,6 +539,7 @@ SOURCES: dict[str, Renderer] = {
     "mini-world": mini_world,
     "world-summary": world_summary,
     "scores": scores,
+    "study": study,
     **COST_SOURCES,  # plan-cost: docs/paper-scale.md's cost tables
     **CODE_SOURCES,  # constants: a benchmark's target, a test's tolerance, as the code has them
 }
