@@ -101,6 +101,7 @@ def test_the_main_sections_report_variances_outcomes_anchoring_and_a_figure(
         "## Variance components of the primary endpoint",
         "## Problems never solved",
         "## The anchoring diagnostic of every TA-type run",
+        "## A/A coverage of the registered design",
     ):
         assert heading in text
     # The same records as pilot and as main: the two columns of components agree.
@@ -111,5 +112,7 @@ def test_the_main_sections_report_variances_outcomes_anchoring_and_a_figure(
     runs = sum(len(seeds.get(m, ())) for m in ("ta_grpo", "ta_grpo_unanchored", "ta_grpo_star"))
     assert len(anchoring) == len(records) * runs
     assert not any("not recorded" in line for line in anchoring)
+    aa = [line for line in text.splitlines() if line.startswith(("| the design", "| one draw"))]
+    assert len(aa) == 3 and all(line.endswith("| PASS |") for line in aa), aa
     size = REGISTRATION["size"]
     assert f"The registered design ({size['draws']} draws x {size['seeds_per_draw']} seeds)" in text

@@ -2,8 +2,9 @@
 (``preregistration/study-v3.md``, "Analysis"): the measured variance components of the primary
 endpoint against the pilot's (which sized the study), the per-problem outcomes (problems never
 solved, per method), the anchoring diagnostic of every TA-type run, the primary endpoint's
-contrasts drawn per draw, and where the pilot's own contrasts are (labelled). ``tagrpo.report.
-study`` puts these sections into the main study's report.
+contrasts drawn per draw, the A/A coverage of the registered design, and where the pilot's
+own contrasts are (labelled). ``tagrpo.report.study`` puts these sections into the main
+study's report.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 from tagrpo.metrics.compare import SeedRuns
 from tagrpo.plumbing.markdown import markdown_table
 from tagrpo.report.family import DrawInputs
+from tagrpo.report.study_aa import SIMULATIONS, coverage_rows
 from tagrpo.report.study_pilot import ANCHORING, PILOT_LABEL, contrast_figure, zero_correct_share
 from tagrpo.report.study_size import SizeInputs, projected_half_width, size_inputs
 
@@ -213,7 +215,23 @@ def main_sections(
             f"The main study's primary endpoint (pass@{k}, {group}), unadjusted 95% intervals",
         )
         lines += [f"![The main study's contrasts at pass@{k} on {group}]({figure.name})", ""]
+    low, high = (100 * float(x) for x in registration["study"]["analysis"]["aa_coverage_band"])
     lines += [
+        "## A/A coverage of the registered design",
+        "",
+        "Simulated studies whose two arms have one distribution (`tagrpo.report.study_aa`, "
+        f"{SIMULATIONS} each, pass@{k} on a benchmark of the registered size): the share whose "
+        f"95% interval covers 0 must lie in [{low:g}, {high:g}]% (too narrow and too wide both "
+        "fail).",
+        "",
+        markdown_table(
+            ["case", "draws", "seeds per draw", "coverage", "verdict"],
+            [
+                [r["case"], r["draws"], r["seeds"], f"{100 * r['coverage']:.1f}%", r["verdict"]]
+                for r in coverage_rows(registration)
+            ],
+        ),
+        "",
         f"The pilot's own contrasts ({PILOT_LABEL}) are in `reports/study/pilot.md`.",
     ]
     return "\n".join(lines)
