@@ -3,7 +3,9 @@ the pilot's draws, then the main study's once its size is committed, at most ``-
 side by side (Prefect's thread-pool task runner with that concurrency limit), each a task that
 builds one draw's checkout with ``dvc repro`` and commits its record
 (:mod:`tagrpo.pipeline.study_run`). A progress line every ``--every`` seconds: draws done of
-total, each running draw's stages and the time left at its pace.
+total, each running draw's stages and the time left at its pace. When the main study's last
+draw is recorded, the flow writes the study's report (``python -m tagrpo.report.study --main``)
+and commits it.
 
 Run again after a kill, a reboot or a lost session, it resumes: recorded draws are skipped,
 a draw with a checkout resumes where its dvc.lock stands (DVC reruns nothing finished), a draw
@@ -45,8 +47,10 @@ from tagrpo.pipeline.study_run import (
     DrawPlan,
     StudyError,
     build_order,
+    commit_paths,
     environment,
     execute_draw,
+    git,
     phase_commit,
     plan_phase,
     progress_line,
@@ -140,7 +144,27 @@ def study(phases: list[str], every: float = 60.0, keep_every: float = 30.0) -> d
             stop.set()
         outcome[phase] = [r["label"] for r in results]
         print(progress_line(root, plans, seen))
+    if isinstance(outcome.get("main"), list):
+        outcome["report"] = write_main_report(root)
     return outcome
+
+
+def write_main_report(root: Path) -> str:
+    """Once every main draw is recorded: the study's report (``python -m tagrpo.report.study
+    --main``), written and committed, so the study's result does not wait for a session; a
+    report the records cannot make is said, not written."""
+    from tagrpo.report.study import MAIN_REPORT, ReportRefused, main_report
+
+    with contextlib.chdir(root):
+        try:
+            report, verdict = main_report()
+        except ReportRefused as refusal:
+            print(f"study: the main report was not written: {refusal}")
+            return f"not written: {refusal}"
+    if git(root, "status", "--porcelain", "--", str(MAIN_REPORT)):
+        commit_paths(root, [root / MAIN_REPORT], f"Study main: the report ({MAIN_REPORT})")
+    print(f"study: {report}: V5 over the draws {verdict}")
+    return str(report)
 
 
 def main(argv: list[str] | None = None) -> None:

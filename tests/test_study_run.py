@@ -505,3 +505,42 @@ def test_a_main_draw_evaluates_each_policy_after_its_training_diagnosed_ones_las
     # Recorded evaluations are not run again.
     (tmp_path / "dvc.lock").write_text(yaml.safe_dump({"stages": {order[0][0]: {"cmd": "x"}}}))
     assert study_run.build_order(tmp_path) == order[1:]
+
+
+def test_the_flow_writes_and_commits_the_main_report_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the main phase the flow writes the study's report and commits it; a refused
+    report is said and nothing is written; a rerun that changes nothing commits nothing."""
+    from flows import study as study_flow
+    from tagrpo.report import study as study_report
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    for key, value in (("user.email", "t@t"), ("user.name", "t")):
+        subprocess.run(["git", "config", key, value], cwd=tmp_path, check=True)
+    subprocess.run(
+        ["git", "commit", "-q", "--allow-empty", "-m", "start"], cwd=tmp_path, check=True
+    )
+
+    def refused(out: Path = study_report.MAIN_REPORT, exploratory: bool = False) -> tuple:
+        raise study_report.ReportRefused("the main study is not finished: no record in d1")
+
+    def written(out: Path = study_report.MAIN_REPORT, exploratory: bool = False) -> tuple:
+        assert Path.cwd() == tmp_path  # the report's paths are the project's
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.md").write_text("# the study\n")
+        return out / "report.md", "FAIL"
+
+    def commits() -> list[str]:
+        log = subprocess.run(["git", "log", "--format=%s"], cwd=tmp_path, capture_output=True,
+                             text=True, check=True).stdout  # fmt: skip
+        return log.splitlines()
+
+    monkeypatch.setattr(study_report, "main_report", refused)
+    assert study_flow.write_main_report(tmp_path).startswith("not written: the main study")
+    assert not (tmp_path / study_report.MAIN_REPORT).exists() and len(commits()) == 1
+    monkeypatch.setattr(study_report, "main_report", written)
+    assert study_flow.write_main_report(tmp_path) == str(study_report.MAIN_REPORT / "report.md")
+    assert commits()[0] == f"Study main: the report ({study_report.MAIN_REPORT})"
+    study_flow.write_main_report(tmp_path)  # the same report again: nothing to commit
+    assert len(commits()) == 2

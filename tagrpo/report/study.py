@@ -607,7 +607,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     )  # fmt: skip
     args = parser.parse_args(argv)
     if args.main:
-        _main_study(args.out or Path("reports/study/main-report"), args.exploratory)
+        try:
+            report, verdict = main_report(args.out or MAIN_REPORT, args.exploratory)
+        except ReportRefused as refusal:
+            raise SystemExit(str(refusal)) from None
+        print(f"{report}: V5 over the draws {verdict}")
         return
     if args.pilot:
         _pilot(args.out or Path("reports/study/pilot.md"))
@@ -643,10 +647,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"{report}: V5 over the draws {result.v5['verdict']}")
 
 
-def _main_study(out: Path, exploratory: bool) -> None:
-    """study-v3's analysis of the main study's records, under study-v3.yaml (its size fixes
-    the draws); a departure from the registration is an error, or with ``--exploratory`` a
-    listed deviation under a report that says so."""
+class ReportRefused(Exception):
+    """The main study's records cannot be reported as the registered study (not sized, not
+    finished, or departing from the registration without ``exploratory``)."""
+
+
+MAIN_REPORT = Path("reports/study/main-report")
+
+
+def main_report(out: Path = MAIN_REPORT, exploratory: bool = False) -> tuple[Path, str]:
+    """study-v3's analysis of the main study's records (run from the project root), under
+    study-v3.yaml (its size fixes the draws); a departure from the registration is refused, or
+    with ``exploratory`` a listed deviation under a report that says so. Returns the report's
+    path and V5's verdict over the draws."""
     import yaml
 
     from tagrpo.report.study_checkouts import read_records, study_v3_deviations
@@ -656,20 +669,22 @@ def _main_study(out: Path, exploratory: bool) -> None:
     registration = yaml.safe_load(path.read_text())
     size = registration.get("size")
     if not size:
-        raise SystemExit(f"{path} has no size yet: the main study has not been sized (--size)")
+        raise ReportRefused(f"{path} has no size yet: the main study has not been sized (--size)")
     seeds = registration["main"]["base_draws_in_order"][: int(size["draws"])]
     records = {f"draw{s}": Path("reports/study/main") / f"draw{s}" for s in seeds}
     missing = [str(r) for r in records.values() if not (r / "DRAW.json").exists()]
     if missing and not exploratory:
-        raise SystemExit(f"the main study is not finished: no record in {', '.join(missing)}")
+        raise ReportRefused(f"the main study is not finished: no record in {', '.join(missing)}")
     present = {label: r for label, r in records.items() if (r / "DRAW.json").exists()}
     if not present:
-        raise SystemExit("no main-study draw is recorded yet (make study)")
+        raise ReportRefused("no main-study draw is recorded yet (make study)")
     study = read_records(present, path)
     deviations = study_v3_deviations(registration, study.configs)
     deviations += [f"{m}: not recorded (the analysis is interim)" for m in missing]
     if deviations and not exploratory:
-        raise SystemExit("the records are not the registered study:\n- " + "\n- ".join(deviations))
+        raise ReportRefused(
+            "the records are not the registered study:\n- " + "\n- ".join(deviations)
+        )
     command = "python -m tagrpo.report.study --main" + (" --exploratory" if deviations else "")
     result = analyse(study)
     first = next(iter(study.configs.values()))
@@ -684,7 +699,7 @@ def _main_study(out: Path, exploratory: bool) -> None:
         figure=out / "contrasts.png",
     )
     report = write_study(study, result, out, command, deviations, extra)
-    print(f"{report}: V5 over the draws {result.v5['verdict']}")
+    return report, str(result.v5["verdict"])
 
 
 def _pilot_records() -> tuple[dict[str, Any], list[Path]]:
