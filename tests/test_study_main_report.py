@@ -97,6 +97,9 @@ def test_the_main_sections_report_variances_outcomes_anchoring_and_a_figure(
         pilot_records=[PILOT / f"draw{s}" for s in SEEDS], figure=figure,
     )  # fmt: skip
     assert figure.stat().st_size > 10_000
+    for label in records:  # each draw's anchoring histories, drawn and linked
+        assert (tmp_path / f"anchoring-{label}.png").stat().st_size > 10_000
+        assert f"(anchoring-{label}.png)" in text
     for heading in (
         "## Variance components of the primary endpoint",
         "## Problems never solved",

@@ -126,7 +126,8 @@ def main_sections(
     figure: Path | None = None,
 ) -> str:
     """The sections, in markdown; with ``figure``, the primary endpoint's contrasts drawn there
-    (linked by its name: the figure sits beside the report)."""
+    and each draw's anchoring histories beside it (``anchoring-<draw>.png``), linked by their
+    names (the figures sit beside the report)."""
     from tagrpo.plumbing.layout import policy_name
     from tagrpo.report.claims import load_policy_runs
 
@@ -199,6 +200,14 @@ def main_sections(
         ),
         "",
     ]
+    if figure is not None:
+        from tagrpo.report.anchoring import anchoring_figure, load_anchoring_histories
+
+        policies = [policy_name(m, s) for m in TA_TYPE for s in seeds.get(m, ())]
+        for label, record in records.items():
+            path = figure.with_name(f"anchoring-{label}.png")
+            anchoring_figure(load_anchoring_histories(record, policies), path)
+            lines += [f"![{label}: the log-ratio under q0 over training]({path.name})", ""]
     if figure is not None and both:
         runs = {
             m: [d.runs[m] for d in draws]
