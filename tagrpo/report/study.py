@@ -191,12 +191,10 @@ def analyse(study: Study) -> StudyResult:
     claims = build_v3_claims(inputs, settings)
     per_draw = {label: build_v3_claims({label: draw}, settings) for label, draw in inputs.items()}
     dropped = NOT_PER_DRAW.get(study.family, ())
-    validity = {
-        label: (rows := recomputed_rows(root))[~rows["criterion"].isin(dropped)].reset_index(
-            drop=True
-        )
-        for label, root in study.checkouts.items()
-    }
+    validity = {}
+    for label, root in study.checkouts.items():
+        rows = recomputed_rows(root)
+        validity[label] = rows[~rows["criterion"].isin(dropped)].reset_index(drop=True)
     target = (
         study.v5_target if study.v5_target is not None else run_bands(first, root0).max_half_width
     )
