@@ -1,8 +1,9 @@
 """study-v3's main report (``python -m tagrpo.report.study --main``) on real draw records: the
-pilot's committed records, read as if they were main draws (the keys their older code lacked
-filled). Each draw is judged on V1-V4 and the bands, not on world v3's per-draw V5; where some
-draw fails a row, the claims over the passing draws stand beside those over all draws and equal
-an analysis of those draws alone; the sections the registration's analysis names are there."""
+pilot's committed records, read as if they were main draws (run by older code: the keys it
+lacked are filled, as for any record). Each draw is judged on V1-V4 and the bands, not on
+world v3's per-draw V5; where some draw fails a row, the claims over the passing draws stand
+beside those over all draws and equal an analysis of those draws alone; the sections the
+registration's analysis names are there."""
 
 from __future__ import annotations
 
@@ -33,15 +34,7 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     found = {}
     for seed in SEEDS:
         record = folder / f"draw{seed}"
-        shutil.copytree(PILOT / f"draw{seed}", record)
-        values = yaml.safe_load((record / "params.yaml").read_text())
-        for key, (value, _) in KEYS_OLDER_CODE_LACKED.items():
-            section, name = key.rsplit(".", 1)
-            target = values
-            for part in section.split("."):
-                target = target[part]
-            target.setdefault(name, value)
-        (record / "params.yaml").write_text(yaml.safe_dump(values))
+        shutil.copytree(PILOT / f"draw{seed}", record)  # as their older code wrote them
         found[f"draw{seed}"] = record
     return found
 
@@ -82,6 +75,9 @@ def test_draws_are_judged_on_v1_to_v4_and_the_passing_draws_reported_beside(
     assert f"### Over the {len(passing)} draw(s) that pass every row ({', '.join(passing)})" in text
     assert "claims_passing_draws" in tables
     assert "ran on (DRAW.json)" in text
+    # The keys the records' code lacked are filled with what it had, and said.
+    assert whole.filled == sorted(KEYS_OLDER_CODE_LACKED)
+    assert "`data.verify_sources` = False (before the key" in text
 
 
 def test_the_main_sections_report_variances_outcomes_anchoring_and_a_figure(

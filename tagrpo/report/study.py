@@ -353,6 +353,15 @@ def design_table(study: Study) -> str:
     return markdown_table(columns, rows)
 
 
+def _filled_reading(key: str) -> str:
+    from tagrpo.report.draw_checkouts import KEYS_OLDER_CODE_LACKED
+
+    if key in KEYS_OLDER_CODE_LACKED:
+        value, why = KEYS_OLDER_CODE_LACKED[key]
+        return f"`{key}` = {value!r} ({why})"
+    return f"`{key}` from this checkout's params.yaml (how runs execute or are read)"
+
+
 def _passing_lines(study: Study, result: StudyResult) -> list[str]:
     """study-v3's rule: the estimates over the draws that pass every row, beside those over all
     draws (where some draw fails)."""
@@ -466,6 +475,16 @@ def study_markdown(
             "",
             design_table(study),
             "",
+            *(
+                [
+                    "The records' code lacked keys this code's params have; read with "
+                    + "; ".join(_filled_reading(key) for key in study.filled)
+                    + ".",
+                    "",
+                ]
+                if study.filled
+                else []
+            ),
             f"## Testbed validity on every draw ({judged}, the bands) and V5 over the draws",
             "",
             validity_text,

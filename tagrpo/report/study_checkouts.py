@@ -228,6 +228,9 @@ class Study:
     family: str = "v3"
     no_effect_margin: float | None = None
     v5_target: float | None = None
+    # Keys this code's params have and a record's older code lacked, filled to read it
+    # (tagrpo.report.draw_checkouts.checkout_config); the report says which.
+    filled: list[str] = field(default_factory=list)
 
 
 def read_study(checkouts: Mapping[str, Path]) -> Study:
@@ -336,15 +339,19 @@ def read_records(records: Mapping[str, Path], registration_path: Path) -> Study:
     """The main study's committed draw records (reports/study/main/draw<seed>/) as a
     :class:`Study` under study-v3's registration: one experiment (the params equal but for the
     draw and where runs execute), distinct draws; each record's provenance from its DRAW.json
-    (the commit its phase ran) and its dvc.lock."""
+    (the commit its phase ran) and its dvc.lock. A record's params are read as its code ran
+    them: keys this code added since are filled with what that code had (``filled``)."""
     import json
 
     import yaml
 
-    from tagrpo.config.params import read_yaml_mapping, validate_params
+    from tagrpo.config.params import read_yaml_mapping
+    from tagrpo.report.draw_checkouts import checkout_config
 
     raw = {label: read_yaml_mapping(root / "params.yaml") for label, root in records.items()}
-    configs = {label: validate_params(values, label) for label, values in raw.items()}
+    loaded = {label: checkout_config(root) for label, root in records.items()}
+    configs = {label: config for label, (config, _) in loaded.items()}
+    filled = sorted({key for _, keys in loaded.values() for key in keys})
     differences = experiment_differences(raw)
     if differences:
         raise ValueError("the draws are not one experiment:\n" + "\n".join(differences))
@@ -373,4 +380,5 @@ def read_records(records: Mapping[str, Path], registration_path: Path) -> Study:
         family="study-v3",
         no_effect_margin=float(registration["study"]["no_effect_margin"]),
         v5_target=float(registration["study"]["v5_max_half_width"]),
+        filled=filled,
     )
