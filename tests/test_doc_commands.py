@@ -62,6 +62,7 @@ GENERATED = {
     ".dvc/plots/offline.html": "make install",
     ".dvc/cache": "DVC",
     ".dvc/tmp": "DVC",
+    "reports/study/main-report": "python -m tagrpo.report.study --main (make study, at the end)",
 }
 FILE_SUFFIX = re.compile(r"\.(md|py|ya?ml|json|toml|txt|lock|parquet|csv|png|html|jsonl|sh|cfg)$")
 FENCE = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
