@@ -67,6 +67,7 @@ from tagrpo.report.family import (
 )
 from tagrpo.report.family_inputs import load_draw_inputs
 from tagrpo.report.study_checkouts import Study, parse_runs, read_study, registration_deviations
+from tagrpo.report.study_main import method_runs
 from tagrpo.report.study_power import power_markdown
 
 # --------------------------------------------------------------------------- the analysis
@@ -136,11 +137,7 @@ def score_tables(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every method's score over the draws per group and k, and TA-GRPO minus every other
     method (long form; the draw as the replicated unit; exploratory: unadjusted)."""
-    draws = list(inputs.values())
-    methods = {"base": [d.base for d in draws]} if all(d.base is not None for d in draws) else {}
-    methods.update({m: [d.runs[m] for d in draws] for m in draws[0].runs})
-    for key in draws[0].scaled:
-        methods[f"{key[0]}_data{key[1]:g}x"] = [d.scaled[key] for d in draws]
+    methods = method_runs(inputs)
     scores, differences = [], []
     for method, sides in methods.items():
         for group, members in groups.items():

@@ -60,8 +60,9 @@ def variance_rows(pilot: SizeInputs | None, main: SizeInputs | None) -> list[lis
     return rows
 
 
-def _method_runs(inputs: Mapping[str, DrawInputs]) -> dict[str, list[SeedRuns]]:
-    """Every policy kind the draws evaluated (base, methods, data-scaling runs), draw by draw."""
+def method_runs(inputs: Mapping[str, DrawInputs]) -> dict[str, list[SeedRuns]]:
+    """Every policy kind the draws evaluated (base, methods, data-scaling runs ``<method>_data
+    <multiple>x``), draw by draw (also the study's score tables)."""
     draws = list(inputs.values())
     found: dict[str, list[SeedRuns]] = {}
     if all(d.base is not None for d in draws):
@@ -79,7 +80,7 @@ def never_solved_table(
     """Per method and group: the share of problems with 0 of n samples correct, each draw's
     mean over its seeds, then the mean over draws (the draws' range beside it)."""
     rows = []
-    for method, runs in _method_runs(inputs).items():
+    for method, runs in method_runs(inputs).items():
         cells = []
         for members in groups.values():
             shares = [100 * zero_correct_share(r, members) for r in runs]
