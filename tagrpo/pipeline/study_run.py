@@ -42,6 +42,7 @@ from typing import Any
 
 import yaml
 
+from tagrpo.plumbing.device import describe_device
 from tagrpo.plumbing.verify import lock_stages
 
 REGISTRATION = Path("preregistration/study-v3.yaml")
@@ -61,7 +62,10 @@ RECORD_FILES = ("params.yaml", "dvc.lock", "data/processed/train.parquet")
 DRAW_FILE = "DRAW.json"
 BUILD_START_FILE = ".tagrpo/study-build-start.json"  # in a draw's checkout
 # A draw's progress (its finished stages' outputs, models left out), committed while it builds
-# so that a lost machine loses only the runs in flight: reports/study/<phase>/progress/draw<seed>.
+# so that a lost machine loses only the runs in flight:
+# reports/study/<phase>/progress/<device key>/draw<seed>. One folder per device kind: a draw is
+# never split across devices, so a machine of another kind builds the draw from its start in
+# its own folder and the other kind's progress stays for a later machine of that kind.
 PROGRESS = "progress"
 PROGRESS_FILE = "PROGRESS.json"
 # The one model a progress keeps: every training of the draw reads it. A trained policy's
@@ -96,8 +100,20 @@ class DrawPlan:
     def record(self, root: Path) -> Path:
         return root / RECORDS / self.phase / f"draw{self.seed}"
 
-    def progress(self, root: Path) -> Path:
-        return root / RECORDS / self.phase / PROGRESS / f"draw{self.seed}"
+    def progress(self, root: Path, device: str) -> Path:
+        """This draw's progress made on ``device`` (:func:`device_key`)."""
+        return root / RECORDS / self.phase / PROGRESS / device_key(device) / f"draw{self.seed}"
+
+    def progresses(self, root: Path) -> list[Path]:
+        """This draw's progress folders on every device kind that has one."""
+        return sorted((root / RECORDS / self.phase / PROGRESS).glob(f"*/draw{self.seed}"))
+
+
+def device_key(device: str) -> str:
+    """A folder name for a device description: its words, then a digest of the whole text (two
+    descriptions that differ only in punctuation get two folders)."""
+    words = "-".join("".join(c if c.isalnum() else " " for c in device.lower()).split())
+    return f"{words[:60].rstrip('-')}-{hashlib.sha256(device.encode()).hexdigest()[:8]}"
 
 
 def study_dir(root: Path) -> Path:
@@ -449,8 +465,6 @@ def save_progress(checkout: Path, progress: Path) -> list[str]:
                 (staging / relative).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source, staging / relative)
     (staging / "dvc.lock").write_text(lock_text, encoding="utf-8")
-    from tagrpo.plumbing.device import describe_device
-
     summary = {
         "stages": sorted(entries),
         "not_kept": sorted(left_out),
@@ -497,13 +511,11 @@ def restore_progress(progress: Path, checkout: Path) -> dict[str, list[str]]:
     stages whose models are not kept stay recorded: ``dvc repro --allow-missing`` skips them."""
     if (checkout / "dvc.lock").exists():
         raise StudyError(f"{checkout} has a dvc.lock: its own progress, not restored over")
-    from tagrpo.plumbing.device import describe_device
-
     made_on = json.loads((progress / PROGRESS_FILE).read_text())["device"]
     if made_on != describe_device():
         raise StudyError(
             f"{progress} was made on {made_on!r}, this machine is {describe_device()!r}: a draw "
-            f"is never split across devices (git rm -r {progress} to start the draw anew here)"
+            f"is never split across devices (each kind builds in its own folder: DrawPlan.progress)"
         )
     lock = yaml.safe_load((progress / "dvc.lock").read_text(encoding="utf-8")) or {}
     entries = lock.get("stages") or {}
@@ -562,6 +574,7 @@ class ProgressKeeper:
         import threading
 
         self.root, self.plan, self.checkout, self.every = root, plan, checkout, every
+        self.device = describe_device()
         self.saved: set[str] = set(lock_stage_names(checkout))
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
@@ -589,7 +602,7 @@ class ProgressKeeper:
             return
         if not recorded or recorded <= self.saved:
             return
-        progress = self.plan.progress(self.root)
+        progress = self.plan.progress(self.root, self.device)
         saved = save_progress(self.checkout, progress)
         commit_paths(
             self.root,
@@ -617,7 +630,15 @@ def execute_draw(
         say(f"{plan.label}: recorded in {record.relative_to(root)} (committed): not run again")
         return json.loads((record / DRAW_FILE).read_text())
     checkout = prepare_checkout(root, plan, commit, cache)
-    progress = plan.progress(root)
+    progress = plan.progress(root, describe_device())
+    for other in plan.progresses(root):
+        if other != progress:
+            made_on = json.loads((other / PROGRESS_FILE).read_text())
+            say(
+                f"{plan.label}: {other.relative_to(root)} holds {len(made_on['stages'])} stages "
+                f"made on {made_on['device']!r}: kept for a machine of that kind (a draw is "
+                f"never split across devices); this machine builds the draw in its own folder"
+            )
     if not (checkout / "dvc.lock").exists() and (progress / "dvc.lock").exists():
         restored = restore_progress(progress, checkout)
         say(
@@ -642,8 +663,6 @@ def execute_draw(
             f"{plan.label}: dvc repro exited with {status} after {seconds:.0f} s (log: "
             f"{log}); `make study` resumes it"
         )
-    from tagrpo.plumbing.device import describe_device
-
     left_out = collect_record(checkout, record)
     summary = {
         "label": plan.label,
@@ -657,10 +676,13 @@ def execute_draw(
         "finished": _now(),
     }
     (record / DRAW_FILE).write_text(json.dumps(summary, indent=2) + "\n")
-    shutil.rmtree(progress, ignore_errors=True)  # the record replaces it (git keeps its history)
+    # The record replaces the draw's progress on every device kind (git keeps their history).
+    progresses = plan.progresses(root)
+    for folder in progresses:
+        shutil.rmtree(folder, ignore_errors=True)
     commit_paths(
         root,
-        [record, *([progress] if git(root, "ls-files", "--", str(progress)) else [])],
+        [record, *(p for p in progresses if git(root, "ls-files", "--", str(p)))],
         f"Study {plan.label}: record of the finished draw ({record.relative_to(root)})",
     )
     say(f"{plan.label}: finished in {seconds:.0f} s; record committed ({record.relative_to(root)})")
