@@ -405,9 +405,17 @@ def _models_project(folder: Path) -> Path:
     return folder
 
 
+def _progress(folder: Path, seed: int) -> Path:
+    """The draw's progress folder for this machine's device kind."""
+    from tagrpo.plumbing.device import describe_device
+
+    kind = study_run.device_key(describe_device())
+    return folder / f"reports/study/pilot/progress/{kind}/draw{seed}"
+
+
 def _kept(folder: Path, seed: int) -> int:
     """The stages the draw's committed progress holds (0 before its first)."""
-    progress = folder / f"reports/study/pilot/progress/draw{seed}/PROGRESS.json"
+    progress = _progress(folder, seed) / "PROGRESS.json"
     tracked = subprocess.run(["git", "ls-files", str(progress)], cwd=folder,
                              capture_output=True, text=True).stdout  # fmt: skip
     return len(json.loads(progress.read_text())["stages"]) if tracked.strip() else 0
@@ -429,7 +437,7 @@ def test_a_lost_machine_loses_only_the_stages_in_flight(tmp_path: Path) -> None:
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
     for seed in (5, 6):
-        progress = folder / f"reports/study/pilot/progress/draw{seed}"
+        progress = _progress(folder, seed)
         kept = json.loads((progress / "PROGRESS.json").read_text())
         assert kept["stages"] == ["base", "evaluate", "train"]
         assert kept["not_kept"] == ["models/p-s0"]  # the trained model stays out of git
@@ -437,21 +445,42 @@ def test_a_lost_machine_loses_only_the_stages_in_flight(tmp_path: Path) -> None:
         assert not (progress / "models/p-s0").exists()
     # The machine is lost: the draws' checkouts and the shared DVC cache are gone.
     subprocess.run(["rm", "-rf", str(folder / ".tagrpo/study")], check=True)
+    # Another device kind's progress of draw 5: named, not restored, removed with the record.
+    other = folder / "reports/study/pilot/progress/other-cpu-00000000/draw5"
+    other.mkdir(parents=True)
+    (other / "PROGRESS.json").write_text(json.dumps({"device": "Other CPU", "stages": ["base"]}))
+    subprocess.run(["git", "add", str(other)], cwd=folder, check=True)
+    subprocess.run(["git", "commit", "-qm", "other kind"], cwd=folder, check=True)
 
     second = _study(folder)
     out, _ = second.communicate(timeout=600)
     assert second.returncode == 0, out
     assert out.count("restored 3 stages") == 2, out
+    assert out.count("holds 1 stages made on 'Other CPU': kept for a machine of that kind") == 1
     for seed in (5, 6):
         # Only the stage in flight ran again: the finished evaluation needs no model.
         assert _runs(folder, seed) == ["last"], seed
         record = folder / f"reports/study/pilot/draw{seed}"
         assert (record / "evals/p-s0/passk.csv").read_text() == str(seed)
         assert (record / "plots/last.csv").read_text() == str(seed)
-        assert not (folder / f"reports/study/pilot/progress/draw{seed}").exists()
+        assert not _progress(folder, seed).exists()
+    assert not other.exists()
     status = subprocess.run(["git", "status", "--porcelain"], cwd=folder, capture_output=True,
                             text=True).stdout  # fmt: skip
     assert "reports/study" not in status  # the records committed, the progress removed
+
+
+def test_each_device_kind_keeps_its_own_progress_folder(tmp_path: Path) -> None:
+    amd, intel = "AMD EPYC (2 cores; avx2)", "Intel(R) Xeon(R) (2 cores; amx_bf16, avx2)"
+    assert study_run.device_key(amd).startswith("amd-epyc-2-cores-avx2-")
+    assert study_run.device_key(amd) != study_run.device_key(amd.replace(";", ","))
+    plan = study_run.DrawPlan(phase="main", seed=100, profile="study")
+    assert plan.progress(tmp_path, amd) != plan.progress(tmp_path, intel)
+    for device in (amd, intel):
+        plan.progress(tmp_path, device).mkdir(parents=True)
+    assert plan.progresses(tmp_path) == sorted(plan.progress(tmp_path, d) for d in (amd, intel))
+    other_draw = study_run.DrawPlan(phase="main", seed=101, profile="study")
+    assert other_draw.progresses(tmp_path) == []
 
 
 def test_a_restore_runs_again_the_stages_whose_models_a_pending_stage_reads(
