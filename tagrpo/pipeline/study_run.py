@@ -567,14 +567,17 @@ def build_order(checkout: Path) -> list[list[str]]:
 
 
 class ProgressKeeper:
-    """While a draw builds, commit its progress each time its dvc.lock records more stages
-    (checked every ``every`` seconds, and once more when the build ends)."""
+    """While a draw builds, commit its progress (into ``progress``, this device kind's folder)
+    each time its dvc.lock records more stages (checked every ``every`` seconds, and once more
+    when the build ends)."""
 
-    def __init__(self, root: Path, plan: DrawPlan, checkout: Path, every: float = 30.0) -> None:
+    def __init__(
+        self, root: Path, plan: DrawPlan, checkout: Path, progress: Path, every: float = 30.0
+    ) -> None:
         import threading
 
         self.root, self.plan, self.checkout, self.every = root, plan, checkout, every
-        self.device = describe_device()
+        self.progress = progress
         self.saved: set[str] = set(lock_stage_names(checkout))
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
@@ -602,13 +605,12 @@ class ProgressKeeper:
             return
         if not recorded or recorded <= self.saved:
             return
-        progress = self.plan.progress(self.root, self.device)
-        saved = save_progress(self.checkout, progress)
+        saved = save_progress(self.checkout, self.progress)
         commit_paths(
             self.root,
-            [progress],
+            [self.progress],
             f"Study {self.plan.label}: progress, {len(saved)} stages recorded "
-            f"({progress.relative_to(self.root)})",
+            f"({self.progress.relative_to(self.root)})",
         )
         self.saved = set(saved)
 
@@ -630,7 +632,8 @@ def execute_draw(
         say(f"{plan.label}: recorded in {record.relative_to(root)} (committed): not run again")
         return json.loads((record / DRAW_FILE).read_text())
     checkout = prepare_checkout(root, plan, commit, cache)
-    progress = plan.progress(root, describe_device())
+    device = describe_device()
+    progress = plan.progress(root, device)  # restored from and kept into: this kind's only
     for other in plan.progresses(root):
         if other != progress:
             made_on = json.loads((other / PROGRESS_FILE).read_text())
@@ -655,7 +658,7 @@ def execute_draw(
     # The progress line's pace counts from here: stages restored above took no time this start.
     (checkout / BUILD_START_FILE).write_text(json.dumps({"since": time.time(), "recorded": done}))
     started = time.monotonic()
-    with ProgressKeeper(root, plan, checkout, every=progress_every):
+    with ProgressKeeper(root, plan, checkout, progress, every=progress_every):
         status = build(checkout, log, root)
     seconds = time.monotonic() - started
     if status != 0:
@@ -668,7 +671,7 @@ def execute_draw(
         "label": plan.label,
         "plan": asdict(plan),
         "commit": commit,
-        "device": describe_device(),
+        "device": device,
         "seconds_this_start": round(seconds, 1),
         "stages_recorded_at_start": recorded_at_start,
         "stages": stage_progress(checkout)[1],
